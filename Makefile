@@ -1,0 +1,54 @@
+# The two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Everything else is set-up they share. Every target is safe to run twice.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+
+# The demo/dev services and the test services use separate folders and ports.
+DEV_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation PG_PORT=55432 REDIS_PORT=56379
+TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_PORT=56380 \
+	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \
+	REDIS_URL=redis://127.0.0.1:56380/0 DEBUG=true
+
+.PHONY: demo test services stop dev install lint check bench browsers
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { echo "make: cannot create a virtual environment with $(PYTHON) (on Debian: apt-get install python3-venv)"; exit 1; }
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+services:
+	@$(DEV_ENV) scripts/services.sh start
+
+stop:
+	@$(DEV_ENV) scripts/services.sh stop
+	@$(TEST_ENV) scripts/services.sh stop
+
+demo: install services
+	@$(DEV_ENV) $(PY) manage.py migrate --noinput -v 0
+	@$(DEV_ENV) $(PY) manage.py demo
+
+dev: install services
+	@$(DEV_ENV) $(PY) manage.py migrate --noinput -v 0
+	@$(DEV_ENV) $(BIN)/honcho start
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(TEST_ENV) $(BIN)/mypy .
+
+browsers:
+	@scripts/browsers.sh
+
+test: install browsers
+	@$(TEST_ENV) scripts/services.sh start
+	$(MAKE) --no-print-directory lint
+	$(TEST_ENV) $(BIN)/pytest -m "not browser"
+	$(TEST_ENV) $(BIN)/pytest -m browser
+
+bench: install services
+	@for b in bench/*.py; do echo "== $$b"; $(DEV_ENV) $(PY) $$b || exit 1; done

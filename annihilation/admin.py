@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from annihilation.models import Event, Session
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin[Session]):
+    list_display = ["id", "kind", "ref", "title", "started_at", "ended_at"]
+    list_filter = ["kind"]
+    search_fields = ["ref", "title"]
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin[Event]):
+    """Events are append-only: viewable, never editable."""
+
+    list_display = ["id", "topic", "type", "session", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["topic", "type"]
+    list_select_related = ["session"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

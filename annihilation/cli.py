@@ -1,0 +1,45 @@
+"""Shared pieces of the management commands: readable tables, --json output, id arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.management.base import OutputWrapper
+from django.core.serializers.json import DjangoJSONEncoder
+
+
+def parse_id(value: str) -> int:
+    """An id as typed by a human: `12`, `#12` or `q12`."""
+    text = value.strip().lstrip("#").removeprefix("q").removeprefix("Q")
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an id (a positive number)")
+    return int(text)
+
+
+def emit_json(out: OutputWrapper, data: Any) -> None:
+    out.write(json.dumps(data, cls=DjangoJSONEncoder, indent=2, sort_keys=False))
+
+
+def table(out: OutputWrapper, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain aligned table; `(none)` when empty."""
+    if not rows:
+        out.write("(none)")
+        return
+    cells = [[str(h) for h in headers]] + [
+        ["" if c is None else str(c) for c in row] for row in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        out.write(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+        if n == 0:
+            out.write("  ".join("-" * width for width in widths))
+
+
+def shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+
+class AnnihilationError(Exception):
+    """Base of the core app's errors."""
+
+
+class UnknownTopic(AnnihilationError):
+    """An event was published on a topic that is not one of the documented topics."""

@@ -1,0 +1,128 @@
+"""Validation of quantum fields, shared by the services, the import and the CLI.
+
+Each checker takes a raw value (from a form, a CLI flag, a YAML file) and returns the clean value
+or raises InvalidQuantum naming the field and what was wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from quanta.errors import InvalidQuantum
+from quanta.models import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    Complexity,
+    Quantum,
+    QuantumKind,
+)
+
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
+TITLE_MAX = Quantum._meta.get_field("title").max_length or 500
+
+
+def clean_title(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidQuantum("title: must not be empty")
+    title = value.strip()
+    if len(title) > TITLE_MAX:
+        raise InvalidQuantum(f"title: at most {TITLE_MAX} characters (got {len(title)})")
+    return title
+
+
+def clean_text(field: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise InvalidQuantum(f"{field}: must be text")
+        return value
+
+    return check
+
+
+def clean_priority(value: Any) -> int:
+    if isinstance(value, bool):
+        raise InvalidQuantum("priority: must be an integer 0..4")
+    try:
+        priority = int(value)
+    except (TypeError, ValueError):
+        raise InvalidQuantum(f"priority: must be an integer 0..4, got {value!r}") from None
+    if isinstance(value, float) and value != priority:
+        raise InvalidQuantum(f"priority: must be an integer 0..4, got {value!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidQuantum(f"priority: must be 0..4 (0 = critical), got {priority}")
+    return priority
+
+
+def clean_choice(field: str, choices: list[str]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise InvalidQuantum(f"{field}: must be one of {', '.join(choices)}; got {value!r}")
+        return str(value)
+
+    return check
+
+
+def clean_labels(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple):
+        raise InvalidQuantum("labels: must be a list of labels")
+    labels: list[str] = []
+    for raw in value:
+        label = str(raw).strip() if isinstance(raw, str | int) else None
+        if not label or not _LABEL.match(label):
+            raise InvalidQuantum(
+                f"labels: {raw!r} is not a label (letters, digits and _.:/- , up to 64)"
+            )
+        if label not in labels:
+            labels.append(label)
+    return labels
+
+
+def clean_commands(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidQuantum("verify_commands: must be a list of commands")
+    return list(value)
+
+
+def clean_pipeline(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 100:
+        raise InvalidQuantum("pipeline: must be a pipeline name (up to 100 characters)")
+    return value.strip()
+
+
+# Fields an operator may set on create and update, each with its checker.
+FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "title": clean_title,
+    "body": clean_text("body"),
+    "kind": clean_choice("kind", QuantumKind.values),
+    "priority": clean_priority,
+    "labels": clean_labels,
+    "pipeline": clean_pipeline,
+    "acceptance": clean_text("acceptance"),
+    "verify_commands": clean_commands,
+    "complexity": clean_choice("complexity", Complexity.values),
+}
+
+
+def clean_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Check every field in `values`; raises on the first bad one, naming it."""
+    cleaned: dict[str, Any] = {}
+    for name, value in values.items():
+        check = FIELD_CHECKS.get(name)
+        if check is None:
+            raise InvalidQuantum(f"{name}: not a field of a quantum")
+        cleaned[name] = check(value)
+    return cleaned

@@ -1,0 +1,334 @@
+"""Bulk import of quanta from YAML or JSON lines: every problem reported, then all or nothing.
+
+A record:
+
+    ref: schema                 # optional local name other records may point at
+    title: Design the schema    # required
+    body, kind, priority, labels, pipeline, acceptance, verify_commands, complexity
+    status: open | deferred | blocked | closed      close_reason: why (for closed)
+    parent: schema | 12         # a ref in this file, or the id of an existing quantum
+    depends_on: [schema, 12]    # blocks edges; also `part_of`, `related`, `discovered_from`
+    comments: ["text", {author: ada, body: "text"}]
+
+A YAML file holds a list of records (or `quanta:` followed by one); a JSON-lines file holds one
+JSON object per line. `quanta export` writes the same format, so export -> import round-trips.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.db import transaction
+from django.db.models.functions import Now
+
+from annihilation.events import publish
+from quanta.errors import ImportFailed, InvalidQuantum
+from quanta.fields import FIELD_CHECKS
+from quanta.models import AuthorKind, Comment, Dependency, DependencyKind, Quantum, QuantumStatus
+from quanta.services import search_refresh
+
+Ref = str | int
+
+IMPORTABLE_STATUSES = [
+    QuantumStatus.OPEN,
+    QuantumStatus.DEFERRED,
+    QuantumStatus.BLOCKED,
+    QuantumStatus.CLOSED,
+]
+EDGE_FIELDS = {
+    "depends_on": DependencyKind.BLOCKS,
+    "part_of": DependencyKind.PARENT_CHILD,
+    "related": DependencyKind.RELATED,
+    "discovered_from": DependencyKind.DISCOVERED_FROM,
+}
+KNOWN_KEYS = {"ref", "status", "close_reason", "parent", "comments", *FIELD_CHECKS, *EDGE_FIELDS}
+
+
+@dataclass
+class Record:
+    where: str  # "file:line"
+    ref: str | None
+    fields: dict[str, Any]
+    status: str = QuantumStatus.OPEN
+    close_reason: str = ""
+    parent: Ref | None = None
+    edges: list[tuple[str, Ref]] = field(default_factory=list)  # (kind, target)
+    comments: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, author, body)
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A SafeLoader that remembers the line of every mapping and of each of its keys."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    mapping["__line__"] = node.start_mark.line + 1
+    mapping["__lines__"] = {str(key.value): value.start_mark.line + 1 for key, value in node.value}
+    return mapping
+
+
+_LineLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,  # type: ignore[arg-type]
+)
+
+
+def _raw_records(path: Path, text: str) -> list[tuple[int, Any]]:
+    """(line, raw record) pairs; a syntax error raises ImportFailed with its line."""
+    name = path.name
+    is_jsonl = path.suffix in {".jsonl", ".ndjson"} or (
+        path.suffix not in {".yaml", ".yml", ".json"} and text.lstrip().startswith("{")
+    )
+    if is_jsonl:
+        out: list[tuple[int, Any]] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ImportFailed([f"{name}:{number}: not valid JSON: {exc.msg}"]) from None
+        return out
+    try:
+        data = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ImportFailed([f"{name}:{line}: not valid YAML: {problem}"]) from None
+    if isinstance(data, dict) and "quanta" in data:
+        data = data["quanta"]
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ImportFailed([f"{name}:1: expected a list of quanta (or 'quanta:' and a list)"])
+    return [(item.get("__line__", 1) if isinstance(item, dict) else 1, item) for item in data]
+
+
+def _ref(value: Any) -> Ref:
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise InvalidQuantum(f"{value!r} is neither a ref in this file nor a quantum id")
+    return value
+
+
+def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record | None:
+    if not isinstance(raw, dict):
+        problems.append(f"{name}:{line}: each quantum must be a mapping, got {type(raw).__name__}")
+        return None
+    lines: dict[str, int] = raw.pop("__lines__", {})
+    raw.pop("__line__", None)
+
+    def where(key: str) -> str:
+        return f"{name}:{lines.get(key, line)}"
+
+    before = len(problems)
+    for key in raw:
+        if key not in KNOWN_KEYS:
+            problems.append(f"{where(key)}: {key}: unknown field")
+    if "title" not in raw:
+        problems.append(f"{name}:{line}: title: required")
+    ref = raw.get("ref")
+    if ref is not None and (not isinstance(ref, str) or not ref):
+        problems.append(f"{where('ref')}: ref: must be a non-empty string")
+    record = Record(where=f"{name}:{line}", ref=ref if isinstance(ref, str) else None, fields={})
+    for key, check in FIELD_CHECKS.items():
+        if key in raw:
+            try:
+                record.fields[key] = check(raw[key])
+            except InvalidQuantum as exc:
+                problems.append(f"{where(key)}: {exc}")
+    status = raw.get("status", QuantumStatus.OPEN)
+    if status not in IMPORTABLE_STATUSES:
+        problems.append(
+            f"{where('status')}: status: must be one of {', '.join(IMPORTABLE_STATUSES)}; got {status!r}"
+        )
+    record.status = str(status)
+    reason = raw.get("close_reason", "")
+    record.close_reason = reason if isinstance(reason, str) else ""
+    if record.status == QuantumStatus.CLOSED and not record.close_reason:
+        record.close_reason = "imported closed"
+    if raw.get("parent") is not None:
+        try:
+            record.parent = _ref(raw["parent"])
+        except InvalidQuantum as exc:
+            problems.append(f"{where('parent')}: parent: {exc}")
+    for key, kind in EDGE_FIELDS.items():
+        targets = raw.get(key) or []
+        if not isinstance(targets, list):
+            targets = [targets]
+        for target in targets:
+            try:
+                record.edges.append((kind, _ref(target)))
+            except InvalidQuantum as exc:
+                problems.append(f"{where(key)}: {key}: {exc}")
+    comments = raw.get("comments") or []
+    if not isinstance(comments, list):
+        problems.append(f"{where('comments')}: comments: must be a list")
+        comments = []
+    for comment in comments:
+        if isinstance(comment, str) and comment.strip():
+            record.comments.append((AuthorKind.OPERATOR, "import", comment))
+        elif (
+            isinstance(comment, dict)
+            and isinstance(comment.get("body"), str)
+            and comment["body"].strip()
+        ):
+            kind = comment.get("author_kind", AuthorKind.OPERATOR)
+            if kind not in AuthorKind.values:
+                problems.append(
+                    f"{where('comments')}: comments: author_kind must be one of {', '.join(AuthorKind.values)}"
+                )
+            record.comments.append((kind, str(comment.get("author") or "import"), comment["body"]))
+        else:
+            problems.append(
+                f"{where('comments')}: comments: each comment is text or {{author, body}}"
+            )
+    return record if len(problems) == before else None
+
+
+def _resolve(records: list[Record], problems: list[str]) -> None:
+    """Check refs, existing ids, self-edges and cycles among the new `blocks` edges and parents."""
+    refs: dict[str, Record] = {}
+    for record in records:
+        if record.ref is None:
+            continue
+        if record.ref in refs:
+            problems.append(
+                f"{record.where}: ref: {record.ref!r} is already used at {refs[record.ref].where}"
+            )
+        refs[record.ref] = record
+    wanted_ids = {t for r in records for _, t in r.edges if isinstance(t, int)}
+    wanted_ids |= {r.parent for r in records if isinstance(r.parent, int)}
+    existing = set(Quantum.objects.filter(pk__in=wanted_ids).values_list("pk", flat=True))
+    for record in records:
+        targets = [("parent", record.parent)] if record.parent is not None else []
+        targets += [(kind, target) for kind, target in record.edges]
+        for label, target in targets:
+            if isinstance(target, int) and target not in existing:
+                problems.append(f"{record.where}: {label}: no quantum #{target}")
+            elif isinstance(target, str) and target not in refs:
+                problems.append(
+                    f"{record.where}: {label}: no record with ref {target!r} in this file"
+                )
+            elif isinstance(target, str) and refs[target] is record:
+                problems.append(f"{record.where}: {label}: a quantum cannot point at itself")
+    if problems:
+        return
+    # Only edges between new records can form a cycle: existing quanta cannot point at new ones.
+    for label, kinds in (("depends_on", {DependencyKind.BLOCKS}), ("parent", None)):
+        graph: dict[int, list[int]] = {}
+        index = {id(r): i for i, r in enumerate(records)}
+        for i, record in enumerate(records):
+            if kinds is None:
+                targets = [record.parent] if isinstance(record.parent, str) else []
+            else:
+                targets = [t for k, t in record.edges if k in kinds and isinstance(t, str)]
+            graph[i] = [index[id(refs[t])] for t in targets]
+        cycle = _find_cycle(graph)
+        if cycle:
+            names = " -> ".join(records[i].ref or records[i].where for i in cycle)
+            problems.append(f"{records[cycle[0]].where}: {label}: cycle {names}")
+
+
+def _find_cycle(graph: dict[int, list[int]]) -> list[int] | None:
+    """Iterative DFS; returns the nodes of one cycle (first repeated at the end) or None."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(graph, white)
+    for root in graph:
+        if colour[root] != white:
+            continue
+        stack: list[tuple[int, int]] = [(root, 0)]
+        path: list[int] = []
+        while stack:
+            node, child = stack.pop()
+            if child == 0:
+                colour[node] = grey
+                path.append(node)
+            targets = graph[node]
+            if child < len(targets):
+                stack.append((node, child + 1))
+                nxt = targets[child]
+                if colour[nxt] == grey:
+                    return [*path[path.index(nxt) :], nxt]
+                if colour[nxt] == white:
+                    stack.append((nxt, 0))
+            else:
+                colour[node] = black
+                path.pop()
+    return None
+
+
+def parse_import(path: Path) -> list[Record]:
+    """Read and validate the whole file; raises ImportFailed listing every problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportFailed([f"{path}: cannot read: {exc}"]) from None
+    problems: list[str] = []
+    records: list[Record] = []
+    for line, raw in _raw_records(path, text):
+        record = _parse_record(path.name, line, raw, problems)
+        if record is not None:
+            records.append(record)
+    if not problems:
+        _resolve(records, problems)
+    if problems:
+        raise ImportFailed(problems)
+    return records
+
+
+BATCH = 5000
+
+
+@transaction.atomic
+def quanta_import(*, path: Path) -> list[int]:
+    """Import every record of the file, or nothing. Returns the new ids in file order."""
+    records = parse_import(path)
+    if not records:
+        return []
+    quanta = [
+        Quantum(
+            status=r.status,
+            close_reason=r.close_reason if r.status == QuantumStatus.CLOSED else "",
+            parent_id=r.parent if isinstance(r.parent, int) else None,
+            **r.fields,
+        )
+        for r in records
+    ]
+    Quantum.objects.bulk_create(quanta, batch_size=BATCH)
+    ids = [q.pk for q in quanta]
+    by_ref = {r.ref: q.pk for r, q in zip(records, quanta, strict=True) if r.ref is not None}
+
+    def resolve(target: Ref) -> int:
+        return target if isinstance(target, int) else by_ref[target]
+
+    with_local_parent = []
+    for record, quantum in zip(records, quanta, strict=True):
+        if isinstance(record.parent, str):
+            quantum.parent_id = by_ref[record.parent]
+            with_local_parent.append(quantum)
+    Quantum.objects.bulk_update(with_local_parent, ["parent_id"], batch_size=BATCH)
+    Dependency.objects.bulk_create(
+        (
+            Dependency(quantum_id=q.pk, depends_on_id=resolve(target), kind=kind)
+            for r, q in zip(records, quanta, strict=True)
+            for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
+        ),
+        batch_size=BATCH,
+    )
+    Comment.objects.bulk_create(
+        (
+            Comment(quantum_id=q.pk, author_kind=kind, author=author, body=body)
+            for r, q in zip(records, quanta, strict=True)
+            for kind, author, body in r.comments
+        ),
+        batch_size=BATCH,
+    )
+    Quantum.objects.filter(pk__in=ids, status=QuantumStatus.CLOSED).update(closed_at=Now())
+    search_refresh(ids)
+    publish("quanta", "quanta_imported", {"count": len(ids), "file": path.name})
+    return ids

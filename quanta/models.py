@@ -1,0 +1,176 @@
+"""Quanta: the units of work, their dependencies and comments."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.db.models import F, Q
+
+
+class QuantumStatus(models.TextChoices):
+    """Where a quantum stands.
+
+    Transitions (each a compare-and-set in `quanta.services`):
+      open        -> in_progress (claimed by the burst manager) | deferred | blocked | closed
+      in_progress -> open (its run failed or was cancelled) | blocked (quarantine) | closed
+      blocked     -> open | deferred | closed
+      deferred    -> open | closed
+      closed      -> open (reopen)
+    """
+
+    OPEN = "open", "open"
+    IN_PROGRESS = "in_progress", "in progress"
+    BLOCKED = "blocked", "blocked"
+    DEFERRED = "deferred", "deferred"
+    CLOSED = "closed", "closed"
+
+
+TERMINAL: frozenset[str] = frozenset({QuantumStatus.CLOSED})
+
+
+class QuantumKind(models.TextChoices):
+    TASK = "task", "task"
+    BUG = "bug", "bug"
+    FEATURE = "feature", "feature"
+    EPIC = "epic", "epic"
+    CHORE = "chore", "chore"
+    CORRECTION = "correction", "correction (files a fix for a rejected assumption)"
+
+
+class Complexity(models.TextChoices):
+    """Drives model routing: trivial may run without an LLM, complex gets the strongest model."""
+
+    TRIVIAL = "trivial", "trivial"
+    STANDARD = "standard", "standard"
+    COMPLEX = "complex", "complex"
+
+
+PRIORITY_MIN, PRIORITY_MAX = 0, 4  # 0 = critical
+
+
+class Quantum(models.Model):
+    title = models.CharField(max_length=500)
+    body = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=QuantumKind.choices, default=QuantumKind.TASK)
+    status = models.CharField(
+        max_length=16, choices=QuantumStatus.choices, default=QuantumStatus.OPEN
+    )
+    priority = models.PositiveSmallIntegerField(default=2, help_text="0 = critical .. 4 = backlog")
+    labels = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    pipeline = models.CharField(
+        max_length=100, blank=True, help_text="pipeline override by name; blank = matched"
+    )
+    acceptance = models.TextField(blank=True, help_text="acceptance criteria")
+    verify_commands = ArrayField(models.TextField(), default=list, blank=True)
+    complexity = models.CharField(
+        max_length=16, choices=Complexity.choices, default=Complexity.STANDARD
+    )
+    close_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # Title (A), body (B) and comments (C); kept current by quanta.services.search_refresh.
+    search_vector = SearchVectorField(null=True, editable=False)
+
+    class Meta:
+        verbose_name_plural = "quanta"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN) & Q(priority__lte=PRIORITY_MAX),
+                name="quantum_priority_range",
+            ),
+            models.CheckConstraint(condition=~Q(title=""), name="quantum_title_not_empty"),
+            models.CheckConstraint(
+                condition=Q(status__in=QuantumStatus.values), name="quantum_status_valid"
+            ),
+        ]
+        indexes = [
+            # quanta_ready(): open quanta in priority-then-age order. Partial, so it stays small
+            # however many quanta are closed, and the planner walks it in order.
+            models.Index(
+                fields=["priority", "created_at", "id"],
+                condition=Q(status="open"),
+                name="quantum_ready_order",
+            ),
+            # quanta_list(status=...) and the dashboard's counts per status.
+            models.Index(fields=["status", "priority"], name="quantum_status_priority"),
+            # quanta_list(label=...) and wave scope by labels: labels @> ARRAY[...].
+            GinIndex(fields=["labels"], name="quantum_labels"),
+            # quanta_search(): title/body/comments full-text.
+            GinIndex(fields=["search_vector"], name="quantum_search"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+
+class DependencyKind(models.TextChoices):
+    """Only BLOCKS gates readiness; the others are for humans and reflection."""
+
+    BLOCKS = "blocks", "blocks"
+    PARENT_CHILD = "parent-child", "parent-child"
+    RELATED = "related", "related"
+    DISCOVERED_FROM = "discovered-from", "discovered from"
+
+
+class Dependency(models.Model):
+    """`quantum` depends on `depends_on` (for BLOCKS: cannot start until it is closed)."""
+
+    quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="dependencies")
+    depends_on = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="dependents")
+    kind = models.CharField(
+        max_length=16, choices=DependencyKind.choices, default=DependencyKind.BLOCKS
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "dependencies"
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.CheckConstraint(
+                condition=~Q(quantum=F("depends_on")), name="dependency_no_self"
+            ),
+            # Its index also serves the ready query's anti-join (quantum_id = q.id AND kind = ...).
+            models.UniqueConstraint(
+                fields=["quantum", "kind", "depends_on"], name="dependency_unique_edge"
+            ),
+        ]
+        indexes = [
+            # What closing a quantum unblocks, and the cycle walk: edges by their target.
+            models.Index(fields=["depends_on", "kind"], name="dependency_target"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.quantum_id} {self.kind} #{self.depends_on_id}"
+
+
+class AuthorKind(models.TextChoices):
+    OPERATOR = "operator", "operator"
+    PSYCHONAUT = "psychonaut", "psychonaut"
+    SYSTEM = "system", "system"
+
+
+class Comment(models.Model):
+    quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="comments")
+    author_kind = models.CharField(
+        max_length=16, choices=AuthorKind.choices, default=AuthorKind.OPERATOR
+    )
+    author = models.CharField(max_length=200, help_text="username, agent id or subsystem")
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=~Q(body=""), name="comment_not_empty")]
+        indexes = [
+            # A quantum's comments in order (detail page, search refresh).
+            models.Index(fields=["quantum", "created_at"], name="comment_quantum_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"comment on #{self.quantum_id} by {self.author}"

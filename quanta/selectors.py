@@ -1,0 +1,261 @@
+"""Reads over quanta: the ready query that drives the system, explanations, listings, search."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.db import connection
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+
+from quanta.errors import BadSearchQuery, QuantumNotFound
+from quanta.models import Dependency, DependencyKind, Quantum, QuantumStatus
+
+S = QuantumStatus
+
+
+def _open_blockers() -> QuerySet[Dependency]:
+    return Dependency.objects.filter(quantum=OuterRef("pk"), kind=DependencyKind.BLOCKS).filter(
+        ~Q(depends_on__status=S.CLOSED)
+    )
+
+
+def quanta_ready(
+    *, labels: Sequence[str] = (), exclude_ids: Sequence[int] = (), limit: int | None = None
+) -> QuerySet[Quantum]:
+    """Open quanta whose every `blocks` dependency is closed, by priority then age.
+
+    `labels` scopes to quanta carrying any of them. Served by the partial index
+    quantum_ready_order plus the unique edge index for the anti-join.
+    """
+    qs = (
+        Quantum.objects.filter(status=S.OPEN)
+        .filter(~Exists(_open_blockers()))
+        .order_by("priority", "created_at", "id")
+    )
+    if labels:
+        qs = qs.filter(labels__overlap=list(labels))
+    if exclude_ids:
+        qs = qs.exclude(pk__in=list(exclude_ids))
+    return qs[:limit] if limit is not None else qs
+
+
+def quanta_blocked(*, limit: int | None = None) -> QuerySet[Quantum]:
+    """Quanta that cannot start: open with an unfinished blocker, or quarantined (`blocked`)."""
+    qs = Quantum.objects.filter(
+        Q(status=S.BLOCKED) | (Q(status=S.OPEN) & Exists(_open_blockers()))
+    ).order_by("priority", "created_at", "id")
+    return qs[:limit] if limit is not None else qs
+
+
+@dataclass
+class Blocker:
+    id: int
+    title: str
+    status: str
+    waits_on: list[int] = field(default_factory=list)  # its own unfinished blockers
+
+
+@dataclass
+class WhyNotReady:
+    quantum_id: int
+    title: str
+    status: str
+    ready: bool
+    reasons: list[str]  # status reasons, in words
+    direct: list[int]  # unfinished direct blockers
+    blockers: dict[int, Blocker]  # every unfinished blocker, transitively
+
+    def describe(self) -> str:
+        """A paragraph for humans, with the blocker tree indented under the quantum."""
+        head = f"#{self.quantum_id} {self.title!r}"
+        if self.ready:
+            return f"{head} is ready."
+        lines = [f"{head} is not ready:"]
+        lines += [f"  - {reason}" for reason in self.reasons]
+        if self.direct:
+            roots = [b for b in self.blockers.values() if not b.waits_on]
+            lines.append(
+                f"  - it waits on {_count(len(self.direct), 'quantum')} "
+                f"({_count(len(self.blockers), 'unfinished blocker')} in all; "
+                f"start with {', '.join(f'#{b.id}' for b in roots[:10])}):"
+            )
+            shown: set[int] = set()
+
+            def walk(qid: int, depth: int) -> None:
+                blocker = self.blockers[qid]
+                suffix = " (see above)" if qid in shown and blocker.waits_on else ""
+                lines.append(f"{'    ' * depth}#{qid} {blocker.title!r} [{blocker.status}]{suffix}")
+                if qid in shown or depth > 20:
+                    return
+                shown.add(qid)
+                for child in blocker.waits_on:
+                    walk(child, depth + 1)
+
+            for qid in self.direct:
+                walk(qid, 1)
+        return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    plural = "quanta" if noun == "quantum" else f"{noun}s"
+    return f"{n} {noun if n == 1 else plural}"
+
+
+_STATUS_REASONS = {
+    S.IN_PROGRESS: "it is in progress (a run holds it)",
+    S.CLOSED: "it is closed",
+    S.DEFERRED: "it is deferred (reopen it to make it eligible)",
+    S.BLOCKED: "it is blocked: quarantined after repeated failures, waiting on the Tether",
+}
+
+
+def quantum_why_not_ready(*, quantum_id: int) -> WhyNotReady:
+    """Why a quantum is not in the ready set: its status and every unfinished blocker, transitively.
+
+    The walk is a set-semantics recursive CTE (UNION of edges), linear in the edges reached.
+    """
+    quantum = Quantum.objects.filter(pk=quantum_id).values("title", "status").first()
+    if quantum is None:
+        raise QuantumNotFound(f"no quantum #{quantum_id}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE chain(src, dst) AS (
+                SELECT d.quantum_id, d.depends_on_id
+                  FROM quanta_dependency d JOIN quanta_quantum b ON b.id = d.depends_on_id
+                 WHERE d.quantum_id = %(id)s AND d.kind = 'blocks' AND b.status <> 'closed'
+                UNION
+                SELECT d.quantum_id, d.depends_on_id
+                  FROM chain c
+                  JOIN quanta_dependency d ON d.quantum_id = c.dst AND d.kind = 'blocks'
+                  JOIN quanta_quantum b ON b.id = d.depends_on_id
+                 WHERE b.status <> 'closed'
+            )
+            SELECT c.src, c.dst, b.title, b.status
+              FROM chain c JOIN quanta_quantum b ON b.id = c.dst
+             ORDER BY b.priority, b.created_at, b.id
+            """,
+            {"id": quantum_id},
+        )
+        rows = cursor.fetchall()
+    blockers: dict[int, Blocker] = {}
+    direct: list[int] = []
+    for _src, dst, title, status in rows:
+        blockers.setdefault(dst, Blocker(id=dst, title=title, status=status))
+    for src, dst, _title, _status in rows:
+        if src == quantum_id:
+            direct.append(dst)
+        elif src in blockers:
+            blockers[src].waits_on.append(dst)
+    reasons = [_STATUS_REASONS[quantum["status"]]] if quantum["status"] in _STATUS_REASONS else []
+    return WhyNotReady(
+        quantum_id=quantum_id,
+        title=quantum["title"],
+        status=quantum["status"],
+        ready=not reasons and not direct,
+        reasons=reasons,
+        direct=direct,
+        blockers=blockers,
+    )
+
+
+def quantum_get(*, quantum_id: int) -> Quantum:
+    try:
+        return Quantum.objects.select_related("parent").get(pk=quantum_id)
+    except Quantum.DoesNotExist:
+        raise QuantumNotFound(f"no quantum #{quantum_id}") from None
+
+
+def quanta_list(
+    *,
+    status: str | None = None,
+    label: str | None = None,
+    priority: int | None = None,
+    parent_id: int | None = None,
+) -> QuerySet[Quantum]:
+    qs = Quantum.objects.order_by("priority", "created_at", "id")
+    if status is not None:
+        qs = qs.filter(status=status)
+    if label is not None:
+        qs = qs.filter(labels__contains=[label])
+    if priority is not None:
+        qs = qs.filter(priority=priority)
+    if parent_id is not None:
+        qs = qs.filter(parent_id=parent_id)
+    return qs
+
+
+def quanta_children(*, parent_id: int) -> QuerySet[Quantum]:
+    """The children of an epic (or any parent), in priority order."""
+    if not Quantum.objects.filter(pk=parent_id).exists():
+        raise QuantumNotFound(f"no quantum #{parent_id}")
+    return quanta_list(parent_id=parent_id)
+
+
+# --- search ----------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r'(-?)"([^"]*)"|(\S+)')
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def search_to_tsquery(query: str) -> str:
+    """Turn an operator's query into a Postgres `to_tsquery` expression.
+
+    Words are ANDed; `"a phrase"` must appear in order; `OR` between terms; `-term` excludes;
+    `auth*` matches prefixes. Only word characters reach Postgres, so no input can break
+    the tsquery syntax.
+    """
+    clauses: list[str] = []
+    pending_or = False
+    for match in _TOKEN.finditer(query):
+        negate, phrase, bare = match.group(1), match.group(2), match.group(3)
+        if bare == "OR":
+            pending_or = bool(clauses)
+            continue
+        prefix = False
+        if bare is not None:
+            negate = "-" if bare.startswith("-") else ""
+            prefix = bare.endswith("*")
+            words = _WORD.findall(bare)
+        else:
+            words = _WORD.findall(phrase)
+        if not words:
+            continue
+        term = " <-> ".join(words) + (":*" if prefix else "")
+        if len(words) > 1:
+            term = f"({term})"
+        if negate:
+            term = f"!{term}"
+        if pending_or and clauses:
+            clauses[-1] = f"({clauses[-1]} | {term})"
+        else:
+            clauses.append(term)
+        pending_or = False
+    if not clauses:
+        raise BadSearchQuery(f"nothing to search for in {query!r}")
+    if all(c.startswith("!") for c in clauses):
+        raise BadSearchQuery("a search needs at least one term that is not excluded")
+    return " & ".join(clauses)
+
+
+@dataclass
+class SearchHit:
+    quantum: Quantum
+    rank: float
+
+
+def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
+    """Full-text search over title, body and comments; best match first."""
+    tsquery = SearchQuery(
+        search_to_tsquery(query), search_type="raw", config=settings.SEARCH_CONFIG
+    )
+    rows = (
+        Quantum.objects.filter(search_vector=tsquery)
+        .annotate(rank=SearchRank(F("search_vector"), tsquery))
+        .order_by("-rank", "priority", "id")[:limit]
+    )
+    return [SearchHit(quantum=q, rank=float(q.rank)) for q in rows]

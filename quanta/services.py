@@ -1,0 +1,373 @@
+"""Writes to quanta. Every status change is a compare-and-set; events go out after commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from annihilation.events import publish
+from quanta.errors import (
+    DependencyCycle,
+    DependencyNotFound,
+    DuplicateDependency,
+    IllegalTransition,
+    InvalidQuantum,
+    QuantumNotFound,
+)
+from quanta.fields import clean_fields
+from quanta.models import (
+    AuthorKind,
+    Comment,
+    Dependency,
+    DependencyKind,
+    Quantum,
+    QuantumStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+S = QuantumStatus
+
+# A constant advisory-lock key: adding `blocks` edges is serialised so that two concurrent adds
+# cannot each pass the cycle check and together close a cycle.
+_BLOCKS_EDGE_LOCK = 0x5155414E  # "QUAN"
+
+
+class QuantumChanges(TypedDict, total=False):
+    title: str
+    body: str
+    kind: str
+    priority: int
+    labels: list[str]
+    pipeline: str
+    acceptance: str
+    verify_commands: list[str]
+    complexity: str
+
+
+def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
+    publish(
+        "quanta",
+        event_type,
+        {"quantum_id": quantum.pk, "title": quantum.title, "status": quantum.status, **extra},
+    )
+
+
+def search_refresh(quantum_ids: Sequence[int]) -> None:
+    """Recompute the full-text vectors: title (A), body (B) and all comments (C)."""
+    if not quantum_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE quanta_quantum q SET search_vector =
+                setweight(to_tsvector(%(cfg)s::regconfig, q.title), 'A')
+                || setweight(to_tsvector(%(cfg)s::regconfig, q.body), 'B')
+                || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
+                    (SELECT string_agg(c.body, ' ') FROM quanta_comment c
+                     WHERE c.quantum_id = q.id), '')), 'C')
+            WHERE q.id = ANY(%(ids)s)
+            """,
+            {"cfg": settings.SEARCH_CONFIG, "ids": list(quantum_ids)},
+        )
+
+
+def _require_quantum(quantum_id: int) -> Quantum:
+    try:
+        return Quantum.objects.get(pk=quantum_id)
+    except Quantum.DoesNotExist:
+        raise QuantumNotFound(f"no quantum #{quantum_id}") from None
+
+
+def _check_parent(parent_id: int | None, *, child_id: int | None = None) -> None:
+    if parent_id is None:
+        return
+    if child_id is not None and parent_id == child_id:
+        raise InvalidQuantum("parent: a quantum cannot be its own parent")
+    if not Quantum.objects.filter(pk=parent_id).exists():
+        raise QuantumNotFound(f"parent: no quantum #{parent_id}")
+    if child_id is not None:
+        # Walk up from the new parent: finding the child there would make a loop of parents.
+        seen: set[int] = set()
+        cursor_id: int | None = parent_id
+        while cursor_id is not None and cursor_id not in seen:
+            if cursor_id == child_id:
+                raise InvalidQuantum(f"parent: #{parent_id} descends from #{child_id}")
+            seen.add(cursor_id)
+            cursor_id = Quantum.objects.filter(pk=cursor_id).values_list("parent_id", flat=True)[0]
+
+
+@transaction.atomic
+def quantum_create(
+    *,
+    title: str,
+    body: str = "",
+    kind: str = "task",
+    priority: int = 2,
+    labels: Iterable[str] = (),
+    parent_id: int | None = None,
+    pipeline: str = "",
+    acceptance: str = "",
+    verify_commands: Iterable[str] = (),
+    complexity: str = "standard",
+    depends_on: Iterable[int] = (),
+) -> Quantum:
+    fields = clean_fields(
+        {
+            "title": title,
+            "body": body,
+            "kind": kind,
+            "priority": priority,
+            "labels": list(labels),
+            "pipeline": pipeline,
+            "acceptance": acceptance,
+            "verify_commands": list(verify_commands),
+            "complexity": complexity,
+        }
+    )
+    _check_parent(parent_id)
+    quantum = Quantum.objects.create(parent_id=parent_id, **fields)
+    for blocker_id in depends_on:
+        dependency_add(quantum_id=quantum.pk, depends_on_id=blocker_id)
+    search_refresh([quantum.pk])
+    _quantum_event("quantum_created", quantum)
+    return quantum
+
+
+@transaction.atomic
+def quantum_update(
+    *,
+    quantum_id: int,
+    changes: QuantumChanges,
+    parent_id: int | None = None,
+    clear_parent: bool = False,
+) -> Quantum:
+    """Change fields (not status): `parent_id` sets the parent, `clear_parent` removes it."""
+    quantum = _require_quantum(quantum_id)
+    fields = clean_fields(dict(changes))
+    if parent_id is not None and clear_parent:
+        raise InvalidQuantum("parent: give a new parent or clear it, not both")
+    if parent_id is not None:
+        _check_parent(parent_id, child_id=quantum_id)
+        fields["parent_id"] = parent_id
+    elif clear_parent:
+        fields["parent_id"] = None
+    if not fields:
+        raise InvalidQuantum("nothing to update: name at least one field")
+    for name, value in fields.items():
+        setattr(quantum, name, value)
+    quantum.save(update_fields=[*fields, "updated_at"])
+    if {"title", "body"} & fields.keys():
+        search_refresh([quantum.pk])
+    _quantum_event("quantum_updated", quantum, fields=sorted(fields))
+    return quantum
+
+
+def _transition(
+    quantum_id: int, *, allowed_from: frozenset[str], to: str, verb: str, **fields: Any
+) -> Quantum:
+    """Compare-and-set the status; a count other than 1 becomes a precise error."""
+    updated = Quantum.objects.filter(pk=quantum_id, status__in=allowed_from).update(
+        status=to, updated_at=timezone.now(), **fields
+    )
+    if updated != 1:
+        current = Quantum.objects.filter(pk=quantum_id).values_list("status", flat=True).first()
+        if current is None:
+            raise QuantumNotFound(f"no quantum #{quantum_id}")
+        allowed = ", ".join(sorted(allowed_from))
+        raise IllegalTransition(
+            f"cannot {verb} quantum #{quantum_id}: it is {current} (only from {allowed})"
+        )
+    return Quantum.objects.get(pk=quantum_id)
+
+
+OPERATOR_CLOSABLE = frozenset({S.OPEN, S.BLOCKED, S.DEFERRED})
+
+
+@transaction.atomic
+def quantum_close(
+    *, quantum_id: int, reason: str, allowed_from: frozenset[str] = OPERATOR_CLOSABLE
+) -> Quantum:
+    """Close with a reason. An in-progress quantum is closed only by the burst manager,
+    which passes `allowed_from={in_progress}`."""
+    if not reason.strip():
+        raise InvalidQuantum("reason: say why the quantum is closed")
+    quantum = _transition(
+        quantum_id,
+        allowed_from=allowed_from,
+        to=S.CLOSED,
+        verb="close",
+        close_reason=reason.strip(),
+        closed_at=timezone.now(),
+    )
+    _quantum_event("quantum_closed", quantum, reason=quantum.close_reason)
+    return quantum
+
+
+@transaction.atomic
+def quantum_reopen(*, quantum_id: int, reason: str = "") -> Quantum:
+    quantum = _transition(
+        quantum_id,
+        allowed_from=frozenset({S.CLOSED, S.DEFERRED, S.BLOCKED}),
+        to=S.OPEN,
+        verb="reopen",
+        close_reason="",
+        closed_at=None,
+    )
+    if reason.strip():
+        comment_add(quantum_id=quantum_id, body=f"Reopened: {reason.strip()}", author="operator")
+    _quantum_event("quantum_reopened", quantum)
+    return quantum
+
+
+@transaction.atomic
+def quantum_defer(*, quantum_id: int) -> Quantum:
+    quantum = _transition(
+        quantum_id, allowed_from=frozenset({S.OPEN, S.BLOCKED}), to=S.DEFERRED, verb="defer"
+    )
+    _quantum_event("quantum_deferred", quantum)
+    return quantum
+
+
+def _cycle_path(*, start_id: int, target_id: int) -> list[int] | None:
+    """A path of `blocks` edges from start to target, or None when target is unreachable.
+
+    Reachability is a set-semantics recursive CTE (UNION), so it stays linear in the edges
+    even where many paths cross; the path itself is then rebuilt from the reached edges.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE reach(src, dst) AS (
+                SELECT quantum_id, depends_on_id FROM quanta_dependency
+                 WHERE quantum_id = %(start)s AND kind = 'blocks'
+                UNION
+                SELECT d.quantum_id, d.depends_on_id
+                  FROM reach r JOIN quanta_dependency d
+                    ON d.quantum_id = r.dst AND d.kind = 'blocks'
+            )
+            SELECT src, dst FROM reach
+            """,
+            {"start": start_id},
+        )
+        edges = cursor.fetchall()
+    came_from: dict[int, int] = {}
+    adjacency: dict[int, list[int]] = {}
+    for src, dst in edges:
+        adjacency.setdefault(src, []).append(dst)
+    frontier = [start_id]
+    seen = {start_id}
+    while frontier:
+        nxt: list[int] = []
+        for node in frontier:
+            for dst in adjacency.get(node, []):
+                if dst in seen:
+                    continue
+                seen.add(dst)
+                came_from[dst] = node
+                if dst == target_id:
+                    path = [dst]
+                    while path[-1] != start_id:
+                        path.append(came_from[path[-1]])
+                    return path[::-1]
+                nxt.append(dst)
+        frontier = nxt
+    return None
+
+
+@transaction.atomic
+def dependency_add(
+    *, quantum_id: int, depends_on_id: int, kind: str = DependencyKind.BLOCKS
+) -> Dependency:
+    """`quantum_id` depends on `depends_on_id`. Refuses self-edges, duplicates and cycles."""
+    if kind not in DependencyKind.values:
+        raise InvalidQuantum(f"kind: must be one of {', '.join(DependencyKind.values)}")
+    if quantum_id == depends_on_id:
+        raise InvalidQuantum(f"a quantum cannot depend on itself (#{quantum_id})")
+    found = set(
+        Quantum.objects.filter(pk__in=[quantum_id, depends_on_id]).values_list("pk", flat=True)
+    )
+    for qid in (quantum_id, depends_on_id):
+        if qid not in found:
+            raise QuantumNotFound(f"no quantum #{qid}")
+    if kind == DependencyKind.BLOCKS:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_BLOCKS_EDGE_LOCK])
+        path = _cycle_path(start_id=depends_on_id, target_id=quantum_id)
+        if path is not None:
+            chain = " -> ".join(f"#{q}" for q in [quantum_id, *path])
+            raise DependencyCycle(
+                f"#{quantum_id} cannot depend on #{depends_on_id}: that closes the cycle {chain} "
+                "(read 'A -> B' as 'A waits on B')"
+            )
+    try:
+        with transaction.atomic():
+            dependency = Dependency.objects.create(
+                quantum_id=quantum_id, depends_on_id=depends_on_id, kind=kind
+            )
+    except IntegrityError:
+        raise DuplicateDependency(
+            f"#{quantum_id} already has a {kind} dependency on #{depends_on_id}"
+        ) from None
+    publish(
+        "quanta",
+        "dependency_added",
+        {"quantum_id": quantum_id, "depends_on_id": depends_on_id, "kind": kind},
+    )
+    return dependency
+
+
+@transaction.atomic
+def dependency_remove(
+    *, quantum_id: int, depends_on_id: int, kind: str = DependencyKind.BLOCKS
+) -> None:
+    deleted, _ = Dependency.objects.filter(
+        quantum_id=quantum_id, depends_on_id=depends_on_id, kind=kind
+    ).delete()
+    if deleted == 0:
+        raise DependencyNotFound(f"#{quantum_id} has no {kind} dependency on #{depends_on_id}")
+    publish(
+        "quanta",
+        "dependency_removed",
+        {"quantum_id": quantum_id, "depends_on_id": depends_on_id, "kind": kind},
+    )
+
+
+@transaction.atomic
+def comment_add(
+    *, quantum_id: int, body: str, author: str, author_kind: str = AuthorKind.OPERATOR
+) -> Comment:
+    if not body.strip():
+        raise InvalidQuantum("comment: must not be empty")
+    if author_kind not in AuthorKind.values:
+        raise InvalidQuantum(f"author_kind: must be one of {', '.join(AuthorKind.values)}")
+    _require_quantum(quantum_id)
+    comment = Comment.objects.create(
+        quantum_id=quantum_id, body=body.strip(), author=author, author_kind=author_kind
+    )
+    search_refresh([quantum_id])
+    publish(
+        "quanta",
+        "comment_added",
+        {"quantum_id": quantum_id, "comment_id": comment.pk, "author": author},
+    )
+    return comment
+
+
+__all__ = [
+    "QuantumChanges",
+    "comment_add",
+    "dependency_add",
+    "dependency_remove",
+    "quantum_close",
+    "quantum_create",
+    "quantum_defer",
+    "quantum_reopen",
+    "quantum_update",
+    "search_refresh",
+]

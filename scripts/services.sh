@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Start or stop the project's own Postgres and Redis, on loopback, with data under $ANNIHILATION_HOME.
+#
+#   scripts/services.sh start|stop|status
+#
+# Reads ANNIHILATION_HOME, PG_PORT and REDIS_PORT (the Makefile sets them: one set for the demo,
+# another for the tests, so the two never collide). Safe to run twice: a running server is left
+# alone. Installs postgresql and redis-server from the system packages when they are missing and
+# this user may (root, or password-less sudo); otherwise says what to install and stops.
+set -euo pipefail
+
+action=${1:-start}
+HOME_DIR=${ANNIHILATION_HOME:?ANNIHILATION_HOME must be set}
+PG_PORT=${PG_PORT:?PG_PORT must be set}
+REDIS_PORT=${REDIS_PORT:?REDIS_PORT must be set}
+PG_DB=${PG_DB:-annihilation}
+
+say() { printf '%s\n' "services: $*" >&2; }
+die() { printf '%s\n' "services: error: $*" >&2; exit 1; }
+
+pg_bin() {
+    local d
+    for d in /usr/lib/postgresql/*/bin; do
+        [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+    done
+    command -v initdb >/dev/null 2>&1 && { dirname "$(command -v initdb)"; return 0; }
+    return 1
+}
+
+install_packages() {
+    local pkgs=("$@")
+    say "installing ${pkgs[*]} from the system packages"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+    else
+        die "${pkgs[*]} missing and this user cannot install packages (not root, no password-less sudo).
+Install them yourself: sudo apt-get install -y ${pkgs[*]}"
+    fi
+}
+
+ensure_installed() {
+    local missing=()
+    pg_bin >/dev/null || missing+=(postgresql)
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    if [ ${#missing[@]} -gt 0 ]; then
+        command -v apt-get >/dev/null 2>&1 || die "${missing[*]} missing and no apt-get here: install them, or point DATABASE_URL / REDIS_URL at running servers"
+        install_packages "${missing[@]}"
+    fi
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Postgres refuses to run as root: as root we run it as the `postgres` system user.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+PG_DATA="$HOME_DIR/pg"
+REDIS_DIR="$HOME_DIR/redis"
+
+pg_running() { [ -f "$PG_DATA/PG_VERSION" ] && as_pg "$BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
+redis_running() { redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
+
+start_pg() {
+    if pg_running; then say "postgres already running on 127.0.0.1:$PG_PORT"; return 0; fi
+    port_busy "$PG_PORT" && die "port $PG_PORT is in use by another program; set PG_PORT to a free port (and DATABASE_URL to match)"
+    mkdir -p "$PG_DATA"
+    chmod 700 "$PG_DATA"
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres:postgres "$PG_DATA"
+        runuser -u postgres -- test -w "$PG_DATA" || die "the postgres user cannot reach $PG_DATA (a parent folder is not traversable); move the project or set ANNIHILATION_HOME to a folder it can reach"
+    fi
+    if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+        say "initialising a Postgres cluster in $PG_DATA"
+        as_pg "$BIN/initdb" --no-sync -D "$PG_DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+    fi
+    as_pg "$BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 30 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        start >/dev/null || die "postgres did not start; see $PG_DATA/server.log"
+    say "postgres running on 127.0.0.1:$PG_PORT"
+}
+
+ensure_db() {
+    local exists
+    exists=$("$BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$PG_DB'")
+    [ "$exists" = 1 ] || "$BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres "$PG_DB"
+}
+
+start_redis() {
+    if redis_running; then say "redis already running on 127.0.0.1:$REDIS_PORT"; return 0; fi
+    port_busy "$REDIS_PORT" && die "port $REDIS_PORT is in use by another program; set REDIS_PORT to a free port (and REDIS_URL to match)"
+    mkdir -p "$REDIS_DIR"
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" --daemonize yes \
+        --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" --save "" --appendonly no >/dev/null
+    for _ in $(seq 50); do redis_running && break; sleep 0.1; done
+    redis_running || die "redis did not start; see $REDIS_DIR/redis.log"
+    say "redis running on 127.0.0.1:$REDIS_PORT"
+}
+
+stop_all() {
+    if BIN=$(pg_bin) && pg_running; then
+        as_pg "$BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null && say "postgres stopped ($PG_DATA)"
+    fi
+    if command -v redis-cli >/dev/null 2>&1 && redis_running; then
+        redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+        say "redis stopped (port $REDIS_PORT)"
+    fi
+}
+
+case "$action" in
+    start)
+        mkdir -p "$HOME_DIR"
+        chmod 755 "$HOME_DIR"
+        ensure_installed
+        BIN=$(pg_bin)
+        start_pg
+        ensure_db
+        start_redis
+        ;;
+    stop) stop_all ;;
+    status)
+        BIN=$(pg_bin || true)
+        if [ -n "$BIN" ] && pg_running; then say "postgres: running on $PG_PORT"; else say "postgres: stopped"; fi
+        if redis_running; then say "redis: running on $REDIS_PORT"; else say "redis: stopped"; fi
+        ;;
+    *) die "unknown action '$action' (start, stop, status)" ;;
+esac
