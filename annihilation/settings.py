@@ -144,3 +144,53 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
     "loggers": {"annihilation": {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True}},
 }
+
+# --- psychonauts ---
+# The agent runtime (psychonauts app). Workspaces live under ANNIHILATION_HOME; the target
+# repository is any git repository (the demo creates a small one here when missing).
+ANNIHILATION_REPO = env_path("ANNIHILATION_REPO", ANNIHILATION_HOME / "repo")
+PSYCHONAUTS_WORKTREES = ANNIHILATION_HOME / "worktrees"
+# "worktree": one git worktree per quantum; "shared": every agent in ANNIHILATION_REPO itself,
+# writes guarded by file leases.
+PSYCHONAUTS_WORKSPACE_MODE = env_str("ANNIHILATION_WORKSPACE_MODE", "worktree")
+if PSYCHONAUTS_WORKSPACE_MODE not in {"worktree", "shared"}:
+    raise ImproperlyConfigured("ANNIHILATION_WORKSPACE_MODE must be 'worktree' or 'shared'")
+# Overrides every role's provider when set (e.g. `anthropic` to run the demo wave on Claude).
+PSYCHONAUTS_PROVIDER = env_str("ANNIHILATION_PROVIDER", "")
+# Model routing by quantum complexity; `trivial` runs the no-LLM executor when enabled.
+PSYCHONAUTS_MODELS = {
+    "trivial": env_str("ANNIHILATION_MODEL_TRIVIAL", "claude-haiku-4-5"),
+    "standard": env_str("ANNIHILATION_MODEL_STANDARD", "claude-sonnet-4-5"),
+    "complex": env_str("ANNIHILATION_MODEL_COMPLEX", "claude-opus-4-1"),
+}
+PSYCHONAUTS_TRIVIAL_NO_LLM = env_bool("ANNIHILATION_TRIVIAL_NO_LLM", False)
+# USD per million tokens (input, output); unknown models cost the default.
+PSYCHONAUTS_PRICES = {
+    "claude-haiku-4-5": (1.0, 5.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-opus-4-1": (15.0, 75.0),
+    "scripted": (0.0, 0.0),
+    "noop": (0.0, 0.0),
+}
+PSYCHONAUTS_DEFAULT_PRICE = (3.0, 15.0)
+PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float("ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0)
+PSYCHONAUTS_MAX_TOKENS = env_int("ANNIHILATION_MAX_TOKENS", 4096, minimum=1)
+PSYCHONAUTS_PROVIDER_RETRIES = env_int("ANNIHILATION_PROVIDER_RETRIES", 4, minimum=1)
+PSYCHONAUTS_RETRY_BASE_S = env_float("ANNIHILATION_RETRY_BASE_S", 1.0, minimum=0)
+# Recursion: spawn depth limit and the global semaphore of concurrently running sub-agents.
+PSYCHONAUTS_SPAWN_DEPTH = env_int("ANNIHILATION_SPAWN_DEPTH", 3, minimum=0)
+PSYCHONAUTS_SPAWN_SLOTS = env_int("ANNIHILATION_SPAWN_SLOTS", 16, minimum=1)
+PSYCHONAUTS_SLOT_TTL_S = env_float("ANNIHILATION_SLOT_TTL_S", 60.0, minimum=1)
+PSYCHONAUTS_SLOT_WAIT_S = env_float("ANNIHILATION_SLOT_WAIT_S", 600.0, minimum=0)
+PSYCHONAUTS_LEASE_TTL_S = env_float("ANNIHILATION_LEASE_TTL_S", 300.0, minimum=1)
+PSYCHONAUTS_SHELL_TIMEOUT_S = env_float("ANNIHILATION_SHELL_TIMEOUT_S", 120.0, minimum=1)
+PSYCHONAUTS_OUTPUT_LIMIT = env_int("ANNIHILATION_OUTPUT_LIMIT", 20_000, minimum=100)
+PSYCHONAUTS_TEXT_FLUSH_S = env_float("ANNIHILATION_TEXT_FLUSH_S", 0.5, minimum=0)
+PSYCHONAUTS_ROLE_DIR = BASE_DIR / "psychonauts" / "roles"
+PSYCHONAUTS_SCRIPT_DIRS = [BASE_DIR / "psychonauts" / "scripts"] + [
+    Path(p) for p in env_str("ANNIHILATION_SCRIPT_DIRS", "").split(":") if p
+]
+# Caution-tier shell commands allowed by rule (regexes matched against each command part).
+PSYCHONAUTS_COMMAND_ALLOW = [
+    r for r in env_str("ANNIHILATION_COMMAND_ALLOW", r"^git (add|commit)\b").split("|||") if r
+]
