@@ -194,3 +194,26 @@ PSYCHONAUTS_SCRIPT_DIRS = [BASE_DIR / "psychonauts" / "scripts"] + [
 PSYCHONAUTS_COMMAND_ALLOW = [
     r for r in env_str("ANNIHILATION_COMMAND_ALLOW", r"^git (add|commit)\b").split("|||") if r
 ]
+
+# --- bursts ---
+# The agent executor the stage tasks call: "psychonauts" (the agent runtime), "noop" (finishes at
+# once: benchmarks), or a dotted path to a callable taking agent_run_id (tests).
+BURSTS_EXECUTOR = env_str("ANNIHILATION_BURSTS_EXECUTOR", "psychonauts")
+# A running agent's lease in Redis lives this long unless its worker renews it (every third).
+BURSTS_HEARTBEAT_TTL_S = env_float("ANNIHILATION_HEARTBEAT_TTL_S", 30.0, minimum=0.3)
+# A stage with no sign of life for this long is sent to Celery again (lost message, dead worker).
+BURSTS_DISPATCH_GRACE_S = env_float("ANNIHILATION_DISPATCH_GRACE_S", 120.0, minimum=0.3)
+BURSTS_SAFETY_NET_INTERVAL_S = env_float("ANNIHILATION_SAFETY_NET_INTERVAL_S", 5.0, minimum=0.1)
+# A lost worker's unacknowledged task comes back after this long (Redis broker); the safety net
+# usually re-dispatches first, and a redelivered task finds its work done and returns.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("ANNIHILATION_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
+}
+CELERY_BEAT_SCHEDULE = {
+    **globals().get("CELERY_BEAT_SCHEDULE", {}),
+    "bursts-safety-net": {
+        "task": "bursts.safety_net",
+        "schedule": BURSTS_SAFETY_NET_INTERVAL_S,
+        "options": {"expires": BURSTS_SAFETY_NET_INTERVAL_S},
+    },
+}

@@ -102,6 +102,15 @@ class QuantumRun(models.Model):
     current_stage = models.PositiveIntegerField(default=0)
     branch = models.CharField(max_length=200, blank=True)
     error_reason = models.TextField(blank=True)
+    # One entry per stage reached: {"index", "name", "status", "reason"}; status is
+    # running | skipped | all_succeeded | has_failures | sequential_blocked | cancelled.
+    stages = models.JSONField(default=list, blank=True)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the current stage was last sent to Celery"
+    )
+    drained_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the manager applied the outcome to the quantum"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -116,6 +125,8 @@ class QuantumRun(models.Model):
             models.Index(fields=["burst", "status"], name="quantumrun_burst_status"),
             # Failure history of a quantum (quarantine after N consecutive failures).
             models.Index(fields=["quantum", "created_at"], name="quantumrun_quantum_time"),
+            # The manager's wave-wide questions: live runs, runs not drained, failed quanta.
+            models.Index(fields=["wave", "status"], name="quantumrun_wave_status"),
         ]
 
     def __str__(self) -> str:

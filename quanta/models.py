@@ -174,3 +174,5 @@ class Comment(models.Model):
 
     def __str__(self) -> str:
         return f"comment on #{self.quantum_id} by {self.author}"
+
+from quanta.pipeline_models import Pipeline, Stage, StageMode  # noqa: E402, F401

@@ -371,3 +371,52 @@ __all__ = [
     "quantum_update",
     "search_refresh",
 ]
+
+
+# --- the burst manager's transitions (only the manager changes an in-progress quantum) -------
+
+
+@transaction.atomic
+def quanta_claim(*, quantum_ids: Sequence[int]) -> list[int]:
+    """Claim open quanta for a run: open -> in_progress in one compare-and-set.
+
+    Returns the ids actually claimed; a quantum another manager claimed first (or that changed
+    status meanwhile) is simply not in the list, so no quantum can run twice.
+    """
+    if not quantum_ids:
+        return []
+    claimed = list(
+        Quantum.objects.filter(pk__in=list(quantum_ids), status=S.OPEN)
+        .select_for_update(skip_locked=True)
+        .values_list("pk", flat=True)
+    )
+    if claimed:
+        Quantum.objects.filter(pk__in=claimed, status=S.OPEN).update(
+            status=S.IN_PROGRESS, updated_at=timezone.now()
+        )
+    return claimed
+
+
+@transaction.atomic
+def quantum_release(*, quantum_id: int, to: str, reason: str) -> Quantum:
+    """Give back an in-progress quantum: to `open` (its run failed or was cancelled) or to
+    `blocked` (quarantined after repeated failures). The reason becomes a system comment."""
+    if to not in {S.OPEN, S.BLOCKED}:
+        raise InvalidQuantum(
+            f"status: an in-progress quantum is released to open or blocked, not {to}"
+        )
+    quantum = _transition(
+        quantum_id, allowed_from=frozenset({S.IN_PROGRESS}), to=to, verb=f"release to {to}"
+    )
+    if reason.strip():
+        comment_add(
+            quantum_id=quantum_id,
+            body=reason,
+            author="burst-manager",
+            author_kind=AuthorKind.SYSTEM,
+        )
+    _quantum_event("quantum_released", quantum, reason=reason)
+    return quantum
+
+
+__all__ += ["quanta_claim", "quantum_release"]

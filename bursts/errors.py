@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+
+class BurstsError(Exception):
+    """Base of the bursts app's errors. The message is written for the operator."""
+
+
+class WaveNotFound(BurstsError):
+    """No wave has that id."""
+
+
+class WaveNotRunning(BurstsError):
+    """The wave already ended (done, cancelled or failed); it cannot be changed."""
+
+
+class ExecutorMisconfigured(BurstsError):
+    """settings.BURSTS_EXECUTOR names nothing callable."""

@@ -1,0 +1,72 @@
+"""The one seam between the burst manager and whatever runs an agent.
+
+The stage tasks call `execute_agent(agent_run_id)`; which executor answers is a setting:
+`psychonauts` (the agent runtime: `psychonauts.services.agent_run_execute`), `noop` (finishes at
+once, for benchmarks), or a dotted path to a callable (tests). Whatever answers must be
+idempotent for the same agent run and stop when it sees the AgentRun cancelled.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+from django.conf import settings
+
+from bursts.errors import ExecutorMisconfigured
+
+OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
+OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: OutcomeStatus
+    result: str = ""
+    error: str = ""
+
+
+def _noop(agent_run_id: int) -> Outcome:
+    return Outcome(status="done", result=f"noop agent run {agent_run_id}")
+
+
+@cache
+def _resolve(name: str) -> Callable[..., Any]:
+    if name == "noop":
+        return _noop
+    if name == "psychonauts":
+        name = "psychonauts.services.agent_run_execute"
+    module_name, _, attr = name.rpartition(".")
+    try:
+        func = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ExecutorMisconfigured(f"BURSTS_EXECUTOR={name!r}: {exc}") from None
+    if not callable(func):
+        raise ExecutorMisconfigured(f"BURSTS_EXECUTOR={name!r} is not callable")
+    return func  # type: ignore[no-any-return]
+
+
+def _normalise(raw: Any) -> Outcome:
+    """Accept the runtime's AgentOutcome (dataclass or mapping) and return our value object."""
+    get = raw.get if isinstance(raw, dict) else (lambda key, default="": getattr(raw, key, default))
+    status = str(get("status", "error"))
+    if status not in OUTCOME_STATUSES:
+        return Outcome(status="error", error=f"executor returned unknown status {status!r}")
+    return Outcome(
+        status=status,  # type: ignore[arg-type]
+        result=str(get("result", "") or ""),
+        error=str(get("error", "") or ""),
+    )
+
+
+def execute_agent(agent_run_id: int) -> Outcome:
+    """Run (or resume) one agent run to an outcome. Exceptions become an `error` outcome."""
+    func = _resolve(settings.BURSTS_EXECUTOR)
+    try:
+        raw = func(agent_run_id=agent_run_id)
+    except Exception as exc:
+        return Outcome(status="error", error=f"{type(exc).__name__}: {exc}")
+    return _normalise(raw)

@@ -1,0 +1,145 @@
+"""One agent slot of a stage, as a chain or chord link runs it: context, execute, record, retry.
+
+A slot is (run, stage, position); its attempts are AgentRun rows. Running a slot is idempotent:
+a finished attempt is returned as it is, an attempt another worker holds (its lease is alive)
+is left alone, and a failed attempt with retries left gets a new attempt row.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Literal, TypedDict
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from bursts.executor import Outcome, execute_agent
+from bursts.leases import AgentLease
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.stages import LIVE_AGENT, agent_context, stage_spec
+
+logger = logging.getLogger(__name__)
+
+SlotStatus = Literal["done", "error", "cancelled", "waiting", "busy", "stale"]
+
+
+class SlotResult(TypedDict):
+    """What a chain link hands to the next one (and returns to Celery)."""
+
+    status: SlotStatus
+    agent_run_id: int | None
+    agent_id: str
+    result: str
+
+
+def _result(agent: AgentRun | None, status: SlotStatus) -> SlotResult:
+    return {
+        "status": status,
+        "agent_run_id": agent.pk if agent else None,
+        "agent_id": agent.agent_id if agent else "",
+        "result": agent.result if agent and status == "done" else "",
+    }
+
+
+def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
+    """Write the outcome unless the attempt already ended (cancelled meanwhile: keep that)."""
+    if outcome.status == "waiting":
+        AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.WAITING
+        )
+    else:
+        AgentRun.objects.filter(pk=agent.pk, status__in=LIVE_AGENT).update(
+            status=outcome.status,
+            result=outcome.result,
+            error=outcome.error,
+            finished_at=timezone.now(),
+        )
+    agent.refresh_from_db()
+    return agent
+
+
+def _next_attempt(agent: AgentRun) -> None:
+    try:
+        with transaction.atomic():
+            AgentRun.objects.create(
+                agent_id=agent.agent_id,
+                attempt=agent.attempt + 1,
+                quantum_id=agent.quantum_id,
+                quantum_run_id=agent.quantum_run_id,
+                stage_index=agent.stage_index,
+                position=agent.position,
+                role=agent.role,
+                provider=agent.provider,
+                model=agent.model,
+            )
+    except IntegrityError:
+        pass  # another delivery of this link created it first
+
+
+def slot_run(
+    *, quantum_run_id: int, stage_index: int, position: int, prior: SlotResult | None
+) -> SlotResult:
+    """Run one slot to an end: done, error (retries spent), cancelled, waiting (on the Tether),
+    busy (another worker has it) or stale (the run moved on or ended)."""
+    run = QuantumRun.objects.filter(pk=quantum_run_id).first()
+    if run is None or run.status != RunStatus.RUNNING or run.current_stage != stage_index:
+        return _result(None, "stale")
+    spec = stage_spec(run, stage_index)
+    if prior is not None and prior["status"] != "done":
+        # The chain is broken (a failed agent) or paused (waiting, busy): do not start this one.
+        if prior["status"] in ("error", "cancelled"):
+            AgentRun.objects.filter(
+                quantum_run_id=quantum_run_id,
+                stage_index=stage_index,
+                position=position,
+                status=AgentStatus.PENDING,
+            ).update(
+                status=AgentStatus.CANCELLED,
+                error=f"not run: the chain broke at {prior['agent_id']}",
+                finished_at=timezone.now(),
+            )
+        return prior
+    allowed = 1 + spec["retries"]
+    while True:
+        attempts = list(
+            AgentRun.objects.filter(
+                quantum_run_id=quantum_run_id, stage_index=stage_index, position=position
+            ).order_by("attempt")
+        )
+        if not attempts:
+            return _result(None, "stale")
+        agent = attempts[-1]
+        if agent.status == AgentStatus.DONE:
+            return _result(agent, "done")
+        if agent.status == AgentStatus.WAITING:
+            return _result(agent, "waiting")
+        if agent.status in (AgentStatus.ERROR, AgentStatus.CANCELLED):
+            still_running = QuantumRun.objects.filter(
+                pk=quantum_run_id, status=RunStatus.RUNNING
+            ).exists()
+            if agent.status == AgentStatus.ERROR and len(attempts) < allowed and still_running:
+                logger.info(
+                    "retrying %s (attempt %s of %s)", agent.agent_id, len(attempts) + 1, allowed
+                )
+                _next_attempt(agent)
+                continue
+            return _result(agent, agent.status)  # type: ignore[arg-type]
+        with AgentLease(agent.pk) as lease:
+            if not lease.held:
+                return _result(agent, "busy")
+            if agent.status == AgentStatus.PENDING:
+                AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.PENDING).update(
+                    status=AgentStatus.RUNNING,
+                    context=agent_context(agent, spec["mode"]),
+                    started_at=timezone.now(),
+                    worker=socket.gethostname(),
+                )
+            agent.refresh_from_db()
+            if agent.status != AgentStatus.RUNNING:
+                continue  # cancelled (or finished) while we took the lease
+            outcome = execute_agent(agent.pk)
+            agent = _record(agent, outcome)
+        if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
+            return _result(agent, agent.status)  # type: ignore[arg-type]
+        # error or cancelled: the loop decides between a retry and giving up.

@@ -1,0 +1,489 @@
+"""The burst manager: collect -> run -> drain, burst after burst, until nothing is ready.
+
+Every step runs with the wave's row locked (`SELECT ... FOR UPDATE`), so exactly one manager
+acts on a wave at a time whichever worker, command or beat tick triggered it; and every step
+reads the state it acts on after taking the lock, so a double trigger finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from bursts.errors import WaveNotFound, WaveNotRunning
+from bursts.events import burst_event
+from bursts.models import (
+    RUN_TERMINAL,
+    AgentRun,
+    AgentStatus,
+    Burst,
+    BurstPhase,
+    QuantumRun,
+    RunStatus,
+    Wave,
+    WaveStatus,
+)
+from bursts.services.stages import (
+    LIVE_AGENT,
+    StageStatus,
+    stage_evaluate,
+    stage_record,
+    stage_spec,
+    stages_begin,
+)
+from quanta.errors import QuantaError
+from quanta.models import Quantum, QuantumStatus
+from quanta.pipelines.services import (
+    PipelineNotFound,
+    pipeline_choose,
+    pipeline_snapshot,
+    pipelines_ensure_defaults,
+    pipelines_list,
+)
+from quanta.pipelines.spec import PipelineSnapshot
+from quanta.selectors import quanta_ready
+from quanta.services import comment_add, quanta_claim, quantum_close, quantum_release
+
+logger = logging.getLogger(__name__)
+
+LIVE_RUN: frozenset[str] = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+
+
+def _lock_wave(wave_id: int) -> Wave:
+    try:
+        return Wave.objects.select_for_update().get(pk=wave_id)
+    except Wave.DoesNotExist:
+        raise WaveNotFound(f"no wave {wave_id}") from None
+
+
+# --- starting ---------------------------------------------------------------------------------
+
+
+def wave_start(
+    *,
+    labels: Sequence[str] = (),
+    continuous: bool = False,
+    max_bursts: int | None = None,
+    started_by: str = "",
+) -> Wave:
+    """Create a wave and collect its first burst at once (the first agents start on commit)."""
+    pipelines_ensure_defaults()
+    with transaction.atomic():
+        wave = Wave.objects.create(
+            labels=sorted(set(labels)),
+            continuous=continuous,
+            max_bursts=max_bursts or settings.WAVE_MAX_BURSTS,
+            started_by=started_by,
+        )
+        burst_event(
+            "wave_start",
+            wave_id=wave.pk,
+            labels=wave.labels,
+            continuous=continuous,
+            max_bursts=wave.max_bursts,
+        )
+        _wave_progress(_lock_wave(wave.pk))
+    wave.refresh_from_db()
+    return wave
+
+
+@transaction.atomic
+def wave_advance(*, wave_id: int) -> None:
+    """Drain what finished, collect what is ready, end the wave when nothing is. Idempotent."""
+    wave = _lock_wave(wave_id)
+    if wave.status == WaveStatus.RUNNING:
+        _wave_progress(wave)
+
+
+# --- the run step: a stage finished ---------------------------------------------------------
+
+
+@transaction.atomic
+def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageStatus | None:
+    """Evaluate the run's current stage and act: wait, advance, finish, and on a finished run
+    drain (continuous) or close the burst barrier. A stale or repeated trigger does nothing."""
+    wave_id = QuantumRun.objects.filter(pk=quantum_run_id).values_list("wave_id", flat=True).first()
+    if wave_id is None:
+        return None
+    wave = _lock_wave(wave_id)
+    run = QuantumRun.objects.select_related("quantum").get(pk=quantum_run_id)
+    if run.status != RunStatus.RUNNING or wave.status != WaveStatus.RUNNING:
+        return None
+    if stage_index is not None and run.current_stage != stage_index:
+        return None
+    verdict = stage_evaluate(run)
+    if verdict.status == StageStatus.IN_PROGRESS:
+        return verdict.status
+    index = run.current_stage
+    stage_record(run, index, verdict.status, verdict.reason)
+    burst_event(
+        "stage_complete",
+        wave_id=wave.pk,
+        run_id=run.pk,
+        quantum_id=run.quantum_id,
+        stage=index,
+        name=stage_spec(run)["name"],
+        status=str(verdict.status),
+        reason=verdict.reason,
+    )
+    if verdict.status == StageStatus.ALL_SUCCEEDED:
+        for finished, status in stages_begin([(run, index + 1)], {run.quantum_id: run.quantum}):
+            _run_finish(finished, status, finished.error_reason)
+    else:
+        reason = f"stage {index} {stage_spec(run)['name']}: {verdict.status}: {verdict.reason}"
+        run.save(update_fields=["stages"])
+        _run_finish(run, RunStatus.ERROR, reason)
+    if run.status in RUN_TERMINAL:
+        _wave_progress(wave)
+    return verdict.status
+
+
+def _run_finish(run: QuantumRun, status: str, reason: str = "") -> None:
+    updated = QuantumRun.objects.filter(pk=run.pk, status__in=LIVE_RUN).update(
+        status=status, error_reason=reason, finished_at=timezone.now()
+    )
+    if updated != 1:
+        logger.info("run %s already finished; leaving it", run.pk)
+        return
+    run.status, run.error_reason = status, reason
+    burst_event(
+        "run_complete",
+        wave_id=run.wave_id,
+        burst_id=run.burst_id,
+        run_id=run.pk,
+        quantum_id=run.quantum_id,
+        status=status,
+        pipeline=run.pipeline_name,
+        reason=reason,
+    )
+
+
+# --- wave progress (wave locked) ----------------------------------------------------------------
+
+
+def _wave_progress(wave: Wave) -> None:
+    if wave.continuous:
+        _progress_continuous(wave)
+    else:
+        _progress_bursts(wave)
+
+
+def _progress_bursts(wave: Wave) -> None:
+    # Each pass closes one burst barrier or collects one burst; a burst whose runs all end at
+    # collection (nothing to run) lets the loop go round again. Bounded by max_bursts.
+    while wave.status == WaveStatus.RUNNING:
+        burst = wave.bursts.order_by("-number").first()
+        if burst is not None and burst.phase != BurstPhase.DONE:
+            if burst.runs.filter(status__in=LIVE_RUN).exists():
+                return
+            _burst_drain(wave, burst)
+        if not _ready_ids(wave, limit=1):
+            _wave_finish(wave, WaveStatus.DONE)
+            return
+        if wave.burst_count >= wave.max_bursts:
+            _wave_finish(
+                wave,
+                WaveStatus.FAILED,
+                error=f"hit the limit of {wave.max_bursts} bursts with quanta still ready",
+            )
+            return
+        burst = _burst_open(wave)
+        _collect(wave, burst)
+
+
+def _progress_continuous(wave: Wave) -> None:
+    # One rolling burst: a finished run is drained at once, and whatever that unblocked starts.
+    burst = wave.bursts.order_by("-number").first() or _burst_open(wave)
+    while True:
+        for run in wave.runs.filter(
+            status__in=RUN_TERMINAL, drained_at__isnull=True
+        ).select_related("quantum", "burst"):
+            _drain_run(wave, run)
+        if _collect(wave, burst) == 0 or wave.runs.filter(status__in=LIVE_RUN).exists():
+            break
+    if not wave.runs.filter(status__in=LIVE_RUN).exists():
+        _burst_close(burst)
+        _wave_finish(wave, WaveStatus.DONE)
+
+
+def _burst_open(wave: Wave) -> Burst:
+    wave.burst_count += 1
+    wave.save(update_fields=["burst_count"])
+    return Burst.objects.create(wave=wave, number=wave.burst_count, phase=BurstPhase.COLLECTING)
+
+
+def _failed_here(wave: Wave) -> list[int]:
+    """Quanta whose run errored or was cancelled in this wave: not collected again in it."""
+    return list(
+        wave.runs.filter(status__in=[RunStatus.ERROR, RunStatus.CANCELLED]).values_list(
+            "quantum_id", flat=True
+        )
+    )
+
+
+def _ready_ids(wave: Wave, *, limit: int | None = None) -> list[int]:
+    qs = quanta_ready(labels=wave.labels, exclude_ids=_failed_here(wave), limit=limit)
+    return list(qs.values_list("pk", flat=True))
+
+
+def _collect(wave: Wave, burst: Burst) -> int:
+    """Claim ready quanta (compare-and-set), match pipelines, create runs, start stage 0."""
+    claimed = set(quanta_claim(quantum_ids=_ready_ids(wave)))
+    if not claimed:
+        if burst.phase == BurstPhase.COLLECTING:
+            burst.phase = BurstPhase.RUNNING
+            burst.save(update_fields=["phase"])
+        return 0
+    quanta = {q.pk: q for q in Quantum.objects.filter(pk__in=claimed)}
+    ordered = sorted(quanta.values(), key=lambda q: (q.priority, q.created_at, q.pk))
+    pipelines = list(pipelines_list())
+    snapshots: dict[int, PipelineSnapshot] = {}
+    runs: list[QuantumRun] = []
+    for quantum in ordered:
+        try:
+            pipeline = pipeline_choose(quantum=quantum, pipelines=pipelines)
+        except PipelineNotFound as exc:
+            runs.append(
+                QuantumRun(
+                    wave=wave,
+                    burst=burst,
+                    quantum=quantum,
+                    status=RunStatus.ERROR,
+                    pipeline_name=quantum.pipeline or "?",
+                    error_reason=str(exc),
+                    finished_at=timezone.now(),
+                )
+            )
+            continue
+        if pipeline.pk not in snapshots:
+            snapshots[pipeline.pk] = pipeline_snapshot(pipeline)
+        runs.append(
+            QuantumRun(
+                wave=wave,
+                burst=burst,
+                quantum=quantum,
+                pipeline_name=pipeline.name,
+                pipeline_version=pipeline.version,
+                pipeline_snapshot=dict(snapshots[pipeline.pk]),
+            )
+        )
+    QuantumRun.objects.bulk_create(runs)
+    burst.phase = BurstPhase.RUNNING
+    burst.save(update_fields=["phase"])
+    burst_event(
+        "burst_start",
+        wave_id=wave.pk,
+        burst_id=burst.pk,
+        number=burst.number,
+        runs=[
+            {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name} for r in runs
+        ],
+    )
+    startable = [(r, 0) for r in runs if r.status == RunStatus.PENDING]
+    for run, status in stages_begin(startable, quanta):
+        _run_finish(run, status, run.error_reason)
+    for run in runs:
+        if run.status == RunStatus.ERROR and run.finished_at is not None and not run.stages:
+            burst_event(
+                "run_complete",
+                wave_id=wave.pk,
+                burst_id=burst.pk,
+                run_id=run.pk,
+                quantum_id=run.quantum_id,
+                status=run.status,
+                pipeline=run.pipeline_name,
+                reason=run.error_reason,
+            )
+    return len(runs)
+
+
+# --- draining -----------------------------------------------------------------------------------
+
+
+def _burst_drain(wave: Wave, burst: Burst) -> None:
+    burst.phase = BurstPhase.DRAINING
+    burst.save(update_fields=["phase"])
+    for run in burst.runs.filter(drained_at__isnull=True).select_related("quantum"):
+        _drain_run(wave, run)
+    _burst_close(burst)
+
+
+def _burst_close(burst: Burst) -> None:
+    counts = dict(burst.runs.values("status").annotate(n=Count("id")).values_list("status", "n"))
+    burst.phase = BurstPhase.DONE
+    burst.finished_at = timezone.now()
+    burst.stats = {"runs": sum(counts.values()), **counts}
+    burst.save(update_fields=["phase", "finished_at", "stats"])
+    burst_event(
+        "burst_complete",
+        wave_id=burst.wave_id,
+        burst_id=burst.pk,
+        number=burst.number,
+        stats=burst.stats,
+    )
+
+
+def _consecutive_failures(quantum_id: int, limit: int) -> int:
+    n = 0
+    for status in (
+        QuantumRun.objects.filter(quantum_id=quantum_id)
+        .exclude(status=RunStatus.CANCELLED)
+        .order_by("-created_at", "-id")
+        .values_list("status", flat=True)[:limit]
+    ):
+        if status != RunStatus.ERROR:
+            break
+        n += 1
+    return n
+
+
+def _drain_run(wave: Wave, run: QuantumRun) -> None:
+    """Apply a finished run to its quantum, once: done -> closed; error -> a comment and back to
+    open (or blocked after N consecutive failed runs); cancelled -> back to open."""
+    if (
+        QuantumRun.objects.filter(pk=run.pk, drained_at__isnull=True).update(
+            drained_at=timezone.now()
+        )
+        != 1
+    ):
+        return
+    where = f"wave {wave.pk} burst {run.burst.number}"
+    outcome = run.status
+    try:
+        if run.status == RunStatus.DONE:
+            quantum_close(
+                quantum_id=run.quantum_id,
+                reason=f"completed by {where} through pipeline {run.pipeline_name} v{run.pipeline_version}",
+                allowed_from=frozenset({QuantumStatus.IN_PROGRESS}),
+            )
+        elif run.status == RunStatus.ERROR:
+            limit = settings.QUANTUM_MAX_CONSECUTIVE_FAILURES
+            failures = _consecutive_failures(run.quantum_id, limit)
+            message = (
+                f"Run {run.pk} failed in {where} (pipeline {run.pipeline_name}): {run.error_reason}"
+            )
+            if failures >= limit:
+                outcome = "blocked"
+                quantum_release(
+                    quantum_id=run.quantum_id,
+                    to=QuantumStatus.BLOCKED,
+                    reason=f"{message}\nBlocked after {failures} consecutive failed runs: "
+                    "the Tether decides what happens next.",
+                )
+            else:
+                quantum_release(quantum_id=run.quantum_id, to=QuantumStatus.OPEN, reason=message)
+        else:
+            quantum_release(
+                quantum_id=run.quantum_id,
+                to=QuantumStatus.OPEN,
+                reason=f"Run {run.pk} was cancelled in {where}: {run.error_reason or 'cancelled'}",
+            )
+    except QuantaError as exc:
+        # Someone changed the quantum while it ran (an operator, say): say so, do not crash.
+        logger.warning("draining run %s: %s", run.pk, exc)
+        comment_add(
+            quantum_id=run.quantum_id,
+            body=f"Run {run.pk} ended {run.status} in {where} but the quantum could not be updated: {exc}",
+            author="burst-manager",
+            author_kind="system",
+        )
+        outcome = "untouched"
+    burst_event(
+        "run_drained",
+        wave_id=wave.pk,
+        run_id=run.pk,
+        quantum_id=run.quantum_id,
+        status=run.status,
+        quantum_outcome=outcome,
+    )
+
+
+# --- ending -------------------------------------------------------------------------------------
+
+
+def wave_stats(wave: Wave) -> dict[str, Any]:
+    runs = dict(wave.runs.values("status").annotate(n=Count("id")).values_list("status", "n"))
+    agents = dict(
+        AgentRun.objects.filter(quantum_run__wave=wave)
+        .values("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    end = wave.finished_at or timezone.now()
+    return {
+        "bursts": wave.burst_count,
+        "runs": runs,
+        "runs_total": sum(runs.values()),
+        "agents": agents,
+        "agents_total": sum(agents.values()),
+        "duration_s": round((end - wave.started_at).total_seconds(), 3),
+    }
+
+
+def _wave_finish(wave: Wave, status: str, *, error: str = "") -> None:
+    now = timezone.now()
+    if (
+        Wave.objects.filter(pk=wave.pk, status=WaveStatus.RUNNING).update(
+            status=status, error=error, finished_at=now
+        )
+        != 1
+    ):
+        raise WaveNotRunning(f"wave {wave.pk} already ended")
+    wave.status, wave.error, wave.finished_at = status, error, now
+    wave.stats = wave_stats(wave)
+    wave.save(update_fields=["stats"])
+    burst_event(
+        "wave_complete" if status != WaveStatus.CANCELLED else "wave_cancelled",
+        wave_id=wave.pk,
+        status=status,
+        error=error,
+        stats=wave.stats,
+    )
+
+
+@transaction.atomic
+def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> Wave:
+    """Stop dispatching; cancel live runs and agents (a running agent stops at its next turn);
+    give every claimed quantum back as open with a comment. Queued stage tasks find their
+    agents cancelled and return without running."""
+    wave = _lock_wave(wave_id)
+    if wave.status != WaveStatus.RUNNING:
+        raise WaveNotRunning(f"wave {wave_id} is {wave.status}: nothing to cancel")
+    now = timezone.now()
+    live = list(wave.runs.filter(status__in=LIVE_RUN).select_related("quantum", "burst"))
+    AgentRun.objects.filter(quantum_run__in=live, status__in=LIVE_AGENT).update(
+        status=AgentStatus.CANCELLED, error=reason, finished_at=now
+    )
+    for run in live:
+        if run.stages:
+            stage_record(run, run.current_stage, "cancelled", reason)
+            run.save(update_fields=["stages"])
+        _run_finish(run, RunStatus.CANCELLED, reason)
+    for run in wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True).select_related(
+        "quantum", "burst"
+    ):
+        _drain_run(wave, run)
+    for burst in wave.bursts.exclude(phase=BurstPhase.DONE):
+        _burst_close(burst)
+    _wave_finish(wave, WaveStatus.CANCELLED, error=reason)
+    return wave
+
+
+def waves_running_ids() -> list[int]:
+    return list(Wave.objects.filter(status=WaveStatus.RUNNING).values_list("pk", flat=True))
+
+
+__all__ = [
+    "run_step",
+    "wave_advance",
+    "wave_cancel",
+    "wave_start",
+    "wave_stats",
+    "waves_running_ids",
+]

@@ -1,0 +1,122 @@
+"""The safety net (beat, every few seconds): finds what event-driven advancement missed.
+
+- a stage whose agents all ended but whose run did not advance (a lost chord callback) -> step;
+- a stage with no sign of life: no lease in Redis, no recent heartbeat in Postgres, nothing
+  dispatched or finished within the grace (a dead worker, a message lost with Redis) ->
+  sent to Celery again; the stage tasks' leases make the duplicate harmless;
+- an agent past its stage timeout -> cancelled (it stops at its next turn; the stage fails);
+- a wave whose burst drained without anyone noticing -> advanced.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from bursts.canvas import StageDispatch, stages_send_unsafe
+from bursts.events import burst_event
+from bursts.leases import lease_alive
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.manager import run_step, wave_advance, waves_running_ids
+from bursts.services.stages import StageStatus, slots_latest, stage_evaluate, stage_spec
+from quanta.pipeline_models import StageMode
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SafetyReport:
+    waves: int = 0
+    advanced: list[int] = field(default_factory=list)  # run ids stepped
+    redispatched: list[int] = field(default_factory=list)  # run ids re-sent
+    timed_out: list[int] = field(default_factory=list)  # agent run ids cancelled
+
+
+def _remaining(run: QuantumRun) -> tuple[int, ...]:
+    spec = stage_spec(run)
+    latest, _ = slots_latest(run.pk, run.current_stage)
+    positions = range(len(spec["agents"]))
+    not_done = [p for p in positions if p not in latest or latest[p].status != AgentStatus.DONE]
+    if spec["mode"] == StageMode.SEQUENTIAL and not_done:
+        return tuple(range(not_done[0], len(spec["agents"])))
+    return tuple(not_done)
+
+
+def _check_run(run: QuantumRun, report: SafetyReport) -> None:
+    now = timezone.now()
+    if stage_evaluate(run).status != StageStatus.IN_PROGRESS:
+        run_step(quantum_run_id=run.pk, stage_index=run.current_stage)
+        report.advanced.append(run.pk)
+        return
+    spec = stage_spec(run)
+    agents = list(AgentRun.objects.filter(quantum_run=run, stage_index=run.current_stage))
+    if spec["timeout_s"]:
+        limit = now - timedelta(seconds=spec["timeout_s"])
+        for agent in agents:
+            late = (
+                agent.status == AgentStatus.RUNNING
+                and agent.started_at
+                and agent.started_at < limit
+            )
+            if late and AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
+                status=AgentStatus.CANCELLED,
+                error=f"timed out after {spec['timeout_s']} s",
+                finished_at=now,
+            ):
+                report.timed_out.append(agent.pk)
+    ttl = timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
+    leased = lease_alive([a.pk for a in agents if a.status == AgentStatus.RUNNING])
+    for agent in agents:
+        if agent.status == AgentStatus.WAITING or agent.pk in leased:
+            return
+        if (
+            agent.status == AgentStatus.RUNNING
+            and agent.heartbeat_at
+            and agent.heartbeat_at > now - ttl
+        ):
+            return
+    activity = [run.dispatched_at] + [a.finished_at for a in agents]
+    last = max((t for t in activity if t is not None), default=None)
+    if last is not None and last > now - timedelta(seconds=settings.BURSTS_DISPATCH_GRACE_S):
+        return
+    # Compare-and-set on dispatched_at: two safety nets never re-send the same stage twice.
+    if (
+        QuantumRun.objects.filter(
+            pk=run.pk, dispatched_at=run.dispatched_at, status=RunStatus.RUNNING
+        ).update(dispatched_at=now)
+        != 1
+    ):
+        return
+    positions = _remaining(run)
+    logger.warning(
+        "run %s stage %s shows no sign of life: sending positions %s again",
+        run.pk,
+        run.current_stage,
+        positions,
+    )
+    burst_event(
+        "stage_redispatched",
+        wave_id=run.wave_id,
+        run_id=run.pk,
+        stage=run.current_stage,
+        positions=list(positions),
+    )
+    stages_send_unsafe([StageDispatch(run.pk, run.current_stage, spec["mode"], positions)])
+    report.redispatched.append(run.pk)
+
+
+def safety_net() -> SafetyReport:
+    report = SafetyReport()
+    for wave_id in waves_running_ids():
+        report.waves += 1
+        for run in QuantumRun.objects.filter(wave_id=wave_id, status=RunStatus.RUNNING):
+            try:
+                _check_run(run, report)
+            except Exception:
+                logger.exception("safety net: run %s", run.pk)
+        wave_advance(wave_id=wave_id)
+    return report

@@ -1,0 +1,49 @@
+"""Celery tasks: thin links of the stage canvases and the manager's triggers. They take ids."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+
+from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
+def stage_agent(
+    prior: SlotResult | None, quantum_run_id: int, stage_index: int, position: int, final: bool
+) -> SlotResult:
+    """One agent of a stage. The last link of a chain, or a link that broke it, evaluates the
+    stage at once; a fan-out stage is evaluated by its chord callback."""
+    result = slot_run(
+        quantum_run_id=quantum_run_id, stage_index=stage_index, position=position, prior=prior
+    )
+    broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
+        "error",
+        "cancelled",
+    )
+    if final or broke_here:
+        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+    return result
+
+
+@shared_task(name="bursts.stage_done", acks_late=True, ignore_result=True)
+def stage_done(quantum_run_id: int, stage_index: int) -> None:
+    """A fan-out stage's chord callback."""
+    run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+
+
+@shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
+def wave_advance_task(wave_id: int) -> None:
+    wave_advance(wave_id=wave_id)
+
+
+@shared_task(name="bursts.safety_net", ignore_result=True)
+def safety_net_task() -> dict[str, Any]:
+    report = safety_net()
+    if report.advanced or report.redispatched or report.timed_out:
+        logger.warning("safety net: %s", report)
+    return vars(report)

@@ -1,0 +1,119 @@
+"""`manage.py pipelines load PATH... | list | show NAME`, each with --json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annihilation.cli import emit_json, table
+from quanta.pipeline_models import Pipeline
+from quanta.pipelines.loader import PipelineInvalid
+from quanta.pipelines.services import (
+    PipelineNotFound,
+    pipeline_get,
+    pipeline_spec,
+    pipelines_list,
+    pipelines_load,
+    shipped_pipelines_dir,
+)
+
+
+def pipeline_data(pipeline: Pipeline) -> dict[str, Any]:
+    return {
+        **pipeline_spec(pipeline, list(pipeline.stages.all())),
+        "version": pipeline.version,
+        "source": pipeline.source,
+    }
+
+
+class Command(BaseCommand):
+    help = "Load pipelines from YAML and inspect them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument("--json", action="store_true", help="machine-readable output")
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        p = sub.add_parser("load", help="load pipeline YAML files or folders", parents=[common])  # type: ignore[list-item]
+        p.add_argument("paths", nargs="*", type=Path, help=f"default: {shipped_pipelines_dir()}")
+        sub.add_parser("list", help="list pipelines", parents=[common])  # type: ignore[list-item]
+        p = sub.add_parser("show", help="show one pipeline and its stages", parents=[common])  # type: ignore[list-item]
+        p.add_argument("name")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        as_json = bool(options["json"])
+        match options["subcommand"]:
+            case "load":
+                paths = options["paths"] or [shipped_pipelines_dir()]
+                try:
+                    loaded = pipelines_load(paths=paths)
+                except PipelineInvalid as exc:
+                    if as_json:
+                        emit_json(self.stdout, {"ok": False, "problems": exc.problems})
+                    else:
+                        for problem in exc.problems:
+                            self.stderr.write(problem)
+                    raise CommandError(f"{len(exc.problems)} problem(s): nothing loaded") from None
+                if as_json:
+                    emit_json(self.stdout, {"ok": True, "pipelines": [vars(x) for x in loaded]})
+                else:
+                    table(
+                        self.stdout,
+                        ["name", "version", "change", "source"],
+                        [(x.name, x.version, x.change, x.source) for x in loaded],
+                    )
+            case "list":
+                rows = list(pipelines_list())
+                if as_json:
+                    emit_json(self.stdout, [pipeline_data(p) for p in rows])
+                else:
+                    table(
+                        self.stdout,
+                        ["name", "version", "default", "labels", "kinds", "stages"],
+                        [
+                            (
+                                p.name,
+                                p.version,
+                                "yes" if p.is_default else "",
+                                ",".join(p.match_labels),
+                                ",".join(p.match_kinds),
+                                " -> ".join(s.name for s in p.stages.all()),
+                            )
+                            for p in rows
+                        ],
+                    )
+            case "show":
+                try:
+                    pipeline = pipeline_get(name=options["name"])
+                except PipelineNotFound as exc:
+                    raise CommandError(str(exc)) from None
+                data = pipeline_data(pipeline)
+                if as_json:
+                    emit_json(self.stdout, data)
+                    return
+                self.stdout.write(
+                    f"{pipeline.name} v{pipeline.version}{' (default)' if pipeline.is_default else ''}"
+                )
+                if pipeline.description:
+                    self.stdout.write(pipeline.description)
+                self.stdout.write(
+                    f"match labels: {', '.join(pipeline.match_labels) or '-'}  kinds: {', '.join(pipeline.match_kinds) or '-'}"
+                )
+                table(
+                    self.stdout,
+                    ["#", "stage", "mode", "agents", "condition", "retries", "timeout"],
+                    [
+                        (
+                            s["index"],
+                            s["name"],
+                            s["mode"],
+                            ", ".join(a["role"] for a in s["agents"]),
+                            s["condition"],
+                            s["retries"],
+                            s["timeout_s"] or "",
+                        )
+                        for s in data["stages"]
+                    ],
+                )

@@ -1,0 +1,1 @@
+"""Pipelines: YAML definitions, validation, loading, matching and run snapshots."""
