@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+
+class PsychonautError(Exception):
+    """Base of the psychonauts app's errors. The message is written for the operator."""
+
+
+class InvalidDefinition(PsychonautError):
+    """A role or script YAML is malformed; the message names the file, line and field."""
+
+
+class RoleNotFound(PsychonautError):
+    """No role has that name."""
+
+
+class AgentRunNotFound(PsychonautError):
+    """No agent run has that id."""
+
+
+class ProviderError(PsychonautError):
+    """The provider failed for good (after its retries); the run ends in `error`."""
+
+
+class UnknownProvider(PsychonautError):
+    """No provider is registered under that name."""
+
+
+class ToolFailure(PsychonautError):
+    """A tool refused or failed; the message goes back to the model as a tool error."""
+
+
+class PathEscape(ToolFailure):
+    """A path leaves the workspace (`..`, absolute, or a symlink pointing out)."""
+
+
+class CommandRefused(ToolFailure):
+    """The command guard refused a shell command (danger tier, or caution without a rule)."""
+
+
+class LeaseConflict(ToolFailure):
+    """Another agent holds a conflicting lease on the file, or the writer holds none."""
+
+
+class SpawnRefused(ToolFailure):
+    """A spawn would exceed the depth limit or names an unknown role."""
+
+
+class SlotTimeout(ToolFailure):
+    """No recursion-semaphore slot became free within the wait limit."""
+
+
+class BudgetExceeded(PsychonautError):
+    """The next provider call would take the quantum run or the wave over its budget."""
+
+
+class WorkspaceError(PsychonautError):
+    """git refused to create or commit a workspace."""
+
+
+class SuspendRun(PsychonautError):
+    """Raised by a tool (ask_tether) to checkpoint and suspend the run without holding a worker.
+
+    The pending tool call stays uncompleted; whoever resumes the run records its output
+    (`tool_call_complete`) first, then executes the run again.
+    """

@@ -1,0 +1,137 @@
+"""`manage.py psychonaut <subcommand>`: roles, one agent outside a wave, the live registry."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annihilation.cli import emit_json, parse_id, shorten, table
+from psychonauts import leases, selectors, services
+from psychonauts.errors import PsychonautError
+from psychonauts.registry import registry_rebuild
+from quanta.models import Quantum
+
+
+class Command(BaseCommand):
+    help = "Psychonauts: list or load roles, run one agent, inspect running agents."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        roles = sub.add_parser("roles", help="list roles (or `roles load PATH`)")
+        roles.add_argument("action", nargs="?", choices=["list", "load"], default="list")
+        roles.add_argument("path", nargs="?", type=Path, help="a role YAML file or a folder")
+        roles.add_argument("--json", action="store_true")
+        run = sub.add_parser("run", help="run one agent on a quantum, streaming to the terminal")
+        run.add_argument("--role", required=True)
+        run.add_argument("--quantum", required=True, type=parse_id)
+        run.add_argument("--provider", default="", help="anthropic, scripted, noop ...")
+        run.add_argument("--model", default="")
+        run.add_argument("--context", default="", help="extra context for the prompt")
+        run.add_argument("--quiet", action="store_true", help="only print the outcome")
+        execute = sub.add_parser("execute", help="execute (or resume) an existing agent run")
+        execute.add_argument("agent_run", type=parse_id)
+        agents = sub.add_parser("agents", help="the registry of running agents")
+        agents.add_argument("--rebuild", action="store_true")
+        agents.add_argument("--json", action="store_true")
+        sub.add_parser("sweep", help="drop expired file leases")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            getattr(self, f"_{options['subcommand']}")(options)
+        except PsychonautError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _roles(self, options: dict[str, Any]) -> None:
+        if options["action"] == "load":
+            if options["path"] is None:
+                raise CommandError("roles load PATH: name a role file or folder")
+            loaded = services.roles_load(options["path"])
+            self.stdout.write(f"loaded {len(loaded)} role(s): {', '.join(r.name for r in loaded)}")
+            return
+        services.roles_sync_defaults()
+        roles = list(selectors.roles_list())
+        if options["json"]:
+            emit_json(self.stdout, [
+                {"name": r.name, "provider": r.provider, "model": r.model,
+                 "max_turns": r.max_turns, "timeout_s": r.timeout_s,
+                 "allowed_tools": r.allowed_tools, "description": r.description}
+                for r in roles
+            ])  # fmt: skip
+            return
+        table(
+            self.stdout,
+            ["name", "provider", "model", "turns", "timeout", "tools", "description"],
+            [
+                [r.name, r.provider, r.model or "(routed)", r.max_turns, f"{r.timeout_s}s",
+                 len(r.allowed_tools), shorten(r.description, 50)]
+                for r in roles
+            ],
+        )  # fmt: skip
+
+    def _observer(self, quiet: bool) -> services.Observer:
+        def show(event_type: str, payload: dict[str, Any]) -> None:
+            if quiet:
+                return
+            if event_type == "delta":
+                sys.stdout.write(payload["text"])
+                sys.stdout.flush()
+            elif event_type == "phase":
+                self.stdout.write(self.style.HTTP_INFO(f"\n[{payload['phase']}]"))
+            elif event_type == "tool_call":
+                self.stdout.write(self.style.WARNING(f"→ {payload['name']} {payload['input']}"))
+            elif event_type == "tool_result":
+                style = self.style.ERROR if payload["is_error"] else self.style.SUCCESS
+                self.stdout.write(style(f"← {shorten(payload['output'], 300)}"))
+            elif event_type in {"usage", "started", "commit"}:
+                self.stdout.write(self.style.HTTP_INFO(f"[{event_type}] {payload}"))
+
+        return show
+
+    def _run(self, options: dict[str, Any]) -> None:
+        services.roles_sync_defaults()
+        if not Quantum.objects.filter(pk=options["quantum"]).exists():
+            raise CommandError(f"quantum #{options['quantum']} does not exist")
+        run = services.agent_run_create(
+            quantum_id=options["quantum"],
+            role=options["role"],
+            provider=options["provider"],
+            model=options["model"],
+            context=options["context"],
+        )
+        self.stdout.write(f"agent run {run.pk}: {run.agent_id} attempt {run.attempt}")
+        self._outcome(services.agent_run_execute(
+            agent_run_id=run.pk, observer=self._observer(options["quiet"])
+        ))  # fmt: skip
+
+    def _execute(self, options: dict[str, Any]) -> None:
+        self._outcome(services.agent_run_execute(agent_run_id=options["agent_run"]))
+
+    def _outcome(self, outcome: services.AgentOutcome) -> None:
+        style = self.style.SUCCESS if outcome.status == "done" else self.style.ERROR
+        self.stdout.write(style(f"\n== {outcome.status}"))
+        if outcome.result:
+            self.stdout.write(outcome.result)
+        if outcome.error:
+            self.stdout.write(outcome.error)
+        if outcome.status == "error":
+            raise CommandError(outcome.error)
+
+    def _agents(self, options: dict[str, Any]) -> None:
+        if options["rebuild"]:
+            registry_rebuild()
+        entries = selectors.agents_running()
+        if options["json"]:
+            emit_json(self.stdout, entries)
+            return
+        table(
+            self.stdout,
+            ["run", "agent", "attempt", "status", "phase", "worker", "heartbeat"],
+            [[e["agent_run_id"], e["agent_id"], e["attempt"], e["status"], e["phase"],
+              e["worker"], e["heartbeat"]] for e in entries],
+        )  # fmt: skip
+
+    def _sweep(self, options: dict[str, Any]) -> None:
+        self.stdout.write(f"dropped {leases.leases_sweep()} expired shared lease(s)")

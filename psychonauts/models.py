@@ -1,0 +1,175 @@
+"""The agent runtime's durable state: roles, turn checkpoints, tool calls, usage, mail, diary."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from bursts.models import AgentRun, QuantumRun, Wave
+from quanta.models import Quantum
+
+
+class Role(models.Model):
+    """A psychonaut template: seeded from YAML (`psychonauts/roles/*.yaml`), editable in admin."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    system_prompt = models.TextField()
+    provider = models.CharField(max_length=50, default="scripted")
+    model = models.CharField(max_length=100, blank=True, help_text="blank = routed by complexity")
+    allowed_tools = models.JSONField(default=list, blank=True)
+    max_turns = models.PositiveIntegerField(default=30)
+    timeout_s = models.PositiveIntegerField(default=1800)
+    source = models.CharField(max_length=500, blank=True, help_text="YAML file it came from")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentTurn(models.Model):
+    """One checkpointed turn: the assistant message and, once complete, the tool results.
+
+    A turn is written as soon as the provider answers (complete=False) and completed after its
+    tool calls ran; a resumed run replays complete turns and finishes an incomplete one.
+    """
+
+    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="turns")
+    index = models.PositiveIntegerField()
+    assistant = models.JSONField(default=list, help_text="content blocks of the assistant reply")
+    tool_results = models.JSONField(default=list, help_text="tool_result blocks sent back")
+    stop_reason = models.CharField(max_length=50, blank=True)
+    complete = models.BooleanField(default=False)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent_run", "index"]
+        constraints = [
+            # Also the index that loads a run's checkpoint in order.
+            models.UniqueConstraint(fields=["agent_run", "index"], name="agentturn_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.index} of run {self.agent_run_id}"
+
+
+class ToolCall(models.Model):
+    """A tool call and its result. Completed rows are never executed again (resume)."""
+
+    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_calls")
+    turn_index = models.PositiveIntegerField()
+    tool_use_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=100)
+    input = models.JSONField(default=dict)
+    output = models.TextField(blank=True)
+    is_error = models.BooleanField(default=False)
+    completed = models.BooleanField(default=False)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Resume looks a call up by its id; a call is recorded once.
+            models.UniqueConstraint(fields=["agent_run", "tool_use_id"], name="toolcall_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tool_use_id}) of run {self.agent_run_id}"
+
+
+class Usage(models.Model):
+    """One provider call: what it cost. Budgets sum these per quantum run and per wave."""
+
+    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="usage")
+    quantum_run = models.ForeignKey(
+        QuantumRun, null=True, blank=True, on_delete=models.CASCADE, related_name="usage"
+    )
+    wave = models.ForeignKey(
+        Wave, null=True, blank=True, on_delete=models.CASCADE, related_name="usage"
+    )
+    provider = models.CharField(max_length=50)
+    model = models.CharField(max_length=100)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "usage"
+        indexes = [
+            # Budget check before each call: spend of a quantum run.
+            models.Index(fields=["quantum_run"], name="usage_quantum_run"),
+            # Budget check before each call: spend of a wave.
+            models.Index(fields=["wave"], name="usage_wave"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model} ${self.cost_usd}"
+
+
+class Mail(models.Model):
+    """Agent-to-agent mailbox: a message to an agent id (or a role within a quantum)."""
+
+    sender = models.CharField(max_length=200)
+    recipient = models.CharField(max_length=200)
+    quantum = models.ForeignKey(
+        Quantum, null=True, blank=True, on_delete=models.CASCADE, related_name="mail"
+    )
+    subject = models.CharField(max_length=300, blank=True)
+    body = models.TextField()
+    read_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "mail"
+        indexes = [
+            # mail_read(): a recipient's unread messages, oldest first.
+            models.Index(
+                fields=["recipient", "created_at"], name="mail_unread", condition=Q(read_at=None)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"mail {self.sender} -> {self.recipient}"
+
+
+class DiaryKind(models.TextChoices):
+    ACCOMPLISHMENT = "accomplishment", "accomplishment"
+    DECISION = "decision", "decision"
+    CHALLENGE = "challenge", "challenge"
+    LEARNING = "learning", "learning"
+
+
+class DiaryEntry(models.Model):
+    """What an agent noted about its own run (read by reflection)."""
+
+    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="diary")
+    kind = models.CharField(max_length=20, choices=DiaryKind.choices)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "diary entries"
+
+    def __str__(self) -> str:
+        return f"{self.kind} of run {self.agent_run_id}"
+
+
+class CommandTrauma(models.Model):
+    """A command pattern that caused an incident: the guard escalates it one tier."""
+
+    pattern = models.CharField(max_length=300, help_text="regular expression")
+    reason = models.TextField()
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "command traumas"
+
+    def __str__(self) -> str:
+        return self.pattern

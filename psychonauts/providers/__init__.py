@@ -1,0 +1,43 @@
+"""Providers behind one interface (`base.Provider`), looked up by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from psychonauts.errors import UnknownProvider
+from psychonauts.providers.base import Provider
+
+
+def _anthropic() -> Provider:
+    from psychonauts.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider()
+
+
+def _scripted() -> Provider:
+    from psychonauts.providers.scripted import ScriptedProvider
+
+    return ScriptedProvider()
+
+
+def _noop() -> Provider:
+    from psychonauts.providers.noop import NoopProvider
+
+    return NoopProvider()
+
+
+PROVIDERS: dict[str, Callable[[], Provider]] = {
+    "anthropic": _anthropic,
+    "scripted": _scripted,
+    "noop": _noop,
+}
+
+
+def provider_get(name: str) -> Provider:
+    try:
+        factory = PROVIDERS[name]
+    except KeyError:
+        raise UnknownProvider(
+            f"unknown provider {name!r} (known: {', '.join(sorted(PROVIDERS))})"
+        ) from None
+    return factory()

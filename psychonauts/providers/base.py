@@ -1,0 +1,93 @@
+"""The provider interface: streaming text deltas in, a final message with content and usage out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypedDict
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(TypedDict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(TypedDict):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str
+    is_error: bool
+
+
+ContentBlock = TextBlock | ToolUseBlock
+
+
+class Message(TypedDict):
+    role: Literal["user", "assistant"]
+    content: str | list[Any]
+
+
+class ToolSpec(TypedDict):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a provider may know about the run (the scripted provider picks its script by it)."""
+
+    agent_run_id: int
+    agent_id: str
+    role: str
+    attempt: int
+    quantum_id: int
+    labels: tuple[str, ...] = ()
+    depth: int = 0
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    model: str
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_tokens: int
+    run: RunInfo
+
+
+@dataclass(frozen=True)
+class ProviderResponse:
+    content: list[ContentBlock]
+    stop_reason: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    model: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(b["text"] for b in self.content if b["type"] == "text")
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if b["type"] == "tool_use"]
+
+
+OnText = Callable[[str], None]
+
+
+class Provider(Protocol):
+    name: str
+    uses_llm: bool
+
+    def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
+        """One model turn. Raises ProviderError once its retries are spent."""
+        ...

@@ -1,0 +1,215 @@
+"""`scripted`: a deterministic, offline provider that plays a YAML script of turns.
+
+A script (psychonauts/scripts/*.yaml, plus ANNIHILATION_SCRIPT_DIRS):
+
+    name: coder-default
+    match: {roles: [coder], labels: []}    # most specific match wins; label `script:<name>`
+    turns:                                 # on a quantum forces a script by name
+      - text: "Writing the file."
+        tools:
+          - write_file: {path: "notes/q{quantum_id}.md", content: "hello\n"}
+      - fail: "simulated overload"         # the provider fails (the run ends in error) ...
+        attempts: [1]                      # ... only on these attempts
+      - sleep: 1.0                         # seconds before answering (benchmarks)
+        text: "Done."
+
+The turn played is the number of assistant messages already in the conversation, so a resumed
+run continues the script where its checkpoint stopped. `{quantum_id}`, `{agent_id}`, `{role}`,
+`{attempt}` and `{depth}` are substituted in every string.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from psychonauts.errors import InvalidDefinition, ProviderError
+from psychonauts.providers.base import (
+    ContentBlock,
+    OnText,
+    ProviderRequest,
+    ProviderResponse,
+    RunInfo,
+)
+from psychonauts.yamlfile import YamlDoc
+
+_TURN_KEYS = {"text", "tools", "fail", "attempts", "sleep"}
+
+
+@dataclass(frozen=True)
+class ScriptTurn:
+    text: str
+    tools: tuple[tuple[str, dict[str, Any]], ...]
+    fail: str
+    attempts: tuple[int, ...]
+    sleep: float
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    roles: tuple[str, ...]
+    labels: tuple[str, ...]
+    turns: tuple[ScriptTurn, ...]
+    path: Path
+
+
+def _parse_tool(doc: YamlDoc, raw: Any, keys: tuple[str | int, ...]) -> tuple[str, dict[str, Any]]:
+    if isinstance(raw, dict) and "name" in raw:
+        name, args = raw["name"], raw.get("input", {})
+    elif isinstance(raw, dict) and len(raw) == 1:
+        ((name, args),) = raw.items()
+        args = {} if args is None else args
+    else:
+        raise doc.error("each tool call is `{tool_name: {args}}`", *keys)
+    if not isinstance(name, str) or not isinstance(args, dict):
+        raise doc.error("a tool call needs a name and a mapping of arguments", *keys)
+    return name, args
+
+
+def script_parse(path: Path) -> Script:
+    doc = YamlDoc(path)
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error("a script is a mapping with `name` and `turns`")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise doc.error("required, a non-empty string", "name")
+    match = data.get("match") or {}
+    if not isinstance(match, dict):
+        raise doc.error("a mapping with `roles` and `labels`", "match")
+    roles, labels = match.get("roles") or [], match.get("labels") or []
+    for key, value in (("roles", roles), ("labels", labels)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise doc.error("a list of strings", "match", key)
+    raw_turns = data.get("turns")
+    if not isinstance(raw_turns, list) or not raw_turns:
+        raise doc.error("required, a non-empty list of turns", "turns")
+    turns = []
+    for i, raw in enumerate(raw_turns):
+        if not isinstance(raw, dict):
+            raise doc.error("a turn is a mapping (text, tools, fail, attempts, sleep)", "turns", i)
+        unknown = set(raw) - _TURN_KEYS
+        if unknown:
+            raise doc.error(f"unknown key {sorted(unknown)[0]!r}", "turns", i)
+        text, fail = raw.get("text", ""), raw.get("fail", "")
+        if not isinstance(text, str):
+            raise doc.error("a string", "turns", i, "text")
+        if not isinstance(fail, str):
+            raise doc.error("a string (the failure message)", "turns", i, "fail")
+        attempts = raw.get("attempts") or []
+        if not isinstance(attempts, list) or not all(isinstance(a, int) for a in attempts):
+            raise doc.error("a list of attempt numbers", "turns", i, "attempts")
+        sleep = raw.get("sleep", 0)
+        if not isinstance(sleep, int | float) or sleep < 0:
+            raise doc.error("a number of seconds", "turns", i, "sleep")
+        tools = raw.get("tools") or []
+        if not isinstance(tools, list):
+            raise doc.error("a list of tool calls", "turns", i, "tools")
+        parsed = tuple(_parse_tool(doc, t, ("turns", i, "tools", j)) for j, t in enumerate(tools))
+        turns.append(ScriptTurn(text, parsed, fail, tuple(attempts), float(sleep)))
+    return Script(name, tuple(roles), tuple(labels), tuple(turns), path)
+
+
+_cache: dict[Path, tuple[float, Script]] = {}
+
+
+def scripts_load() -> list[Script]:
+    scripts = []
+    for folder in settings.PSYCHONAUTS_SCRIPT_DIRS:
+        for path in sorted(Path(folder).glob("*.yaml")):
+            mtime = path.stat().st_mtime
+            cached = _cache.get(path)
+            if cached is None or cached[0] != mtime:
+                cached = (mtime, script_parse(path))
+                _cache[path] = cached
+            scripts.append(cached[1])
+    return scripts
+
+
+def script_for(run: RunInfo) -> Script:
+    scripts = scripts_load()
+    forced = [lbl.removeprefix("script:") for lbl in run.labels if lbl.startswith("script:")]
+    if forced:
+        for script in scripts:
+            if script.name == forced[0]:
+                return script
+        raise ProviderError(f"scripted: no script named {forced[0]!r}")
+    candidates = [
+        s
+        for s in scripts
+        if (not s.roles or run.role in s.roles) and set(s.labels) <= set(run.labels)
+    ]
+    if not candidates:
+        raise ProviderError(f"scripted: no script matches role {run.role!r}")
+    # Most specific wins: more labels first, then a role-specific script over a generic one.
+    return max(candidates, key=lambda s: (len(s.labels), bool(s.roles), s.name))
+
+
+def _substitute(value: Any, run: RunInfo) -> Any:
+    if isinstance(value, str):
+        for key, sub in (
+            ("{quantum_id}", str(run.quantum_id)),
+            ("{agent_id}", run.agent_id),
+            ("{role}", run.role),
+            ("{attempt}", str(run.attempt)),
+            ("{depth}", str(run.depth)),
+        ):
+            value = value.replace(key, sub)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, run) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, run) for k, v in value.items()}
+    return value
+
+
+class ScriptedProvider:
+    name = "scripted"
+    uses_llm = False
+
+    def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
+        run = request.run
+        try:
+            script = script_for(run)
+        except InvalidDefinition as exc:
+            raise ProviderError(str(exc)) from None
+        turns = [t for t in script.turns if not t.attempts or run.attempt in t.attempts]
+        index = sum(1 for m in request.messages if m["role"] == "assistant")
+        if index >= len(turns):
+            text = f"(script {script.name} has no more turns)"
+            on_text(text)
+            return ProviderResponse([{"type": "text", "text": text}], "end_turn", model="scripted")
+        turn = turns[index]
+        if turn.sleep:
+            time.sleep(turn.sleep)
+        if turn.fail:
+            raise ProviderError(_substitute(turn.fail, run))
+        content: list[ContentBlock] = []
+        if turn.text:
+            text = _substitute(turn.text, run)
+            # Stream it in a few pieces, as a real model would.
+            for start in range(0, len(text), 40):
+                on_text(text[start : start + 40])
+            content.append({"type": "text", "text": text})
+        for j, (name, args) in enumerate(turn.tools):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_s{index}_{j}",
+                    "name": name,
+                    "input": _substitute(args, run),
+                }
+            )
+        stop = "tool_use" if turn.tools else "end_turn"
+        return ProviderResponse(
+            content,
+            stop,
+            tokens_in=sum(len(str(m["content"])) for m in request.messages) // 4,
+            tokens_out=len(turn.text) // 4,
+            model="scripted",
+        )

@@ -1,0 +1,594 @@
+"""Executing agent runs: the agent loop, checkpoints, usage and budgets, spawning.
+
+`agent_run_execute` is the one entry point (Celery-free). It is idempotent: a terminal run
+returns its stored outcome; a non-terminal run resumes from its last checkpointed turn, and a
+tool call recorded as completed is never executed again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, connection
+from django.db.models import F, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from annihilation.events import publish
+from annihilation.models import Session
+from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus
+from psychonauts import registry, semaphore
+from psychonauts.errors import (
+    AgentRunNotFound,
+    BudgetExceeded,
+    PsychonautError,
+    RoleNotFound,
+    SpawnRefused,
+    SuspendRun,
+)
+from psychonauts.models import AgentTurn, Role, ToolCall, Usage
+from psychonauts.providers import provider_get
+from psychonauts.providers.base import (
+    Message,
+    Provider,
+    ProviderRequest,
+    ProviderResponse,
+    RunInfo,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from psychonauts.roles import roles_load, roles_sync_defaults
+from psychonauts.tools import SpawnSpec, ToolContext, tool_execute, tools_for
+from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AgentOutcome",
+    "agent_run_create",
+    "agent_run_execute",
+    "roles_load",
+    "roles_sync_defaults",
+    "tool_call_complete",
+]
+
+OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
+
+
+class AgentOutcomeDict(TypedDict):
+    status: OutcomeStatus
+    result: str
+    error: str
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    status: OutcomeStatus
+    result: str = ""
+    error: str = ""
+
+    def as_dict(self) -> AgentOutcomeDict:
+        return {"status": self.status, "result": self.result, "error": self.error}
+
+
+Observer = Callable[[str, dict[str, Any]], None]
+
+# Later issues add prompt sections (playbook rules, skills) here: f(agent_run) -> text or "".
+PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = []
+
+_LIVE = (AgentStatus.PENDING, AgentStatus.RUNNING, AgentStatus.WAITING)
+
+
+class _Stop(PsychonautError):
+    """The loop ends in error for a stated reason (max turns, timeout)."""
+
+
+def _stored_outcome(run: AgentRun) -> AgentOutcome:
+    status: OutcomeStatus = (
+        "waiting" if run.status == AgentStatus.WAITING else run.status  # type: ignore[assignment]
+    )
+    return AgentOutcome(status, run.result, run.error)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+def agent_run_create(
+    *,
+    quantum_id: int,
+    role: str,
+    provider: str = "",
+    model: str = "",
+    context: str = "",
+    agent_id: str = "",
+) -> AgentRun:
+    """A standalone agent run (CLI): agent id `<quantum>_cli_<role>`, next attempt number."""
+    agent_id = agent_id or f"{quantum_id}_cli_{role}"
+    for _ in range(5):
+        last = (
+            AgentRun.objects.filter(agent_id=agent_id).order_by("-attempt").values_list(
+                "attempt", flat=True
+            ).first()
+        )  # fmt: skip
+        try:
+            return AgentRun.objects.create(
+                agent_id=agent_id,
+                attempt=(last or 0) + 1,
+                quantum_id=quantum_id,
+                role=role,
+                provider=provider,
+                model=model,
+                context=context,
+            )
+        except IntegrityError:
+            continue  # another process took that attempt number: take the next one
+    raise PsychonautError(f"could not allocate an attempt number for {agent_id}")
+
+
+def tool_call_complete(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> None:
+    """Record the result of a pending tool call (ask_tether's answer) before resuming the run."""
+    updated = ToolCall.objects.filter(
+        agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
+    ).update(output=output, is_error=is_error, completed=True)
+    if updated != 1:
+        raise PsychonautError(f"no pending tool call {tool_use_id} on agent run {agent_run_id}")
+
+
+def _prompt(run: AgentRun) -> str:
+    q = run.quantum
+    parts = [f"# Quantum #{q.pk}: {q.title}", f"kind: {q.kind}; complexity: {q.complexity}"]
+    if q.labels:
+        parts.append("labels: " + ", ".join(q.labels))
+    if q.body:
+        parts.append(q.body)
+    if q.acceptance:
+        parts.append("## Acceptance criteria\n" + q.acceptance)
+    if q.verify_commands:
+        parts.append("## Verification commands\n" + "\n".join(q.verify_commands))
+    if run.context:
+        parts.append("## Context\n" + run.context)
+    for section in PROMPT_SECTIONS:
+        text = section(run)
+        if text:
+            parts.append(text)
+    parts.append(f"You are agent {run.agent_id} (attempt {run.attempt}, role {run.role}).")
+    return "\n\n".join(parts)
+
+
+def _price(model: str) -> tuple[float, float]:
+    prices: dict[str, tuple[float, float]] = settings.PSYCHONAUTS_PRICES
+    return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
+
+
+def cost_usd(model: str, tokens_in: int, tokens_out: int) -> Decimal:
+    p_in, p_out = _price(model)
+    return Decimal(str(round((tokens_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
+
+
+def _spent(**filters: Any) -> Decimal:
+    total = Usage.objects.filter(**filters).aggregate(s=Sum("cost_usd"))["s"]
+    return total or Decimal(0)
+
+
+def budget_check(run: AgentRun, *, model: str, estimate_tokens_in: int) -> None:
+    """Refuse the next call if it would take the quantum run (or the wave) over budget."""
+    estimate = cost_usd(model, estimate_tokens_in, 0)
+    limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
+    scope, spent = (
+        ("quantum run", _spent(quantum_run_id=run.quantum_run_id))
+        if run.quantum_run_id
+        else ("agent run", _spent(agent_run__agent_id=run.agent_id, agent_run__attempt=run.attempt))
+    )
+    if spent + estimate > limit:
+        raise BudgetExceeded(
+            f"budget: the {scope} has spent ${spent:.4f} of ${limit:.4f}; "
+            f"the next call (about ${estimate:.4f}) would exceed it"
+        )
+    if run.quantum_run_id is not None:
+        wave = run.quantum_run.wave  # type: ignore[union-attr]
+        if wave.budget_usd is not None:
+            wave_spent = _spent(wave_id=wave.pk)
+            if wave_spent + estimate > wave.budget_usd:
+                raise BudgetExceeded(
+                    f"budget: wave {wave.pk} has spent ${wave_spent:.4f} of "
+                    f"${wave.budget_usd:.4f}; the next call would exceed it"
+                )
+
+
+class _Runner:
+    """One execution of one agent run (a process may execute the same run again later)."""
+
+    def __init__(self, run: AgentRun, role: Role, observer: Observer | None) -> None:
+        self.run = run
+        self.role = role
+        self.observer = observer
+        self.topic = f"agent:{run.agent_id}"
+        self.session_id = self._session()
+        complexity = run.quantum.complexity
+        name = run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider
+        self.provider: Provider = provider_get(name)
+        if (
+            complexity == "trivial"
+            and settings.PSYCHONAUTS_TRIVIAL_NO_LLM
+            and self.provider.uses_llm
+        ):
+            self.provider = provider_get("noop")
+        self.model = run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
+        if not self.provider.uses_llm:
+            self.model = self.provider.name
+        self.workspace: Path = workspace_ensure(quantum_id=run.quantum_id)
+        self.tools = tools_for(list(role.allowed_tools))
+        self._text: list[str] = []
+        self._flushed_at = time.monotonic()
+
+    def _session(self) -> int:
+        session, _ = Session.objects.get_or_create(
+            kind=Session.Kind.AGENT_RUN,
+            ref=str(self.run.pk),
+            defaults={"title": f"{self.run.agent_id} attempt {self.run.attempt}"},
+        )
+        return session.pk
+
+    # events -------------------------------------------------------------------------------
+    def emit(self, event_type: str, **payload: Any) -> None:
+        data = {"agent_run_id": self.run.pk, "attempt": self.run.attempt, **payload}
+        publish(self.topic, event_type, data, session_id=self.session_id)
+        if self.observer is not None and event_type != "text":
+            self.observer(event_type, data)
+
+    def phase(self, phase: str) -> None:
+        now = timezone.now()
+        AgentRun.objects.filter(pk=self.run.pk).update(phase=phase, heartbeat_at=now)
+        self.run.phase, self.run.heartbeat_at = phase, now
+        registry.registry_sync(self.run)
+        self.emit("phase", phase=phase)
+
+    def on_text(self, delta: str) -> None:
+        if self.observer is not None:
+            self.observer("delta", {"text": delta})
+        self._text.append(delta)
+        # Throttled: one event per flush interval, not one per token.
+        if time.monotonic() - self._flushed_at >= settings.PSYCHONAUTS_TEXT_FLUSH_S:
+            self.flush_text()
+
+    def flush_text(self) -> None:
+        if self._text:
+            self.emit("text", text="".join(self._text))
+            self._text.clear()
+        self._flushed_at = time.monotonic()
+
+    # the loop -----------------------------------------------------------------------------
+    def messages(self, turns: list[AgentTurn]) -> list[Message]:
+        messages: list[Message] = [{"role": "user", "content": _prompt(self.run)}]
+        for turn in turns:
+            messages.append({"role": "assistant", "content": turn.assistant})
+            if turn.tool_results:
+                messages.append({"role": "user", "content": turn.tool_results})
+        return messages
+
+    def cancelled(self) -> bool:
+        status = AgentRun.objects.filter(pk=self.run.pk).values_list("status", flat=True).first()
+        return status == AgentStatus.CANCELLED
+
+    def loop(self) -> AgentOutcome:
+        turns = list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
+        if turns and not turns[-1].complete:
+            self.finish_tools(turns[-1])
+        if turns and turns[-1].complete and not turns[-1].tool_results:
+            return self.done(turns[-1])  # the final answer was saved before a crash
+        started = self.run.started_at or timezone.now()
+        while True:
+            index = len(turns)
+            if index >= self.role.max_turns:
+                raise _Stop(f"max turns ({self.role.max_turns}) reached without a final answer")
+            elapsed = (timezone.now() - started).total_seconds()
+            if elapsed > self.role.timeout_s:
+                raise _Stop(f"timeout: {elapsed:.0f}s > {self.role.timeout_s}s")
+            if self.cancelled():
+                self.emit("cancelled", reason="cancelled by the burst manager")
+                registry.registry_remove(self.run.pk)
+                return AgentOutcome("cancelled", error="cancelled")
+            messages = self.messages(turns)
+            system = (
+                self.role.system_prompt
+                + "\n\nYou work in a git workspace; use paths relative to its root."
+            )
+            budget_check(
+                self.run,
+                model=self.model,
+                estimate_tokens_in=(len(system) + len(json.dumps(messages))) // 4,
+            )
+            self.phase(AgentPhase.THINKING)
+            request = ProviderRequest(
+                model=self.model,
+                system=system,
+                messages=messages,
+                tools=[t.spec() for t in self.tools],
+                max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+                run=RunInfo(
+                    agent_run_id=self.run.pk,
+                    agent_id=self.run.agent_id,
+                    role=self.run.role,
+                    attempt=self.run.attempt,
+                    quantum_id=self.run.quantum_id,
+                    labels=tuple(self.run.quantum.labels),
+                    depth=self.run.depth,
+                ),
+            )
+            try:
+                response = self.provider.complete(request, self.on_text)
+            finally:
+                self.flush_text()
+            self.record_usage(response)
+            turn = AgentTurn.objects.create(
+                agent_run=self.run,
+                index=index,
+                assistant=list(response.content),
+                stop_reason=response.stop_reason,
+                complete=not response.tool_uses,
+                tokens_in=response.tokens_in,
+                tokens_out=response.tokens_out,
+            )
+            turns.append(turn)
+            if not response.tool_uses:
+                return self.done(turn)
+            self.finish_tools(turn)
+
+    def record_usage(self, response: ProviderResponse) -> None:
+        model = response.model or self.model
+        cost = cost_usd(model, response.tokens_in, response.tokens_out)
+        Usage.objects.create(
+            agent_run=self.run,
+            quantum_run_id=self.run.quantum_run_id,
+            wave_id=self.run.quantum_run.wave_id if self.run.quantum_run_id else None,  # type: ignore[union-attr]
+            provider=self.provider.name,
+            model=model,
+            tokens_in=response.tokens_in,
+            tokens_out=response.tokens_out,
+            cost_usd=cost,
+        )
+        AgentRun.objects.filter(pk=self.run.pk).update(
+            tokens_in=F("tokens_in") + response.tokens_in,
+            tokens_out=F("tokens_out") + response.tokens_out,
+            cost_usd=F("cost_usd") + cost,
+        )
+        self.emit(
+            "usage",
+            provider=self.provider.name,
+            model=model,
+            tokens_in=response.tokens_in,
+            tokens_out=response.tokens_out,
+            cost_usd=str(cost),
+        )
+
+    def finish_tools(self, turn: AgentTurn) -> None:
+        """Run the turn's tool calls that have not completed yet, then complete the turn."""
+        self.phase(AgentPhase.TOOL_USE)
+        done = {
+            c.tool_use_id: c
+            for c in ToolCall.objects.filter(agent_run=self.run, turn_index=turn.index)
+        }
+        results: list[ToolResultBlock] = []
+        for block in turn.assistant:
+            if block.get("type") != "tool_use":
+                continue
+            use: ToolUseBlock = block
+            call = done.get(use["id"])
+            if call is None or not call.completed:
+                call = self.run_tool(turn.index, use, call)
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": use["id"],
+                    "content": call.output,
+                    "is_error": call.is_error,
+                }
+            )
+        turn.tool_results = list(results)
+        turn.complete = True
+        turn.save(update_fields=["tool_results", "complete"])
+
+    def run_tool(self, turn_index: int, use: ToolUseBlock, call: ToolCall | None) -> ToolCall:
+        if call is None:
+            call = ToolCall.objects.create(
+                agent_run=self.run,
+                turn_index=turn_index,
+                tool_use_id=use["id"],
+                name=use["name"],
+                input=use["input"],
+            )
+        self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
+        AgentRun.objects.filter(pk=self.run.pk).update(heartbeat_at=timezone.now())
+        ctx = ToolContext(
+            agent_run_id=self.run.pk,
+            agent_id=self.run.agent_id,
+            attempt=self.run.attempt,
+            quantum_id=self.run.quantum_id,
+            role=self.run.role,
+            depth=self.run.depth,
+            workspace=self.workspace,
+            shared=settings.PSYCHONAUTS_WORKSPACE_MODE == "shared",
+            turn_index=turn_index,
+            tool_use_id=use["id"],
+            spawn=lambda specs: agent_spawn(parent=self.run, turn_index=turn_index, specs=specs),
+        )
+        started = time.monotonic()
+        # SuspendRun propagates: the call stays pending until tool_call_complete records it.
+        result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))
+        call.output, call.is_error, call.completed = result.output, result.is_error, True
+        call.duration_ms = int((time.monotonic() - started) * 1000)
+        call.save(update_fields=["output", "is_error", "completed", "duration_ms"])
+        self.emit(
+            "tool_result",
+            id=use["id"],
+            name=use["name"],
+            output=result.output[:2000],
+            is_error=result.is_error,
+            duration_ms=call.duration_ms,
+        )
+        return call
+
+    def done(self, turn: AgentTurn) -> AgentOutcome:
+        text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
+        sha = workspace_commit(
+            workspace=self.workspace,
+            quantum_id=self.run.quantum_id,
+            agent_id=self.run.agent_id,
+            role=self.run.role,
+        )
+        if sha:
+            text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
+            self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
+        return _finish(self, AgentStatus.DONE, result=text.strip())
+
+
+def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
+    run = runner.run
+    now = timezone.now()
+    phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
+    updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
+        status=status, phase=phase, result=result, error=error, finished_at=now, heartbeat_at=now
+    )
+    registry.registry_remove(run.pk)
+    if updated != 1:
+        # Someone else decided first (the burst manager cancelled it): their word stands.
+        run.refresh_from_db()
+        return _stored_outcome(run)
+    runner.emit(status, result=result[:2000], error=error)
+    Session.objects.filter(pk=runner.session_id).update(ended_at=now)
+    return AgentOutcome(status, result, error)  # type: ignore[arg-type]
+
+
+def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> AgentOutcome:
+    """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
+    run = (
+        AgentRun.objects.select_related("quantum", "quantum_run__wave")
+        .filter(pk=agent_run_id)
+        .first()
+    )
+    if run is None:
+        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
+    if run.status in AGENT_TERMINAL:
+        return _stored_outcome(run)
+    now = timezone.now()
+    claimed = AgentRun.objects.filter(pk=run.pk, status__in=_LIVE).update(
+        status=AgentStatus.RUNNING,
+        worker=worker_name(),
+        started_at=Coalesce(F("started_at"), now),
+        heartbeat_at=now,
+    )
+    run.refresh_from_db(fields=["status", "worker", "started_at", "heartbeat_at", "phase"])
+    if claimed != 1:
+        return _stored_outcome(run)
+    role = Role.objects.filter(name=run.role).first()
+    if role is None:
+        roles_sync_defaults()
+        role = Role.objects.filter(name=run.role).first()
+    runner: _Runner | None = None
+    try:
+        if role is None:
+            raise RoleNotFound(f"unknown role {run.role!r}")
+        runner = _Runner(run, role, observer)
+        AgentRun.objects.filter(pk=run.pk).update(provider=runner.provider.name, model=runner.model)
+        runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
+        return runner.loop()
+    except SuspendRun as exc:
+        AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.WAITING, phase=AgentPhase.WAITING, heartbeat_at=timezone.now()
+        )
+        run.refresh_from_db()
+        registry.registry_sync(run)
+        if runner is not None:
+            runner.emit("waiting", reason=str(exc))
+        return AgentOutcome("waiting", error=str(exc))
+    except PsychonautError as exc:
+        return _fail(run, runner, str(exc))
+    except Exception as exc:
+        logger.exception("agent run %s crashed", run.pk, extra={"agent_run_id": run.pk})
+        return _fail(run, runner, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:
+    if runner is None:
+        now = timezone.now()
+        updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.ERROR, phase=AgentPhase.ERROR, error=reason, finished_at=now
+        )
+        registry.registry_remove(run.pk)
+        if updated != 1:
+            run.refresh_from_db()
+            return _stored_outcome(run)
+        publish(f"agent:{run.agent_id}", "error", {"agent_run_id": run.pk, "error": reason})
+        return AgentOutcome("error", error=reason)
+    return _finish(runner, AgentStatus.ERROR, error=reason)
+
+
+def agent_spawn(*, parent: AgentRun, turn_index: int, specs: list[SpawnSpec]) -> str:
+    """Run sub-agents for a parent's spawn call and return their results as text.
+
+    Children are agent runs of their own (agent id derived from the parent's and the call's
+    position, so a resumed parent finds the same children instead of making new ones). They run
+    in threads of this process, each holding a slot of the global semaphore while it works; the
+    parent gives its own slot back while it waits (see semaphore.py for the deadlock).
+    """
+    depth = parent.depth + 1
+    if depth > settings.PSYCHONAUTS_SPAWN_DEPTH:
+        raise SpawnRefused(
+            f"depth limit: {parent.agent_id} is at depth {parent.depth}; "
+            f"sub-agents may go {settings.PSYCHONAUTS_SPAWN_DEPTH} deep"
+        )
+    known = set(Role.objects.values_list("name", flat=True))
+    for spec in specs:
+        if spec["role"] not in known:
+            raise SpawnRefused(f"unknown role {spec['role']!r} (known: {sorted(known)})")
+    children = []
+    for i, spec in enumerate(specs):
+        child, _ = AgentRun.objects.get_or_create(
+            agent_id=f"{parent.agent_id}.t{turn_index}c{i}_{spec['role']}"[:200],
+            attempt=parent.attempt,
+            defaults={
+                "quantum_id": parent.quantum_id,
+                "quantum_run_id": parent.quantum_run_id,
+                "parent": parent,
+                "depth": depth,
+                "stage_index": parent.stage_index,
+                "position": i,
+                "role": spec["role"],
+                "provider": parent.provider,
+                "context": f"## Task from {parent.agent_id}\n{spec['task']}",
+            },
+        )
+        children.append(child)
+
+    def run_child(child_id: int) -> AgentOutcome:
+        try:
+            with semaphore.slot_held(f"agentrun:{child_id}"):
+                return agent_run_execute(agent_run_id=child_id)
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                connection.close()
+
+    close_old_connections()
+    with (
+        semaphore.slot_released_while(f"agentrun:{parent.pk}"),
+        ThreadPoolExecutor(max_workers=len(children), thread_name_prefix="spawn") as pool,
+    ):
+        outcomes = list(pool.map(run_child, [c.pk for c in children]))
+    sections = []
+    for child, outcome in zip(children, outcomes, strict=True):
+        body = outcome.result if outcome.status == "done" else f"{outcome.status}: {outcome.error}"
+        sections.append(f"### Agent: {child.agent_id} [{outcome.status}]\n{body[:10_000]}")
+    return "\n\n".join(sections)

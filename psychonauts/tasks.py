@@ -1,0 +1,17 @@
+"""Celery tasks: thin adapters over the services (ids in, plain dicts out)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from psychonauts.errors import AgentRunNotFound
+from psychonauts.services import AgentOutcomeDict, agent_run_execute
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=False)
+def execute_agent_run(agent_run_id: int) -> AgentOutcomeDict:
+    """Execute or resume one agent run. Idempotent: redelivery resumes from the checkpoint."""
+    try:
+        return agent_run_execute(agent_run_id=agent_run_id).as_dict()
+    except AgentRunNotFound as exc:
+        return {"status": "error", "result": "", "error": str(exc)}

@@ -1,0 +1,147 @@
+"""Workspaces: a git worktree per quantum on branch `annihilation/q-<id>` (or one shared tree).
+
+git state is changed under a file lock (fcntl): fan-out agents of one quantum share a worktree,
+and two `git worktree add` or `git commit` at once would race on git's own index lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.conf import settings
+
+from psychonauts.errors import PathEscape, WorkspaceError
+
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Annihilation",
+    "GIT_AUTHOR_EMAIL": "psychonaut@annihilation.invalid",
+    "GIT_COMMITTER_NAME": "Annihilation",
+    "GIT_COMMITTER_EMAIL": "psychonaut@annihilation.invalid",
+}
+
+
+def git(*args: str, cwd: Path, author: str = "") -> str:
+    env = {**os.environ, **_GIT_ENV}
+    if author:
+        env["GIT_AUTHOR_NAME"] = author
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+@contextmanager
+def _file_lock(name: str) -> Iterator[None]:
+    folder = Path(settings.ANNIHILATION_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_DEMO_FILES = {
+    "README.md": "# demo\n\nA small repository for Annihilation's demo wave.\n",
+    "calc.py": (
+        '"""A tiny calculator the demo agents work on."""\n\n\n'
+        "def add(a: int, b: int) -> int:\n    return a + b\n"
+    ),
+    "test_calc.py": (
+        "from calc import add\n\n\ndef test_add() -> None:\n    assert add(2, 2) == 4\n"
+    ),
+}
+
+
+def demo_repo_ensure(path: Path) -> Path:
+    """Create a small git repository at `path` unless one is already there."""
+    path = Path(path)
+    if (path / ".git").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    for name, text in _DEMO_FILES.items():
+        (path / name).write_text(text, encoding="utf-8")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "demo: initial commit", cwd=path)
+    return path
+
+
+def branch_for(quantum_id: int) -> str:
+    return f"annihilation/q-{quantum_id}"
+
+
+def workspace_ensure(*, quantum_id: int) -> Path:
+    """The working tree for a quantum's agents (created on first use, reused afterwards)."""
+    repo = Path(settings.ANNIHILATION_REPO)
+    if not (repo / ".git").exists():
+        raise WorkspaceError(
+            f"ANNIHILATION_REPO={repo} is not a git repository "
+            "(the demo creates one: psychonauts.workspaces.demo_repo_ensure)"
+        )
+    if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
+        return repo
+    path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
+    with _file_lock("worktrees"):
+        if (path / ".git").exists():
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git("worktree", "prune", cwd=repo)
+        branch = branch_for(quantum_id)
+        exists = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
+            cwd=repo,
+            capture_output=True,
+            check=False,
+        )
+        if exists.returncode == 0:
+            git("worktree", "add", "-q", str(path), branch, cwd=repo)
+        else:
+            git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+    return path
+
+
+def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
+    """Commit everything the agent changed; returns the commit sha, or "" when nothing changed."""
+    key = hashlib.sha1(str(workspace.resolve()).encode()).hexdigest()[:16]
+    with _file_lock(f"commit-{key}"):
+        git("add", "-A", cwd=workspace)
+        changed = subprocess.run(
+            ["git", "diff", "--cached", "--quiet"], cwd=workspace, check=False
+        ).returncode
+        if changed == 0:
+            return ""
+        git(
+            "commit",
+            "-q",
+            "-m",
+            f"q-{quantum_id}: {agent_id} ({role})",
+            cwd=workspace,
+            author=f"psychonaut {agent_id}",
+        )
+        return git("rev-parse", "HEAD", cwd=workspace)
+
+
+def resolve_path(workspace: Path, relative: str) -> Path:
+    """`relative` inside the workspace, or PathEscape: absolute paths, `..`, symlinks out, .git."""
+    if not relative or relative.startswith(("/", "~")) or "\x00" in relative:
+        raise PathEscape(f"{relative!r}: use a path relative to the workspace")
+    parts = Path(relative).parts
+    if ".." in parts:
+        raise PathEscape(f"{relative!r}: `..` leaves the workspace")
+    if parts and parts[0] == ".git":
+        raise PathEscape(f"{relative!r}: the .git folder is off limits")
+    root = workspace.resolve()
+    target = (root / relative).resolve()
+    if target != root and not target.is_relative_to(root):
+        raise PathEscape(f"{relative!r}: resolves outside the workspace (symlink)")
+    return target
