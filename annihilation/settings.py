@@ -126,6 +126,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# In DEBUG, serve straight from the apps (no collectstatic); in production run collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/admin/login/"
 
 # Full-text search language for quanta and events (a Postgres text search configuration).
@@ -160,20 +163,22 @@ PSYCHONAUTS_PROVIDER = env_str("ANNIHILATION_PROVIDER", "")
 # Model routing by quantum complexity; `trivial` runs the no-LLM executor when enabled.
 PSYCHONAUTS_MODELS = {
     "trivial": env_str("ANNIHILATION_MODEL_TRIVIAL", "claude-haiku-4-5"),
-    "standard": env_str("ANNIHILATION_MODEL_STANDARD", "claude-sonnet-4-5"),
-    "complex": env_str("ANNIHILATION_MODEL_COMPLEX", "claude-opus-4-1"),
+    "standard": env_str("ANNIHILATION_MODEL_STANDARD", "claude-sonnet-4-6"),
+    "complex": env_str("ANNIHILATION_MODEL_COMPLEX", "claude-opus-4-6"),
 }
 PSYCHONAUTS_TRIVIAL_NO_LLM = env_bool("ANNIHILATION_TRIVIAL_NO_LLM", False)
 # USD per million tokens (input, output); unknown models cost the default.
 PSYCHONAUTS_PRICES = {
     "claude-haiku-4-5": (1.0, 5.0),
-    "claude-sonnet-4-5": (3.0, 15.0),
-    "claude-opus-4-1": (15.0, 75.0),
+    "claude-sonnet-4-6": (3.0, 15.0),
+    "claude-opus-4-6": (5.0, 25.0),
     "scripted": (0.0, 0.0),
     "noop": (0.0, 0.0),
 }
 PSYCHONAUTS_DEFAULT_PRICE = (3.0, 15.0)
-PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float("ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0)
+PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float(
+    "ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0
+)
 PSYCHONAUTS_MAX_TOKENS = env_int("ANNIHILATION_MAX_TOKENS", 4096, minimum=1)
 PSYCHONAUTS_PROVIDER_RETRIES = env_int("ANNIHILATION_PROVIDER_RETRIES", 4, minimum=1)
 PSYCHONAUTS_RETRY_BASE_S = env_float("ANNIHILATION_RETRY_BASE_S", 1.0, minimum=0)

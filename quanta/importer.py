@@ -45,6 +45,7 @@ EDGE_FIELDS = {
     "related": DependencyKind.RELATED,
     "discovered_from": DependencyKind.DISCOVERED_FROM,
 }
+FIELD_OF_KIND = {kind: name for name, kind in EDGE_FIELDS.items()}
 KNOWN_KEYS = {"ref", "status", "close_reason", "parent", "comments", *FIELD_CHECKS, *EDGE_FIELDS}
 
 
@@ -206,7 +207,7 @@ def _resolve(records: list[Record], problems: list[str]) -> None:
     existing = set(Quantum.objects.filter(pk__in=wanted_ids).values_list("pk", flat=True))
     for record in records:
         targets = [("parent", record.parent)] if record.parent is not None else []
-        targets += [(kind, target) for kind, target in record.edges]
+        targets += [(FIELD_OF_KIND[kind], target) for kind, target in record.edges]
         for label, target in targets:
             if isinstance(target, int) and target not in existing:
                 problems.append(f"{record.where}: {label}: no quantum #{target}")

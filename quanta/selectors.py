@@ -9,18 +9,12 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from quanta.errors import BadSearchQuery, QuantumNotFound
-from quanta.models import Dependency, DependencyKind, Quantum, QuantumStatus
+from quanta.models import Quantum, QuantumStatus
 
 S = QuantumStatus
-
-
-def _open_blockers() -> QuerySet[Dependency]:
-    return Dependency.objects.filter(quantum=OuterRef("pk"), kind=DependencyKind.BLOCKS).filter(
-        ~Q(depends_on__status=S.CLOSED)
-    )
 
 
 def quanta_ready(
@@ -28,13 +22,11 @@ def quanta_ready(
 ) -> QuerySet[Quantum]:
     """Open quanta whose every `blocks` dependency is closed, by priority then age.
 
-    `labels` scopes to quanta carrying any of them. Served by the partial index
-    quantum_ready_order plus the unique edge index for the anti-join.
+    `labels` scopes to quanta carrying any of them. A walk of the partial index
+    quantum_ready_order: `open_blockers` is kept by triggers (quanta migration 0003).
     """
-    qs = (
-        Quantum.objects.filter(status=S.OPEN)
-        .filter(~Exists(_open_blockers()))
-        .order_by("priority", "created_at", "id")
+    qs = Quantum.objects.filter(status=S.OPEN, open_blockers=0).order_by(
+        "priority", "created_at", "id"
     )
     if labels:
         qs = qs.filter(labels__overlap=list(labels))
@@ -46,7 +38,7 @@ def quanta_ready(
 def quanta_blocked(*, limit: int | None = None) -> QuerySet[Quantum]:
     """Quanta that cannot start: open with an unfinished blocker, or quarantined (`blocked`)."""
     qs = Quantum.objects.filter(
-        Q(status=S.BLOCKED) | (Q(status=S.OPEN) & Exists(_open_blockers()))
+        Q(status=S.BLOCKED) | Q(status=S.OPEN, open_blockers__gt=0)
     ).order_by("priority", "created_at", "id")
     return qs[:limit] if limit is not None else qs
 

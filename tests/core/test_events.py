@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from channels.db import database_sync_to_async
+from channels_redis.core import RedisChannelLayer
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
+from annihilation.errors import UnknownTopic
+from annihilation.events import group_for_topic, publish
+from annihilation.models import Event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _subscribe(topic: str):
+    """A fresh channel layer (bound to this test's loop) and a channel in the topic's group."""
+    layer = RedisChannelLayer(hosts=[settings.REDIS_URL])
+    channel = await layer.new_channel()
+    await layer.group_add(group_for_topic(topic), channel)
+    return layer, channel
+
+
+async def _receive(layer, channel, timeout: float):
+    try:
+        return await asyncio.wait_for(layer.receive(channel), timeout)
+    except TimeoutError:
+        return None
+
+
+async def test_it_sends_the_event_after_commit(redis_client):
+    layer, channel = await _subscribe("agent:42_s0_coder")
+    published, release = threading.Event(), threading.Event()
+
+    def work():
+        with transaction.atomic():
+            event = publish("agent:42_s0_coder", "phase", {"phase": "thinking"})
+            published.set()
+            release.wait(5)
+        return event
+
+    pending = asyncio.ensure_future(database_sync_to_async(work)())
+    await asyncio.get_running_loop().run_in_executor(None, published.wait, 5)
+    assert await _receive(layer, channel, 0.3) is None  # published, not yet committed
+    release.set()
+    event = await pending
+    message = await _receive(layer, channel, 2)
+    assert message["type"] == "event.message"
+    assert message["event"]["id"] == event.pk
+    assert message["event"]["payload"] == {"phase": "thinking"}
+
+
+async def test_it_sends_nothing_and_keeps_nothing_on_rollback(redis_client):
+    layer, channel = await _subscribe("burst:events")
+
+    def work():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            publish("burst:events", "burst_start", {"burst": 1})
+            raise RuntimeError("boom")
+
+    await database_sync_to_async(work)()
+    assert await _receive(layer, channel, 0.5) is None
+    assert await database_sync_to_async(Event.objects.count)() == 0
+
+
+def test_it_refuses_unknown_topics():
+    with pytest.raises(UnknownTopic):
+        publish("nonsense", "x", {})
+    with pytest.raises(UnknownTopic):
+        publish("agent:bad id with spaces", "x", {})
+
+
+def test_events_are_append_only():
+    event = publish("quanta", "quantum_created", {"quantum_id": 1})
+    with pytest.raises(DatabaseError, match="append-only"):
+        Event.objects.filter(pk=event.pk).update(type="tampered")
+
+
+def test_events_are_full_text_searchable():
+    from django.contrib.postgres.search import SearchQuery
+
+    publish("quanta", "comment_added", {"text": "the migrations were failing"})
+    publish("quanta", "comment_added", {"text": "all good"})
+    found = Event.objects.filter(search=SearchQuery("migration", config="english"))
+    assert [e.payload["text"] for e in found] == ["the migrations were failing"]
