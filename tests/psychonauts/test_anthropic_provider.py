@@ -1,0 +1,125 @@
+"""The anthropic provider through the real SDK against a local fake of the streaming API."""
+
+from __future__ import annotations
+
+import pytest
+
+from bursts.models import AgentStatus
+from psychonauts.models import ToolCall, Usage
+from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server
+from psychonauts.services import agent_run_execute
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fake_env(monkeypatch, settings):
+    def point(base_url: str) -> None:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+
+    settings.PSYCHONAUTS_PROVIDER_RETRIES = 3
+    return point
+
+
+def test_it_streams_a_text_answer_and_records_usage(repo, make_run, fake_env):
+    run = make_run("reviewer", provider="anthropic")
+    deltas = []
+    with fake_anthropic_server([FakeReply(text="APPROVE\nLooks right to me.", tokens_in=1200,
+                                          tokens_out=300)]) as fake:  # fmt: skip
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(
+            agent_run_id=run.pk,
+            observer=lambda kind, data: deltas.append(data["text"]) if kind == "delta" else None,
+        )
+
+    assert outcome.status == "done", outcome.error
+    assert outcome.result.startswith("APPROVE")
+    assert "".join(deltas) == "APPROVE\nLooks right to me."
+    usage = Usage.objects.get(agent_run=run)
+    assert (usage.provider, usage.model) == ("anthropic", "claude-sonnet-4-6")
+    assert (usage.tokens_in, usage.tokens_out) == (1200, 300)
+    assert float(usage.cost_usd) == pytest.approx((1200 * 3 + 300 * 15) / 1e6)
+    request = fake.requests[0]
+    assert request["stream"] is True
+    assert request["model"] == "claude-sonnet-4-6"
+    assert any(t["name"] == "read_file" for t in request["tools"])
+
+
+def test_it_runs_tool_calls_and_sends_their_results_back(repo, make_run, fake_env):
+    run = make_run("coder", provider="anthropic")
+    replies = [
+        FakeReply(text="Writing.", tool_uses=[("write_file", {"path": "a.txt", "content": "A"})]),
+        FakeReply(text="Done."),
+    ]
+    with fake_anthropic_server(replies) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    call = ToolCall.objects.get(agent_run=run)
+    assert (call.name, call.input, call.is_error) == (
+        "write_file",
+        {"path": "a.txt", "content": "A"},
+        False,
+    )
+    second = fake.requests[1]["messages"]
+    assert second[1]["role"] == "assistant"
+    result = second[2]["content"][0]
+    assert result["type"] == "tool_result"
+    assert result["tool_use_id"] == call.tool_use_id
+    assert "wrote 1 characters" in result["content"]
+
+
+def test_it_retries_an_overloaded_stream_then_succeeds(repo, make_run, fake_env):
+    run = make_run("reviewer", provider="anthropic")
+    replies = [FakeReply(error="overloaded_error"), FakeReply(status=529), FakeReply(text="OK")]
+    with fake_anthropic_server(replies) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert outcome.result == "OK"
+    assert len(fake.requests) == 3
+
+
+def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
+    run = make_run("reviewer", provider="anthropic")
+    with fake_anthropic_server([FakeReply(status=429, error="rate_limit_error")] * 5) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert "rate_limit_error" in outcome.error
+    assert "after 3 attempts" in outcome.error
+    assert len(fake.requests) == 3
+    run.refresh_from_db()
+    assert run.status == AgentStatus.ERROR
+    assert run.error == outcome.error
+
+
+def test_it_does_not_retry_a_bad_request(repo, make_run, fake_env):
+    run = make_run("reviewer", provider="anthropic")
+    with fake_anthropic_server([FakeReply(status=400, error="invalid_request_error")] * 3) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert len(fake.requests) == 1
+
+
+def test_it_stops_before_a_call_that_would_exceed_the_budget(repo, make_run, fake_env, settings):
+    settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 0.01
+    run = make_run("coder", provider="anthropic")
+    replies = [
+        FakeReply(text="Step.", tool_uses=[("list_dir", {})], tokens_in=2000, tokens_out=500),
+        FakeReply(text="never sent"),
+    ]
+    with fake_anthropic_server(replies) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("budget:")
+    assert len(fake.requests) == 1, "the second call was never made"
+    assert Usage.objects.filter(agent_run=run).count() == 1
