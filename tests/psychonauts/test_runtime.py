@@ -1,0 +1,222 @@
+"""The agent loop's edges: bad tool calls, cancel, retries, registry, routing, YAML errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from bursts.models import AgentRun, AgentStatus
+from psychonauts.errors import InvalidDefinition
+from psychonauts.models import Role, ToolCall
+from psychonauts.providers.base import RunInfo
+from psychonauts.providers.scripted import script_for, script_parse
+from psychonauts.registry import registry_list
+from psychonauts.roles import roles_load
+from psychonauts.services import agent_run_create, agent_run_execute
+from psychonauts.tools import ToolContext, tool_execute
+
+pytestmark = pytest.mark.django_db
+
+BAD_TOOLS = """
+name: bad-tools
+match: {labels: [bad-tools]}
+turns:
+  - tools:
+      - frobnicate: {x: 1}
+      - write_file: {path: "a.txt"}
+      - write_file: {path: "../escape.txt", content: "x"}
+      - shell: {command: "rm -rf /"}
+  - text: "survived"
+"""
+
+
+def test_it_returns_bad_tool_calls_to_the_model_as_errors(repo, scripts, make_quantum, make_run):
+    scripts("bad-tools", BAD_TOOLS)
+    run = make_run("coder", quantum=make_quantum(labels=["bad-tools"]))
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done"
+    calls = {
+        c.name + str(i): c
+        for i, c in enumerate(ToolCall.objects.filter(agent_run=run).order_by("id"))
+    }
+    outputs = [c.output for c in calls.values()]
+    assert all(c.is_error for c in calls.values())
+    assert outputs[0].startswith("unknown tool 'frobnicate'")
+    assert outputs[1] == "invalid arguments for write_file: content: required"
+    assert "`..` leaves the workspace" in outputs[2]
+    assert "refused (danger)" in outputs[3]
+    assert not (repo.parent / "home" / "worktrees" / "escape.txt").exists()
+
+
+def _ctx(workspace: Path) -> ToolContext:
+    return ToolContext(
+        agent_run_id=0, agent_id="1_s0_coder", attempt=1, quantum_id=1, role="coder", depth=0,
+        workspace=workspace, shared=False,
+    )  # fmt: skip
+
+
+def test_it_refuses_paths_that_escape_the_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "secret.txt").write_text("s3cret")
+    (ws / "link").symlink_to(tmp_path / "secret.txt")
+    ctx = _ctx(ws)
+
+    for path in ["../secret.txt", "/etc/passwd", "link", "~/x", ".git/config"]:
+        result = tool_execute(ctx, "read_file", {"path": path}, [])
+        assert result.is_error, path
+        assert "refused" in result.output
+    assert (
+        tool_execute(ctx, "write_file", {"path": "ok/x.txt", "content": "y"}, []).is_error is False
+    )
+
+
+def test_it_refuses_an_ambiguous_edit(tmp_path):
+    ctx = _ctx(tmp_path)
+    (tmp_path / "f.py").write_text("x = 1\nx = 1\ny = 2\n")
+
+    ambiguous = tool_execute(ctx, "edit_file", {"path": "f.py", "old": "x = 1", "new": "x = 3"}, [])
+    unique = tool_execute(ctx, "edit_file", {"path": "f.py", "old": "y = 2", "new": "y = 5"}, [])
+
+    assert ambiguous.is_error
+    assert "ambiguous (2 matches)" in ambiguous.output
+    assert not unique.is_error
+    assert (tmp_path / "f.py").read_text() == "x = 1\nx = 1\ny = 5\n"
+
+
+def test_it_requires_a_lease_to_write_in_the_shared_tree(repo, settings, make_run):
+    settings.PSYCHONAUTS_WORKSPACE_MODE = "shared"
+    ctx, other = _ctx(repo), _ctx(repo)
+    other.agent_id = "2_s0_coder"
+
+    ctx.shared = other.shared = True
+    refused = tool_execute(ctx, "write_file", {"path": "calc.py", "content": "x"}, [])
+    leased = tool_execute(ctx, "lease_acquire", {"path": "calc.py"}, [])
+    written = tool_execute(ctx, "write_file", {"path": "calc.py", "content": "x"}, [])
+    conflict = tool_execute(other, "lease_acquire", {"path": "calc.py"}, [])
+
+    assert refused.is_error and "no exclusive lease" in refused.output
+    assert not leased.is_error
+    assert not written.is_error
+    assert conflict.is_error and "leased by 1_s0_coder#1" in conflict.output
+
+
+def test_it_stops_when_the_burst_manager_cancels_the_run(repo, make_run):
+    run = make_run("coder")
+
+    def cancel_on_first_tool(kind: str, payload: dict) -> None:
+        if kind == "tool_call":
+            AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.CANCELLED)
+
+    outcome = agent_run_execute(agent_run_id=run.pk, observer=cancel_on_first_tool)
+
+    assert outcome.status == "cancelled"
+    assert run.turns.count() == 1, "no provider call after the cancel"
+    run.refresh_from_db()
+    assert run.status == AgentStatus.CANCELLED
+
+
+def test_it_fails_the_first_attempt_and_succeeds_the_retry(repo, make_quantum, make_run):
+    quantum = make_quantum(labels=["flaky"])
+    first = make_run("coder", quantum=quantum)
+
+    failed = agent_run_execute(agent_run_id=first.pk)
+    second = agent_run_create(quantum_id=quantum.pk, role="coder")
+    succeeded = agent_run_execute(agent_run_id=second.pk)
+
+    assert failed.status == "error"
+    assert failed.error == "scripted failure on attempt 1 (retry me)"
+    assert second.attempt == 2
+    assert succeeded.status == "done", succeeded.error
+    assert "Succeeded on attempt 2" in succeeded.result
+
+
+def test_it_includes_the_threaded_context_verbatim_in_the_prompt(repo, make_run):
+    from psychonauts.services import _prompt
+
+    context = "## Stage 0 Results\n### Agent: 1_s0_planner\n1. do *this*\n2. then that"
+    run = make_run("coder", context=context)
+
+    assert context in _prompt(run)
+
+
+def test_it_routes_trivial_quanta_to_the_no_llm_executor(repo, make_quantum, make_run, settings):
+    settings.PSYCHONAUTS_TRIVIAL_NO_LLM = True
+    run = make_run("coder", quantum=make_quantum(complexity="trivial"), provider="anthropic")
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    run.refresh_from_db()
+    assert outcome.status == "done"
+    assert (run.provider, run.model) == ("noop", "noop")
+    assert outcome.result.startswith("noop:")
+
+
+def test_it_rebuilds_the_registry_from_postgres_after_a_flush(repo, make_run, redis_client):
+    live = make_run("coder")
+    finished = make_run("reviewer")
+    agent_run_execute(agent_run_id=finished.pk)
+
+    redis_client.flushdb()
+    entries = registry_list()
+
+    assert [e["agent_run_id"] for e in entries] == [live.pk]
+    assert entries[0]["status"] == "pending"
+
+
+def test_it_names_file_line_and_field_of_a_malformed_role(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nsystem_prompt: hi\nmax_turns: -3\n")
+
+    with pytest.raises(InvalidDefinition, match=r"bad\.yaml:3: max_turns: a positive whole number"):
+        roles_load(path)
+    assert not Role.objects.filter(name="bad").exists()
+
+
+def test_it_names_file_line_and_field_of_a_malformed_script(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: s\nturns:\n  - text: hi\n  - tools: {write_file: 3}\n")
+
+    with pytest.raises(InvalidDefinition, match=r"bad\.yaml:4: turns\.1\.tools: a list"):
+        script_parse(path)
+
+
+def test_it_picks_the_most_specific_script():
+    def run(role: str, labels: tuple[str, ...]) -> RunInfo:
+        return RunInfo(
+            agent_run_id=1, agent_id="x", role=role, attempt=1, quantum_id=1, labels=labels
+        )
+
+    assert script_for(run("coder", ())).name == "coder"
+    assert script_for(run("reviewer", ())).name == "default"
+    assert script_for(run("planner", ("spawn",))).name == "planner-spawn"
+    assert script_for(run("coder", ("flaky",))).name == "flaky"
+    assert script_for(run("coder", ("flaky", "script:fail"))).name == "fail"
+
+
+def test_it_lists_roles_and_runs_one_agent_from_the_command_line(repo, make_quantum, capsys):
+    quantum = make_quantum()
+
+    call_command("psychonaut", "roles")
+    call_command("psychonaut", "run", "--role", "coder", "--quantum", str(quantum.pk))
+
+    out = capsys.readouterr().out
+    for role in ["planner", "coder", "reviewer", "tester", "security"]:
+        assert role in out
+    assert "→ write_file" in out
+    assert "Running the tests." in out
+    assert "== done" in out
+
+
+def test_it_keeps_secrets_out_of_the_shell(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-very-secret")
+    result = tool_execute(_ctx(tmp_path), "shell", {"command": "echo key=$ANTHROPIC_API_KEY"}, [])
+
+    assert not result.is_error
+    assert "sk-very-secret" not in result.output
+    assert os.environ["ANTHROPIC_API_KEY"] == "sk-very-secret"
