@@ -152,6 +152,11 @@ def _run_finish(run: QuantumRun, status: str, reason: str = "") -> None:
         logger.info("run %s already finished; leaving it", run.pk)
         return
     run.status, run.error_reason = status, reason
+    if status != RunStatus.DONE:
+        # Agents that never started will not: say so instead of leaving them pending.
+        AgentRun.objects.filter(quantum_run_id=run.pk, status=AgentStatus.PENDING).update(
+            status=AgentStatus.CANCELLED, error=f"not run: {reason}", finished_at=timezone.now()
+        )
     burst_event(
         "run_complete",
         wave_id=run.wave_id,

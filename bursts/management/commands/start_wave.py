@@ -1,0 +1,134 @@
+"""`manage.py start_wave [--label L]... [--continuous] [--follow] [--json]`.
+
+With --follow it prints progress until the wave ends; the exit code then tells the outcome:
+0 every run succeeded, 1 the wave ended but some runs failed, 2 the wave failed or was cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annihilation.cli import emit_json
+from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
+from bursts.selectors import WaveProgress, wave_detail, wave_progress
+from bursts.services import wave_start
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
+    return int(value)
+
+
+def progress_line(p: WaveProgress) -> str:
+    def fmt(counts: dict[str, int]) -> str:
+        return " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"
+
+    return (
+        f"wave {p['wave_id']} [{p['status']}] bursts={p['bursts']} | runs: {fmt(p['runs'])}"
+        f" | agents: {fmt(p['agents'])} | stages: {fmt(p['stages'])}"
+    )
+
+
+def follow(cmd: BaseCommand, wave_id: int, *, timeout: float | None, to_stderr: bool) -> str:
+    """Print a line whenever progress changes; return the wave's final status."""
+    out = cmd.stderr if to_stderr else cmd.stdout
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = ""
+    while True:
+        p = wave_progress(wave_id=wave_id)
+        line = progress_line(p)
+        if line != last:
+            out.write(line)
+            last = line
+        if p["status"] in WAVE_TERMINAL:
+            return p["status"]
+        if deadline is not None and time.monotonic() > deadline:
+            raise CommandError(f"wave {wave_id} still running after {timeout} s", returncode=3)
+        time.sleep(0.25)
+
+
+def exit_code(detail: dict[str, Any]) -> int:
+    if detail["status"] != WaveStatus.DONE:
+        return 2
+    return 1 if any(r["status"] != RunStatus.DONE for r in detail["runs"]) else 0
+
+
+def summary(cmd: BaseCommand, detail: dict[str, Any]) -> None:
+    stats = detail["stats"]
+    cmd.stdout.write(
+        f"wave {detail['id']} {detail['status']}: {stats['bursts']} burst(s), "
+        f"{stats['runs_total']} run(s), {stats['agents_total']} agent run(s), "
+        f"{stats['duration_s']} s" + (f" — {detail['error']}" if detail["error"] else "")
+    )
+    for run in detail["runs"]:
+        cmd.stdout.write(
+            f"  burst {run['burst']} #{run['quantum_id']} {run['title']!r} via {run['pipeline']}: "
+            f"{run['status']} (quantum {run['quantum_status']})"
+            + (f" — {run['error']}" if run["error"] else "")
+        )
+        for agent in run["agents"]:
+            text = " ".join((agent["result"] or agent["error"]).split())[:100]
+            cmd.stdout.write(
+                f"      {agent['agent_id']}#{agent['attempt']} {agent['status']}: {text}"
+            )
+
+
+class Command(BaseCommand):
+    help = "Start a wave: bursts of ready quanta through their pipelines until nothing is ready."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--label",
+            action="append",
+            dest="labels",
+            default=[],
+            metavar="LABEL",
+            help="scope the wave to quanta with any of these labels (repeatable; default all)",
+        )
+        parser.add_argument(
+            "--continuous",
+            action="store_true",
+            help="start newly unblocked quanta at once, without burst barriers",
+        )
+        parser.add_argument(
+            "--max-bursts", type=_positive, help="default: settings.WAVE_MAX_BURSTS"
+        )
+        parser.add_argument(
+            "--follow", action="store_true", help="show progress until the wave ends"
+        )
+        parser.add_argument(
+            "--timeout", type=float, help="with --follow: give up after this many seconds"
+        )
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        as_json = bool(options["json"])
+        wave = wave_start(
+            labels=options["labels"],
+            continuous=bool(options["continuous"]),
+            max_bursts=options["max_bursts"],
+            started_by="cli",
+        )
+        if not options["follow"]:
+            if as_json:
+                emit_json(self.stdout, {"wave_id": wave.pk, "status": wave.status})
+            else:
+                self.stdout.write(f"wave {wave.pk} started ({wave.status})")
+            return
+        follow(self, wave.pk, timeout=options["timeout"], to_stderr=as_json)
+        detail = wave_detail(wave_id=wave.pk)
+        if as_json:
+            emit_json(self.stdout, detail)
+        else:
+            summary(self, detail)
+        code = exit_code(detail)
+        if code:
+            raise CommandError(
+                f"wave {wave.pk} {detail['status']}" + (" with failed runs" if code == 1 else ""),
+                returncode=code,
+            )

@@ -1,0 +1,178 @@
+"""Real Celery workers for the burst manager's tests.
+
+A worker is a subprocess on the test database (pytest-django's `test_<name>`) and the same
+Redis, with the test executor behind the seam and short leases and graces so the safety net
+acts within a test's patience. Tests that use it are `transaction=True`: the worker must see
+committed rows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from annihilation.celery import app
+from bursts.models import WAVE_TERMINAL, Wave
+from quanta.pipelines.services import pipelines_save
+from quanta.pipelines.spec import PipelineSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXECUTOR = "tests.bursts.executors.scripted"
+FAST = {
+    "ANNIHILATION_BURSTS_EXECUTOR": EXECUTOR,
+    "ANNIHILATION_HEARTBEAT_TTL_S": "1.0",
+    "ANNIHILATION_DISPATCH_GRACE_S": "1.5",
+    "ANNIHILATION_SAFETY_NET_INTERVAL_S": "0.5",
+    "ANNIHILATION_MAX_FAILURES": "2",
+}
+
+
+@dataclass
+class Worker:
+    """One `celery worker` subprocess (threads pool) with beat embedded when asked."""
+
+    env: dict[str, str]
+    tmp: Path
+    name: str
+    beat: bool = True
+    concurrency: int = 4
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.tmp / f"{self.name}.log"
+
+    def start(self, *, wait: bool = True) -> Worker:
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "annihilation", "worker",
+            "-P", "threads", "-c", str(self.concurrency), "-n", f"{self.name}@%h",
+            "--without-gossip", "--without-mingle", "-l", "warning",
+        ]  # fmt: skip
+        if self.beat:
+            cmd += ["-B", "-s", str(self.tmp / f"{self.name}-beat")]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+            replies = app.control.ping(
+                destination=[f"{self.name}@{os.uname().nodename}"], timeout=0.3
+            )
+            if replies:
+                return
+        raise AssertionError(f"worker {self.name} not ready:\n{self.log.read_text()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def worker_env(**overrides: str) -> dict[str, str]:
+    db = settings.DATABASES["default"]
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env = {**os.environ, **FAST, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def fast_settings(settings: Any, tmp_path: Path) -> Any:
+    """The test process itself uses the same executor and timings as the workers."""
+    settings.BURSTS_EXECUTOR = EXECUTOR
+    settings.BURSTS_HEARTBEAT_TTL_S = 1.0
+    settings.BURSTS_DISPATCH_GRACE_S = 1.5
+    settings.QUANTUM_MAX_CONSECUTIVE_FAILURES = 2
+    os.environ["BURSTS_TEST_STEP_LOG"] = str(tmp_path / "steps.log")
+    return settings
+
+
+@pytest.fixture
+def make_worker(tmp_path: Path, fast_settings: Any) -> Iterator[Callable[..., Worker]]:
+    made: list[Worker] = []
+
+    def make(name: str = "w1", *, beat: bool = True, start: bool = True, **env: str) -> Worker:
+        full = worker_env(BURSTS_TEST_STEP_LOG=os.environ["BURSTS_TEST_STEP_LOG"], **env)
+        w = Worker(env=full, tmp=tmp_path, name=f"bursts-{name}-{os.getpid()}", beat=beat)
+        made.append(w)
+        return w.start() if start else w
+
+    yield make
+    for w in made:
+        w.stop()
+    connection.close()
+
+
+@pytest.fixture
+def worker(make_worker: Callable[..., Worker]) -> Worker:
+    return make_worker()
+
+
+def wait_wave(wave_id: int, timeout: float = 30) -> Wave:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        wave = Wave.objects.get(pk=wave_id)
+        if wave.status in WAVE_TERMINAL:
+            return wave
+        time.sleep(0.1)
+    raise AssertionError(f"wave {wave_id} still running after {timeout} s")
+
+
+def pipeline(
+    name: str,
+    *stages: tuple[str, list[str]] | dict[str, Any],
+    default: bool = False,
+    labels: list[str] | None = None,
+    kinds: list[str] | None = None,
+) -> PipelineSpec:
+    """Save a pipeline: stages as (mode, roles) or full dicts (name, mode, agents, retries ...)."""
+    specs = []
+    for index, stage in enumerate(stages):
+        s = {"mode": stage[0], "agents": stage[1]} if isinstance(stage, tuple) else dict(stage)
+        specs.append(
+            {
+                "index": index,
+                "name": s.get("name", f"s{index}"),
+                "mode": s["mode"],
+                "agents": [{"role": r, "settings": {}} for r in s["agents"]],
+                "condition": s.get("condition", ""),
+                "retries": s.get("retries", 0),
+                "timeout_s": s.get("timeout_s", 0),
+            }
+        )
+    spec: PipelineSpec = {
+        "name": name,
+        "description": "",
+        "match_labels": sorted(labels or []),
+        "match_kinds": sorted(kinds or []),
+        "is_default": default,
+        "stages": specs,  # type: ignore[typeddict-item]
+    }
+    pipelines_save(specs=[("test", spec)])
+    return spec
