@@ -248,19 +248,22 @@ def _pipeline(
         seen: dict[str, int] = {}
         for index, stage_raw in enumerate(stages_raw):
             stage = _stage(stage_raw, index, line=_line(raw, "stages"), p=p, roles=roles)
+            # Duplicates are checked on the raw name, so an invalid stage still counts.
+            name_raw = stage_raw.get("name") if isinstance(stage_raw, _Node) else None
+            if isinstance(name_raw, str) and name_raw.strip():
+                key = name_raw.strip()
+                if key in seen:
+                    p.add(
+                        _line(stage_raw, "name"),
+                        f"stages[{index}].name",
+                        f"duplicate stage name {key!r} (also stages[{seen[key]}])",
+                    )
+                    ok = False
+                seen.setdefault(key, index)
             if stage is None:
                 ok = False
-                continue
-            if stage["name"] in seen:
-                where = stage_raw.lines.get("name", stage_raw.line)
-                p.add(
-                    where,
-                    f"stages[{index}].name",
-                    f"duplicate stage name {stage['name']!r} (also stages[{seen[stage['name']]}])",
-                )
-                ok = False
-            seen[stage["name"]] = index
-            stages.append(stage)
+            else:
+                stages.append(stage)
     if not ok:
         return None
     return {

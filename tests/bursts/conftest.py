@@ -109,16 +109,23 @@ def fast_settings(settings: Any, tmp_path: Path) -> Any:
     settings.BURSTS_HEARTBEAT_TTL_S = 1.0
     settings.BURSTS_DISPATCH_GRACE_S = 1.5
     settings.QUANTUM_MAX_CONSECUTIVE_FAILURES = 2
-    os.environ["BURSTS_TEST_STEP_LOG"] = str(tmp_path / "steps.log")
     return settings
 
 
 @pytest.fixture
-def make_worker(tmp_path: Path, fast_settings: Any) -> Iterator[Callable[..., Worker]]:
+def step_log(tmp_path: Path) -> Path:
+    return tmp_path / "steps.log"
+
+
+@pytest.fixture
+def make_worker(
+    tmp_path: Path, fast_settings: Any, step_log: Path
+) -> Iterator[Callable[..., Worker]]:
+    """Workers of one test (fault tests kill and restart them)."""
     made: list[Worker] = []
 
     def make(name: str = "w1", *, beat: bool = True, start: bool = True, **env: str) -> Worker:
-        full = worker_env(BURSTS_TEST_STEP_LOG=os.environ["BURSTS_TEST_STEP_LOG"], **env)
+        full = worker_env(BURSTS_TEST_STEP_LOG=str(step_log), **env)
         w = Worker(env=full, tmp=tmp_path, name=f"bursts-{name}-{os.getpid()}", beat=beat)
         made.append(w)
         return w.start() if start else w
@@ -129,9 +136,21 @@ def make_worker(tmp_path: Path, fast_settings: Any) -> Iterator[Callable[..., Wo
     connection.close()
 
 
+@pytest.fixture(scope="module")
+def module_worker(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
+    """One worker for a whole module: starting one costs about a second and a half."""
+    tmp = tmp_path_factory.mktemp("worker")
+    env = worker_env(BURSTS_TEST_STEP_LOG=str(tmp / "steps.log"))
+    w = Worker(env=env, tmp=tmp, name=f"bursts-mod-{os.getpid()}").start()
+    yield w
+    w.stop()
+
+
 @pytest.fixture
-def worker(make_worker: Callable[..., Worker]) -> Worker:
-    return make_worker()
+def worker(module_worker: Worker, fast_settings: Any) -> Worker:
+    return module_worker
 
 
 def wait_wave(wave_id: int, timeout: float = 30) -> Wave:
