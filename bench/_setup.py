@@ -32,7 +32,7 @@ def django_bench_db(name: str = "annihilation_bench") -> None:
 
 def pct(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def ms(seconds: float) -> str:

@@ -17,21 +17,24 @@ JSON object per line. `quanta export` writes the same format, so export -> impor
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from django.db import transaction
-from django.db.models.functions import Now
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.utils import timezone
 
 from annihilation.events import publish
 from quanta.errors import ImportFailed, InvalidQuantum
 from quanta.fields import FIELD_CHECKS
-from quanta.models import AuthorKind, Comment, Dependency, DependencyKind, Quantum, QuantumStatus
-from quanta.services import search_refresh
+from quanta.models import AuthorKind, DependencyKind, Quantum, QuantumStatus
+from quanta.services import SEARCH_VECTOR_SQL
 
 Ref = str | int
+ANALYZE_AFTER = 10_000  # rows imported at once
 
 IMPORTABLE_STATUSES = [
     QuantumStatus.OPEN,
@@ -45,7 +48,7 @@ EDGE_FIELDS = {
     "related": DependencyKind.RELATED,
     "discovered_from": DependencyKind.DISCOVERED_FROM,
 }
-FIELD_OF_KIND = {kind: name for name, kind in EDGE_FIELDS.items()}
+FIELD_OF_KIND: dict[str, str] = {kind: name for name, kind in EDGE_FIELDS.items()}
 KNOWN_KEYS = {"ref", "status", "close_reason", "parent", "comments", *FIELD_CHECKS, *EDGE_FIELDS}
 
 
@@ -66,7 +69,9 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping = loader.construct_mapping(node, deep=True)
+    mapping: dict[str, Any] = {
+        str(k): v for k, v in loader.construct_mapping(node, deep=True).items()
+    }
     mapping["__line__"] = node.start_mark.line + 1
     mapping["__lines__"] = {str(key.value): value.start_mark.line + 1 for key, value in node.value}
     return mapping
@@ -74,7 +79,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str,
 
 _LineLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
@@ -98,9 +103,9 @@ def _raw_records(path: Path, text: str) -> list[tuple[int, Any]]:
         data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
+        line_no = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ImportFailed([f"{name}:{line}: not valid YAML: {problem}"]) from None
+        raise ImportFailed([f"{name}:{line_no}: not valid YAML: {problem}"]) from None
     if isinstance(data, dict) and "quanta" in data:
         data = data["quanta"]
     if data is None:
@@ -191,8 +196,12 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
     return record if len(problems) == before else None
 
 
-def _resolve(records: list[Record], problems: list[str]) -> None:
-    """Check refs, existing ids, self-edges and cycles among the new `blocks` edges and parents."""
+def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
+    """Check refs, existing ids, self-edges and cycles among the new `blocks` edges and parents.
+
+    Returns the status of every existing quantum the file points at, read FOR SHARE so that none
+    of them can be closed or reopened before the import commits (the blocker counts depend on it).
+    """
     refs: dict[str, Record] = {}
     for record in records:
         if record.ref is None:
@@ -204,11 +213,18 @@ def _resolve(records: list[Record], problems: list[str]) -> None:
         refs[record.ref] = record
     wanted_ids = {t for r in records for _, t in r.edges if isinstance(t, int)}
     wanted_ids |= {r.parent for r in records if isinstance(r.parent, int)}
-    existing = set(Quantum.objects.filter(pk__in=wanted_ids).values_list("pk", flat=True))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, status FROM quanta_quantum WHERE id = ANY(%s) ORDER BY id FOR SHARE",
+            [sorted(wanted_ids)],
+        )
+        existing: dict[int, str] = dict(cursor.fetchall())
     for record in records:
-        targets = [("parent", record.parent)] if record.parent is not None else []
-        targets += [(FIELD_OF_KIND[kind], target) for kind, target in record.edges]
-        for label, target in targets:
+        pointers: list[tuple[str, Ref]] = (
+            [("parent", record.parent)] if record.parent is not None else []
+        )
+        pointers += [(FIELD_OF_KIND[kind], target) for kind, target in record.edges]
+        for label, target in pointers:
             if isinstance(target, int) and target not in existing:
                 problems.append(f"{record.where}: {label}: no quantum #{target}")
             elif isinstance(target, str) and target not in refs:
@@ -218,21 +234,26 @@ def _resolve(records: list[Record], problems: list[str]) -> None:
             elif isinstance(target, str) and refs[target] is record:
                 problems.append(f"{record.where}: {label}: a quantum cannot point at itself")
     if problems:
-        return
+        return existing
     # Only edges between new records can form a cycle: existing quanta cannot point at new ones.
-    for label, kinds in (("depends_on", {DependencyKind.BLOCKS}), ("parent", None)):
+    graphs: tuple[tuple[str, set[str] | None], ...] = (
+        ("depends_on", {DependencyKind.BLOCKS}),
+        ("parent", None),
+    )
+    for label, kinds in graphs:
         graph: dict[int, list[int]] = {}
         index = {id(r): i for i, r in enumerate(records)}
         for i, record in enumerate(records):
             if kinds is None:
-                targets = [record.parent] if isinstance(record.parent, str) else []
+                local = [record.parent] if isinstance(record.parent, str) else []
             else:
-                targets = [t for k, t in record.edges if k in kinds and isinstance(t, str)]
-            graph[i] = [index[id(refs[t])] for t in targets]
+                local = [t for k, t in record.edges if k in kinds and isinstance(t, str)]
+            graph[i] = [index[id(refs[t])] for t in local]
         cycle = _find_cycle(graph)
         if cycle:
             names = " -> ".join(records[i].ref or records[i].where for i in cycle)
             problems.append(f"{records[cycle[0]].where}: {label}: cycle {names}")
+    return existing
 
 
 def _find_cycle(graph: dict[int, list[int]]) -> list[int] | None:
@@ -263,8 +284,11 @@ def _find_cycle(graph: dict[int, list[int]]) -> list[int] | None:
     return None
 
 
-def parse_import(path: Path) -> list[Record]:
-    """Read and validate the whole file; raises ImportFailed listing every problem."""
+def parse_import(path: Path) -> tuple[list[Record], dict[int, str]]:
+    """Read and validate the whole file; raises ImportFailed listing every problem.
+
+    Returns the records and the statuses of the existing quanta they point at.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -275,61 +299,146 @@ def parse_import(path: Path) -> list[Record]:
         record = _parse_record(path.name, line, raw, problems)
         if record is not None:
             records.append(record)
+    existing: dict[int, str] = {}
     if not problems:
-        _resolve(records, problems)
+        existing = _resolve(records, problems)
     if problems:
         raise ImportFailed(problems)
-    return records
+    return records, existing
 
 
-BATCH = 5000
+def _copy(table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """COPY rows in: several times faster than INSERT for bulk data, and still transactional."""
+    with (
+        connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+    ):
+        for row in rows:
+            copy.write_row(row)
+
+
+def _default(field_name: str) -> Any:
+    model_field = Quantum._meta.get_field(field_name)
+    assert isinstance(model_field, models.Field)
+    return model_field.get_default()
+
+
+def _allocate_ids(count: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence('quanta_quantum', 'id')) FROM generate_series(1, %s)",
+            [count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+QUANTUM_COLUMNS = [
+    "id",
+    "title",
+    "body",
+    "kind",
+    "status",
+    "priority",
+    "labels",
+    "parent_id",
+    "pipeline",
+    "acceptance",
+    "verify_commands",
+    "complexity",
+    "close_reason",
+    "created_at",
+    "updated_at",
+    "closed_at",
+    "open_blockers",
+]
 
 
 @transaction.atomic
 def quanta_import(*, path: Path) -> list[int]:
     """Import every record of the file, or nothing. Returns the new ids in file order."""
-    records = parse_import(path)
+    records, existing = parse_import(path)
     if not records:
         return []
-    quanta = [
-        Quantum(
-            status=r.status,
-            close_reason=r.close_reason if r.status == QuantumStatus.CLOSED else "",
-            parent_id=r.parent if isinstance(r.parent, int) else None,
-            **r.fields,
-        )
-        for r in records
-    ]
-    Quantum.objects.bulk_create(quanta, batch_size=BATCH)
-    ids = [q.pk for q in quanta]
-    by_ref = {r.ref: q.pk for r, q in zip(records, quanta, strict=True) if r.ref is not None}
+    ids = _allocate_ids(len(records))
+    by_ref = {r.ref: qid for r, qid in zip(records, ids, strict=True) if r.ref is not None}
+    status_of = {r.ref: r.status for r in records if r.ref is not None}
 
     def resolve(target: Ref) -> int:
         return target if isinstance(target, int) else by_ref[target]
 
-    with_local_parent = []
-    for record, quantum in zip(records, quanta, strict=True):
-        if isinstance(record.parent, str):
-            quantum.parent_id = by_ref[record.parent]
-            with_local_parent.append(quantum)
-    Quantum.objects.bulk_update(with_local_parent, ["parent_id"], batch_size=BATCH)
-    Dependency.objects.bulk_create(
+    def open_blockers(record: Record) -> int:
+        targets = {t for k, t in record.edges if k == DependencyKind.BLOCKS}
+        return sum(
+            (existing[t] if isinstance(t, int) else status_of[t]) != QuantumStatus.CLOSED
+            for t in targets
+        )
+
+    now = timezone.now()
+    defaults = {f: _default(f) for f in FIELD_CHECKS}
+    # Edges and comments go in before their quanta (the foreign keys are deferred to commit):
+    # the open_blockers trigger then finds no quantum rows to bump, and each quantum row is
+    # written once, with its blocker count computed here and its search vector computed by the
+    # INSERT ... SELECT from a staging table, instead of written and then rewritten.
+    _copy(
+        "quanta_dependency",
+        ["quantum_id", "depends_on_id", "kind", "created_at"],
         (
-            Dependency(quantum_id=q.pk, depends_on_id=resolve(target), kind=kind)
-            for r, q in zip(records, quanta, strict=True)
+            (qid, resolve(target), kind, now)
+            for r, qid in zip(records, ids, strict=True)
             for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
         ),
-        batch_size=BATCH,
     )
-    Comment.objects.bulk_create(
+    _copy(
+        "quanta_comment",
+        ["quantum_id", "author_kind", "author", "body", "created_at"],
         (
-            Comment(quantum_id=q.pk, author_kind=kind, author=author, body=body)
-            for r, q in zip(records, quanta, strict=True)
+            (qid, kind, author, body, now)
+            for r, qid in zip(records, ids, strict=True)
             for kind, author, body in r.comments
         ),
-        batch_size=BATCH,
     )
-    Quantum.objects.filter(pk__in=ids, status=QuantumStatus.CLOSED).update(closed_at=Now())
-    search_refresh(ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE import_quanta (LIKE quanta_quantum INCLUDING DEFAULTS) ON COMMIT DROP"
+        )
+    _copy(
+        "import_quanta",
+        QUANTUM_COLUMNS,
+        (
+            (
+                qid,
+                f["title"],
+                f["body"],
+                f["kind"],
+                r.status,
+                f["priority"],
+                f["labels"],
+                resolve(r.parent) if r.parent is not None else None,
+                f["pipeline"],
+                f["acceptance"],
+                f["verify_commands"],
+                f["complexity"],
+                r.close_reason if r.status == QuantumStatus.CLOSED else "",
+                now,
+                now,
+                now if r.status == QuantumStatus.CLOSED else None,
+                open_blockers(r),
+            )
+            for r, qid in zip(records, ids, strict=True)
+            for f in ({**defaults, **r.fields},)
+        ),
+    )
+    columns = ", ".join(QUANTUM_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO quanta_quantum ({columns}, search_vector)"
+            f" SELECT {columns}, {SEARCH_VECTOR_SQL.format(q='s')} FROM import_quanta s",
+            {"cfg": settings.SEARCH_CONFIG},
+        )
+        cursor.execute("DROP TABLE import_quanta")
+    if len(ids) >= ANALYZE_AFTER:
+        # Fresh planner statistics, or the first queries after a big import plan blind.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE quanta_quantum, quanta_dependency")
     publish("quanta", "quanta_imported", {"count": len(ids), "file": path.name})
     return ids

@@ -97,7 +97,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun if n == 1 else plural}"
 
 
-_STATUS_REASONS = {
+_STATUS_REASONS: dict[str, str] = {
     S.IN_PROGRESS: "it is in progress (a run holds it)",
     S.CLOSED: "it is closed",
     S.DEFERRED: "it is deferred (reopen it to make it eligible)",

@@ -58,21 +58,23 @@ def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
     )
 
 
+# The full-text vector of quantum `{q}`: title (A), body (B) and all its comments (C).
+SEARCH_VECTOR_SQL = """
+    setweight(to_tsvector(%(cfg)s::regconfig, {q}.title), 'A')
+    || setweight(to_tsvector(%(cfg)s::regconfig, {q}.body), 'B')
+    || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
+        (SELECT string_agg(c.body, ' ') FROM quanta_comment c WHERE c.quantum_id = {q}.id), '')), 'C')
+"""
+
+
 def search_refresh(quantum_ids: Sequence[int]) -> None:
-    """Recompute the full-text vectors: title (A), body (B) and all comments (C)."""
+    """Recompute the full-text vectors of these quanta."""
     if not quantum_ids:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE quanta_quantum q SET search_vector =
-                setweight(to_tsvector(%(cfg)s::regconfig, q.title), 'A')
-                || setweight(to_tsvector(%(cfg)s::regconfig, q.body), 'B')
-                || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
-                    (SELECT string_agg(c.body, ' ') FROM quanta_comment c
-                     WHERE c.quantum_id = q.id), '')), 'C')
-            WHERE q.id = ANY(%(ids)s)
-            """,
+            f"UPDATE quanta_quantum q SET search_vector = {SEARCH_VECTOR_SQL.format(q='q')}"
+            " WHERE q.id = ANY(%(ids)s)",
             {"cfg": settings.SEARCH_CONFIG, "ids": list(quantum_ids)},
         )
 

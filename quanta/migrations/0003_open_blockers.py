@@ -4,24 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quanta', '0002_pipelines'),
+        ("quanta", "0002_pipelines"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='quantum',
-            name='quantum_ready_order',
+            model_name="quantum",
+            name="quantum_ready_order",
         ),
         migrations.AddField(
-            model_name='quantum',
-            name='open_blockers',
+            model_name="quantum",
+            name="open_blockers",
             field=models.PositiveIntegerField(default=0, editable=False),
         ),
         migrations.AddIndex(
-            model_name='quantum',
-            index=models.Index(condition=models.Q(('open_blockers', 0), ('status', 'open')), fields=['priority', 'created_at', 'id'], name='quantum_ready_order'),
+            model_name="quantum",
+            index=models.Index(
+                condition=models.Q(("open_blockers", 0), ("status", "open")),
+                fields=["priority", "created_at", "id"],
+                name="quantum_ready_order",
+            ),
         ),
     ]
 

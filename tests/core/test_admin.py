@@ -19,7 +19,7 @@ def admin_client(client):
 
 
 def test_every_registered_model_has_working_admin_pages(admin_client):
-    a, b = make_chain(2)
+    a, _b = make_chain(2)
     publish("quanta", "quantum_created", {"quantum_id": a.pk})
     for model in admin.site._registry:
         meta = model._meta

@@ -21,7 +21,7 @@ async def connect(user):
 
 
 async def test_it_refuses_anonymous_users():
-    communicator, connected = await connect(AnonymousUser())
+    _communicator, connected = await connect(AnonymousUser())
     assert not connected
 
 

@@ -159,3 +159,30 @@ def test_export_round_trips_through_import(tmp_path, capsys):
     assert Dependency.objects.get(quantum_id=b).depends_on_id == a
     assert Quantum.objects.get(pk=b).parent_id == a
     assert Quantum.objects.get(pk=a).comments.get().body == "hello"
+
+
+def test_imported_quanta_are_ready_exactly_when_their_blockers_are_closed(tmp_path):
+    from quanta import services
+    from quanta.selectors import quanta_ready, quanta_search
+
+    open_existing = make_quantum("open existing")
+    closed_existing = make_quantum("closed existing")
+    services.quantum_close(quantum_id=closed_existing.pk, reason="ok")
+    path = write(
+        tmp_path,
+        "mix.yaml",
+        f"""\
+        - {{ref: done, title: Done in file, status: closed}}
+        - {{ref: todo, title: Todo in file}}
+        - {{ref: free, title: Free, depends_on: [done, {closed_existing.pk}], comments: [zebra]}}
+        - {{ref: held, title: Held, depends_on: [done, todo, {open_existing.pk}]}}
+        """,
+    )
+    _, todo, free, held = quanta_import(path=path)
+    assert Quantum.objects.get(pk=held).open_blockers == 2
+    ready = [q.pk for q in quanta_ready()]
+    assert free in ready and todo in ready and held not in ready
+    services.quantum_close(quantum_id=todo, reason="ok")
+    services.quantum_close(quantum_id=open_existing.pk, reason="ok")
+    assert held in [q.pk for q in quanta_ready()]
+    assert [h.quantum.pk for h in quanta_search(query="zebra")] == [free]

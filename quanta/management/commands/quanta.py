@@ -6,7 +6,7 @@ import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -47,8 +47,9 @@ class Command(BaseCommand):
         common.add_argument("--json", action="store_true", help="machine-readable output")
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
-        def add(name: str, help_text: str) -> argparse.ArgumentParser:
-            return sub.add_parser(name, help=help_text, parents=[common])  # type: ignore[no-any-return]
+        def add(name: str, help_text: str) -> CommandParser:
+            parser: CommandParser = sub.add_parser(name, help=help_text, parents=[common])  # type: ignore[list-item]
+            return parser
 
         def fields(p: argparse.ArgumentParser, *, create: bool) -> None:
             p.add_argument("--body")
@@ -257,7 +258,7 @@ class Command(BaseCommand):
             "verify_commands",
             "complexity",
         )
-        changes: services.QuantumChanges = {k: o[k] for k in keys if o[k] is not None}  # type: ignore[misc]
+        changes = cast(services.QuantumChanges, {k: o[k] for k in keys if o[k] is not None})
         quantum = services.quantum_update(
             quantum_id=o["id"], changes=changes, parent_id=o["parent"], clear_parent=o["no_parent"]
         )
