@@ -59,6 +59,14 @@ as_pg() {
 
 PG_DATA="$HOME_DIR/pg"
 REDIS_DIR="$HOME_DIR/redis"
+# As root, Postgres runs as the `postgres` user, which must be able to reach the data folder. A
+# project checked out under a private folder (/root/...) is not reachable: then the cluster lives
+# in a folder of its own under /var/tmp, named after the project folder, so it is still per-project.
+choose_pg_data() {
+    if [ "$(id -u)" = 0 ] && id postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$HOME_DIR" 2>/dev/null; then
+        PG_DATA="/var/tmp/annihilation-pg-$(printf '%s' "$HOME_DIR" | md5sum | cut -c1-12)"
+    fi
+}
 
 pg_running() { [ -f "$PG_DATA/PG_VERSION" ] && as_pg "$BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
 redis_running() { redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
@@ -70,7 +78,8 @@ start_pg() {
     chmod 700 "$PG_DATA"
     if [ "$(id -u)" = 0 ]; then
         chown postgres:postgres "$PG_DATA"
-        runuser -u postgres -- test -w "$PG_DATA" || die "the postgres user cannot reach $PG_DATA (a parent folder is not traversable); move the project or set ANNIHILATION_HOME to a folder it can reach"
+        runuser -u postgres -- test -w "$PG_DATA" || die "the postgres user cannot write to $PG_DATA; set ANNIHILATION_HOME to a folder it can reach"
+        [ "$PG_DATA" = "$HOME_DIR/pg" ] || say "the postgres user cannot reach $HOME_DIR: its cluster lives in $PG_DATA"
     fi
     if [ ! -f "$PG_DATA/PG_VERSION" ]; then
         say "initialising a Postgres cluster in $PG_DATA"
@@ -114,13 +123,15 @@ case "$action" in
         mkdir -p "$HOME_DIR"
         chmod 755 "$HOME_DIR"
         ensure_installed
+        choose_pg_data
         BIN=$(pg_bin)
         start_pg
         ensure_db
         start_redis
         ;;
-    stop) stop_all ;;
+    stop) choose_pg_data; stop_all ;;
     status)
+        choose_pg_data
         BIN=$(pg_bin || true)
         if [ -n "$BIN" ] && pg_running; then say "postgres: running on $PG_PORT"; else say "postgres: stopped"; fi
         if redis_running; then say "redis: running on $REDIS_PORT"; else say "redis: stopped"; fi
