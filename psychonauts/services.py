@@ -328,6 +328,10 @@ class _Runner:
                     depth=self.run.depth,
                 ),
             )
+            if self.provider.uses_llm and not connection.in_atomic_block:
+                # An LLM call can take a minute: do not sit on a Postgres connection meanwhile
+                # (100 concurrent agents on a threads worker would otherwise hold 100).
+                connection.close()
             try:
                 response = self.provider.complete(request, self.on_text)
             finally:

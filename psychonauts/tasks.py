@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
+# Imported with the worker, not by its first task: the SDK takes about a second to import.
+import psychonauts.providers.anthropic  # noqa: F401
 from psychonauts.errors import AgentRunNotFound
 from psychonauts.services import AgentOutcomeDict, agent_run_execute
 

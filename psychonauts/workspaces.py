@@ -91,11 +91,14 @@ def workspace_ensure(*, quantum_id: int) -> Path:
     if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
         return repo
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
-    with _file_lock("worktrees"):
+    if (path / ".git").exists():
+        return path
+    # Per quantum: agents of one quantum wait for each other, other quanta go on in parallel
+    # (git takes its own lock on each new branch ref).
+    with _file_lock(f"worktree-q{quantum_id}"):
         if (path / ".git").exists():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        git("worktree", "prune", cwd=repo)
         branch = branch_for(quantum_id)
         exists = subprocess.run(
             ["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
@@ -103,10 +106,13 @@ def workspace_ensure(*, quantum_id: int) -> Path:
             capture_output=True,
             check=False,
         )
-        if exists.returncode == 0:
-            git("worktree", "add", "-q", str(path), branch, cwd=repo)
-        else:
-            git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+        args = [str(path), branch] if exists.returncode == 0 else ["-b", branch, str(path), "HEAD"]
+        try:
+            git("worktree", "add", "-q", *args, cwd=repo)
+        except WorkspaceError:
+            # A worktree folder deleted by hand is still registered: prune it and try again.
+            git("worktree", "prune", cwd=repo)
+            git("worktree", "add", "-q", *args, cwd=repo)
     return path
 
 

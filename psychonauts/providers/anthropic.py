@@ -9,7 +9,9 @@ clear error naming the last failure.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import threading
 import time
 from typing import Any
 
@@ -39,6 +41,26 @@ def _error_type(exc: anthropic.APIStatusError) -> str:
     return ""
 
 
+_clients: dict[tuple[str, str], anthropic.Anthropic] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client() -> anthropic.Anthropic:
+    """One client (one connection pool) per process and endpoint, shared by all agent threads.
+
+    Building a client loads TLS certificates (tens of ms of CPU); a hundred agents each making
+    their own would spend more CPU on that than on their turns. httpx clients are thread-safe.
+    Reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the environment.
+    """
+    key = (os.environ.get("ANTHROPIC_BASE_URL", ""), os.environ.get("ANTHROPIC_API_KEY", ""))
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = anthropic.Anthropic(max_retries=0)
+            _clients[key] = client
+        return client
+
+
 def is_retryable(exc: Exception) -> bool:
     if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
         return True
@@ -57,8 +79,7 @@ class AnthropicProvider:
     @property
     def client(self) -> anthropic.Anthropic:
         if self._client is None:
-            # Reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the environment.
-            self._client = anthropic.Anthropic(max_retries=0)
+            self._client = shared_client()
         return self._client
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:

@@ -1,0 +1,205 @@
+"""100 agents at once on one Celery worker against a slow fake LLM (each call sleeps 1 s).
+
+Prints: wall time of 100 concurrent agents vs one agent doing the same number of turns (target
+under 1.5x), memory per concurrent agent (worker RSS growth / agents), tool-call overhead per
+turn, and the same load on a prefork worker, which is why agents run on the threads pool.
+
+    python bench/agents_concurrency.py [--agents 100] [--turns 3]
+Uses DATABASE_URL / REDIS_URL like the app (make bench: the dev services); it migrates, works in
+a temporary ANNIHILATION_HOME and its own Celery queue, and leaves its quanta labelled `bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BASE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE))
+HOME = Path(tempfile.mkdtemp(prefix="annihilation-bench-"))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
+os.environ["ANNIHILATION_HOME"] = str(HOME)
+os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
+os.environ["ANTHROPIC_API_KEY"] = "bench"
+os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server  # noqa: E402
+
+QUEUE = "bench-agents"
+
+
+def slow_llm(turns: int):
+    def reply(body: dict[str, Any]) -> FakeReply:
+        index = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if index < turns - 1:
+            path = f"bench/{abs(hash(str(body['messages'][0]['content']))) % 10**8}-{index}.txt"
+            return FakeReply(
+                text=f"turn {index}",
+                tool_uses=[("write_file", {"path": path, "content": "x" * 200})],
+                delay_s=1.0,
+            )
+        return FakeReply(text="all done", delay_s=1.0)
+
+    return reply
+
+
+def tree_rss_kb(pid: int) -> int:
+    """RSS of a process and all its descendants (prefork children included)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                children = (task / "children").read_text().split()
+                todo.extend(int(c) for c in children)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def start_worker(pool: str, concurrency: int) -> subprocess.Popen[bytes]:
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", pool,
+         "-c", str(concurrency), "-Q", QUEUE, "--loglevel", "WARNING", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "-n", f"bench-{pool}@%h"],
+        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    from annihilation.celery import app
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        replies = app.control.ping(destination=[f"bench-{pool}@{os.uname().nodename}"], timeout=0.5)
+        if replies:
+            time.sleep(0.5)  # let the pool settle before measuring its idle memory
+            return worker
+    worker.kill()
+    raise SystemExit(f"the {pool} worker did not start")
+
+
+def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
+    """Enqueue `count` agent runs at once; returns wall time, peak RSS (kB) and run ids."""
+    from psychonauts.services import agent_run_create
+    from psychonauts.tasks import execute_agent_run
+    from quanta.services import quantum_create
+
+    runs = []
+    for n in range(count):
+        q = quantum_create(title=f"bench agent {n}", labels=["bench"])
+        runs.append(agent_run_create(quantum_id=q.pk, role="coder", provider="anthropic"))
+    connection.close()
+    started = time.monotonic()
+    results = [execute_agent_run.apply_async((r.pk,), queue=QUEUE) for r in runs]
+    peak = 0
+    pending = list(results)
+    while pending:
+        peak = max(peak, tree_rss_kb(worker_pid))
+        pending = [r for r in pending if not r.ready()]
+        time.sleep(0.05)
+    wall = time.monotonic() - started
+    bad = [r.result for r in results if r.result.get("status") != "done"]
+    if bad:
+        raise SystemExit(f"{len(bad)} agents did not finish: {bad[:3]}")
+    return wall, peak, [r.pk for r in runs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--prefork", type=int, default=8, help="prefork processes to compare")
+    args = parser.parse_args()
+
+    from bursts.models import AgentRun
+    from psychonauts.models import AgentTurn, ToolCall
+    from psychonauts.roles import roles_sync_defaults
+    from psychonauts.workspaces import demo_repo_ensure
+
+    call_command("migrate", verbosity=0)
+    roles_sync_defaults()
+    demo_repo_ensure(HOME / "repo")
+
+    with fake_anthropic_server(slow_llm(args.turns)) as fake:
+        os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
+        print(f"fake LLM at {fake.base_url}: each call sleeps 1 s; {args.turns} turns per agent")
+
+        worker = start_worker("threads", args.agents)
+        try:
+            idle = tree_rss_kb(worker.pid)
+            single, _, _ = run_batch(1, worker.pid)
+            wall, peak, ids = run_batch(args.agents, worker.pid)
+        finally:
+            worker.terminate()
+            worker.wait()
+
+        turns = AgentTurn.objects.filter(agent_run_id__in=ids).count()
+        calls = list(
+            ToolCall.objects.filter(agent_run_id__in=ids).values_list("duration_ms", flat=True)
+        )
+        runs = AgentRun.objects.filter(pk__in=ids)
+        spans = [
+            (r.finished_at - r.started_at).total_seconds()
+            for r in runs.only("started_at", "finished_at")
+            if r.finished_at and r.started_at
+        ]
+        llm_s = args.turns * 1.0
+        print(f"\n== threads pool, concurrency {args.agents}")
+        print(
+            f"single agent          : {single:6.2f} s wall ({args.turns} turns, {llm_s:.0f} s of LLM)"
+        )
+        print(f"{args.agents} agents at once   : {wall:6.2f} s wall")
+        print(
+            f"ratio                 : {wall / single:6.2f}x the single-agent time (target < 1.5x)"
+        )
+        print(f"worker RSS idle / peak: {idle / 1024:6.1f} MB / {peak / 1024:.1f} MB")
+        print(f"memory per agent      : {(peak - idle) / 1024 / args.agents:6.2f} MB")
+        per_turn = (statistics.mean(spans) - llm_s) / args.turns
+        print(f"turns checkpointed    : {turns} ({turns / args.agents:.1f} per agent)")
+        print(
+            f"tool call (median)    : {statistics.median(calls):6.1f} ms (write_file, incl. DB rows)"
+        )
+        print(f"runtime overhead/turn : {per_turn * 1000:6.1f} ms (agent span - LLM time) / turns,"
+              " under 100-way contention")  # fmt: skip
+
+        prefork_n = min(args.prefork * 2, args.agents)
+        worker = start_worker("prefork", args.prefork)
+        try:
+            idle_p = tree_rss_kb(worker.pid)
+            wall_p, peak_p, _ = run_batch(prefork_n, worker.pid)
+        finally:
+            worker.terminate()
+            worker.wait()
+        print(f"\n== prefork pool, {args.prefork} processes, {prefork_n} agents")
+        print(f"wall                  : {wall_p:6.2f} s ({prefork_n / wall_p:.1f} agents/s vs "
+              f"threads {args.agents / wall:.1f} agents/s)")  # fmt: skip
+        per_proc = peak_p / 1024 / (args.prefork + 1)
+        print(f"worker RSS idle / peak: {idle_p / 1024:6.1f} MB / {peak_p / 1024:.1f} MB "
+              f"({per_proc:.1f} MB per process)")  # fmt: skip
+        print(
+            f"{args.agents} concurrent agents would need {args.agents} processes "
+            f"≈ {per_proc * args.agents / 1024:.1f} GB vs {peak / 1024:.0f} MB on threads"
+        )
+        print(
+            "\n=> agents are I/O-bound (waiting on the LLM): run them on "
+            "`celery worker --pool threads -c 100`."
+        )
+
+
+if __name__ == "__main__":
+    main()
