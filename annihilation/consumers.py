@@ -25,6 +25,9 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=4401)
             return
         self.topics: list[str] = []
+        # Ids sent by the catch-up: their live copies may still be in flight, and are dropped.
+        # (Not "everything below the highest id": a lower id can commit after a higher one.)
+        self.caught_up: set[int] = set()
         await self.accept()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -45,6 +48,7 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         after = content.get("after")
         if isinstance(after, int):
             for message in await database_sync_to_async(events_after)(topics=topics, after=after):
+                self.caught_up.add(message["id"])
                 await self.send_json({"event": message})
 
     async def disconnect(self, code: int) -> None:
@@ -52,4 +56,7 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.channel_layer.group_discard(group_for_topic(topic), self.channel_name)
 
     async def event_message(self, message: ChannelEvent) -> None:
+        if message["event"]["id"] in self.caught_up:
+            self.caught_up.discard(message["event"]["id"])
+            return
         await self.send_json({"event": message["event"]})

@@ -28,7 +28,7 @@ async def test_it_refuses_anonymous_users():
 async def test_it_catches_up_then_streams_live(redis_client):
     user = await database_sync_to_async(User.objects.create_user)("op", password="pw")
     missed = await database_sync_to_async(publish)("quanta", "quantum_created", {"quantum_id": 1})
-    communicator, connected = await connect(user)
+    communicator, connected = await connect(user)  # its live copy may still be in flight
     assert connected
     await communicator.send_json_to({"subscribe": ["quanta"], "after": missed.pk - 1})
     caught_up = await communicator.receive_json_from(timeout=2)
@@ -36,6 +36,7 @@ async def test_it_catches_up_then_streams_live(redis_client):
     live = await database_sync_to_async(publish)("quanta", "quantum_closed", {"quantum_id": 1})
     message = await communicator.receive_json_from(timeout=2)
     assert message["event"]["id"] == live.pk and message["event"]["type"] == "quantum_closed"
+    assert await communicator.receive_nothing(timeout=0.3)  # no duplicate of the caught-up one
     await communicator.disconnect()
 
 

@@ -86,3 +86,19 @@ def test_events_are_full_text_searchable():
     publish("quanta", "comment_added", {"text": "all good"})
     found = Event.objects.filter(search=SearchQuery("migration", config="english"))
     assert [e.payload["text"] for e in found] == ["the migrations were failing"]
+
+
+async def test_live_sends_keep_publication_order(redis_client):
+    from annihilation.events import flush_live
+
+    layer, channel = await _subscribe("agent:order_s0_coder")
+
+    def work():
+        for n in range(50):
+            with transaction.atomic():
+                publish("agent:order_s0_coder", "text", {"n": n})
+        return flush_live(timeout=5)
+
+    assert await database_sync_to_async(work)()
+    received = [(await _receive(layer, channel, 2))["event"]["payload"]["n"] for _ in range(50)]
+    assert received == list(range(50))
