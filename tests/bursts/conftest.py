@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from django.conf import settings
 from django.db import connection
 
-from annihilation.celery import app
 from bursts.models import WAVE_TERMINAL, Wave
 from quanta.pipelines.services import pipelines_save
 from quanta.pipelines.spec import PipelineSpec
@@ -47,8 +48,11 @@ class Worker:
     name: str
     beat: bool = True
     concurrency: int = 4
+    step_log: Path = Path("/dev/null")
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(init=False)
+    restarts: int = 0
+    _supervising: bool = False
 
     def __post_init__(self) -> None:
         self.log = self.tmp / f"{self.name}.log"
@@ -73,12 +77,26 @@ class Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
-            replies = app.control.ping(
-                destination=[f"{self.name}@{os.uname().nodename}"], timeout=0.3
-            )
+            with Celery(broker=self.env["REDIS_URL"]) as probe:
+                replies = probe.control.ping(
+                    destination=[f"{self.name}@{os.uname().nodename}"], timeout=0.3
+                )
             if replies:
                 return
         raise AssertionError(f"worker {self.name} not ready:\n{self.log.read_text()}")
+
+    def supervise(self) -> None:
+        """Restart the worker whenever it exits, as systemd or a container runtime would."""
+        self._supervising = True
+
+        def loop() -> None:
+            while self._supervising:
+                if self.proc is not None and self.proc.poll() is not None and self._supervising:
+                    self.restarts += 1
+                    self.start(wait=False)
+                time.sleep(0.2)
+
+        threading.Thread(target=loop, daemon=True).start()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -86,6 +104,7 @@ class Worker:
             self.proc.wait(10)
 
     def stop(self) -> None:
+        self._supervising = False
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -126,7 +145,13 @@ def make_worker(
 
     def make(name: str = "w1", *, beat: bool = True, start: bool = True, **env: str) -> Worker:
         full = worker_env(BURSTS_TEST_STEP_LOG=str(step_log), **env)
-        w = Worker(env=full, tmp=tmp_path, name=f"bursts-{name}-{os.getpid()}", beat=beat)
+        w = Worker(
+            env=full,
+            tmp=tmp_path,
+            name=f"bursts-{name}-{os.getpid()}",
+            beat=beat,
+            step_log=step_log,
+        )
         made.append(w)
         return w.start() if start else w
 
@@ -143,7 +168,9 @@ def module_worker(
     """One worker for a whole module: starting one costs about a second and a half."""
     tmp = tmp_path_factory.mktemp("worker")
     env = worker_env(BURSTS_TEST_STEP_LOG=str(tmp / "steps.log"))
-    w = Worker(env=env, tmp=tmp, name=f"bursts-mod-{os.getpid()}").start()
+    w = Worker(
+        env=env, tmp=tmp, name=f"bursts-mod-{os.getpid()}", step_log=tmp / "steps.log"
+    ).start()
     yield w
     w.stop()
 

@@ -1,0 +1,131 @@
+"""The manager's harder promises: continuous mode, cancel, double delivery, lost messages."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from annihilation.celery import app
+from annihilation.models import Event
+from bursts.canvas import StageDispatch, stages_send_unsafe
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
+from bursts.services import run_step, wave_advance, wave_cancel, wave_start
+from quanta.models import Comment, QuantumStatus
+from quanta.services import dependency_add, quantum_create
+from tests.bursts.conftest import Worker, pipeline, wait_wave
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def wait_for(check: Callable[[], object], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_it_starts_newly_unblocked_quanta_at_once_in_continuous_mode(worker: Worker) -> None:
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    slow = quantum_create(title="slow", body="sleep coder 2")
+    quick = quantum_create(title="quick")
+    after_quick = quantum_create(title="after quick")
+    dependency_add(quantum_id=after_quick.pk, depends_on_id=quick.pk)
+
+    wave = wait_wave(wave_start(continuous=True).pk)
+
+    assert wave.status == WaveStatus.DONE and wave.burst_count == 1
+    slow_run = QuantumRun.objects.get(quantum=slow)
+    follower = QuantumRun.objects.get(quantum=after_quick)
+    assert follower.started_at is not None and slow_run.finished_at is not None
+    assert follower.started_at < slow_run.finished_at  # no burst barrier
+    assert follower.status == RunStatus.DONE
+
+
+def test_it_waits_for_the_burst_barrier_in_burst_mode(worker: Worker) -> None:
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    slow = quantum_create(title="slow", body="sleep coder 1")
+    quick = quantum_create(title="quick")
+    after_quick = quantum_create(title="after quick")
+    dependency_add(quantum_id=after_quick.pk, depends_on_id=quick.pk)
+
+    wait_wave(wave_start().pk)
+
+    slow_run = QuantumRun.objects.get(quantum=slow)
+    follower = QuantumRun.objects.get(quantum=after_quick)
+    assert follower.started_at is not None and slow_run.finished_at is not None
+    assert follower.started_at > slow_run.finished_at
+
+
+def test_it_cancels_a_wave_and_leaves_every_quantum_truthful(worker: Worker) -> None:
+    pipeline("two", ("sequential", ["coder", "tester"]), default=True)
+    busy = quantum_create(title="busy", body="sleep coder 20")
+    wave = wave_start()
+    wait_for(lambda: AgentRun.objects.filter(quantum=busy, role="coder", status="running").exists())
+
+    wave_cancel(wave_id=wave.pk, reason="operator changed their mind")
+
+    wave.refresh_from_db()
+    busy.refresh_from_db()
+    assert wave.status == WaveStatus.CANCELLED
+    assert busy.status == QuantumStatus.OPEN
+    assert "operator changed their mind" in Comment.objects.get(quantum=busy).body
+    run = QuantumRun.objects.get(quantum=busy)
+    assert run.status == RunStatus.CANCELLED and run.drained_at is not None
+    statuses = dict(AgentRun.objects.filter(quantum=busy).values_list("role", "status"))
+    assert statuses == {"coder": "cancelled", "tester": "cancelled"}
+    # The running agent stops at its next turn and its outcome does not overwrite the cancel.
+    time.sleep(0.5)
+    assert AgentRun.objects.get(quantum=busy, role="coder").status == AgentStatus.CANCELLED
+    assert not AgentRun.objects.filter(
+        quantum=busy, role="tester", started_at__isnull=False
+    ).exists()
+
+
+def test_it_changes_nothing_when_every_step_is_delivered_twice(worker: Worker) -> None:
+    pipeline(
+        "shape",
+        ("sequential", ["planner", "coder"]),
+        ("fan_out", ["reviewer", "tester"]),
+        default=True,
+    )
+    q = quantum_create(title="twice", body="steps coder 3\nstep_s 0.15")
+    wave = wave_start()
+    run = QuantumRun.objects.get(quantum=q)
+    # Deliver stage 0 twice more while it runs: a redelivery and a double dispatch.
+    stages_send_unsafe([StageDispatch(run.pk, 0, "sequential", (0, 1))] * 2)
+    wave = wait_wave(wave.pk)
+    assert wave.status == WaveStatus.DONE
+
+    snapshot = (
+        Event.objects.count(),
+        list(AgentRun.objects.order_by("id").values_list("id", "status", "attempt", "result")),
+        Comment.objects.count(),
+    )
+    # And every step once more, after the end.
+    for stage, mode, positions in ((0, "sequential", (0, 1)), (1, "fan_out", (0, 1))):
+        stages_send_unsafe([StageDispatch(run.pk, stage, mode, positions)])
+    app.send_task("bursts.stage_done", args=(run.pk, 1))
+    app.send_task("bursts.wave_advance", args=(wave.pk,))
+    run_step(quantum_run_id=run.pk, stage_index=1)
+    wave_advance(wave_id=wave.pk)
+    time.sleep(1.0)
+
+    coder = AgentRun.objects.get(quantum=q, role="coder")
+    steps = [
+        line
+        for line in worker.step_log.read_text().splitlines()
+        if line.split()[0] == str(coder.pk)
+    ]
+    assert steps == [f"{coder.pk} 1", f"{coder.pk} 2", f"{coder.pk} 3"]
+    assert (
+        Event.objects.count(),
+        list(AgentRun.objects.order_by("id").values_list("id", "status", "attempt", "result")),
+        Comment.objects.count(),
+    ) == snapshot
+    closes = Counter(e.payload["quantum_id"] for e in Event.objects.filter(type="quantum_closed"))
+    assert closes == {q.pk: 1}
