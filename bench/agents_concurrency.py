@@ -5,8 +5,8 @@ under 1.5x), memory per concurrent agent (worker RSS growth / agents), tool-call
 turn, and the same load on a prefork worker, which is why agents run on the threads pool.
 
     python bench/agents_concurrency.py [--agents 100] [--turns 3]
-Uses DATABASE_URL / REDIS_URL like the app (make bench: the dev services); it migrates, works in
-a temporary ANNIHILATION_HOME and its own Celery queue, and leaves its quanta labelled `bench`.
+Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated), a
+temporary ANNIHILATION_HOME and its own Celery queue; the demo's data is never touched.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ["ANTHROPIC_API_KEY"] = "bench"
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
-import django  # noqa: E402
+sys.path.insert(0, str(BASE / "bench"))
+from _setup import django_bench_db  # noqa: E402
 
-django.setup()
+django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402

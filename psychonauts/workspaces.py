@@ -80,6 +80,17 @@ def branch_for(quantum_id: int) -> str:
     return f"annihilation/q-{quantum_id}"
 
 
+def _worktree_args(repo: Path, path: Path, branch: str) -> list[str]:
+    """`git worktree add` arguments: check out the branch if it exists, else create it."""
+    exists = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+    )
+    return [str(path), branch] if exists.returncode == 0 else ["-b", branch, str(path), "HEAD"]
+
+
 def workspace_ensure(*, quantum_id: int) -> Path:
     """The working tree for a quantum's agents (created on first use, reused afterwards)."""
     repo = Path(settings.ANNIHILATION_REPO)
@@ -100,19 +111,13 @@ def workspace_ensure(*, quantum_id: int) -> Path:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         branch = branch_for(quantum_id)
-        exists = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
-            cwd=repo,
-            capture_output=True,
-            check=False,
-        )
-        args = [str(path), branch] if exists.returncode == 0 else ["-b", branch, str(path), "HEAD"]
         try:
-            git("worktree", "add", "-q", *args, cwd=repo)
+            git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
         except WorkspaceError:
-            # A worktree folder deleted by hand is still registered: prune it and try again.
+            # A worktree folder deleted by hand is still registered, or the first attempt
+            # created the branch and then failed: prune, look at the branch again, retry once.
             git("worktree", "prune", cwd=repo)
-            git("worktree", "add", "-q", *args, cwd=repo)
+            git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
     return path
 
 
