@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,7 @@ os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ["ANTHROPIC_API_KEY"] = "bench"
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
-sys.path.insert(0, str(BASE / "bench"))
-from _setup import django_bench_db  # noqa: E402
+from bench._setup import django_bench_db  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
@@ -43,7 +43,7 @@ from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server  
 QUEUE = "bench-agents"
 
 
-def slow_llm(turns: int):
+def slow_llm(turns: int) -> Callable[[dict[str, Any]], FakeReply]:
     def reply(body: dict[str, Any]) -> FakeReply:
         index = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if index < turns - 1:
@@ -114,7 +114,11 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
         pending = [r for r in pending if not r.ready()]
         time.sleep(0.05)
     wall = time.monotonic() - started
-    bad = [r.result for r in results if r.result.get("status") != "done"]
+    bad = [
+        r.result
+        for r in results
+        if not isinstance(r.result, dict) or r.result.get("status") != "done"
+    ]
     if bad:
         raise SystemExit(f"{len(bad)} agents did not finish: {bad[:3]}")
     return wall, peak, [r.pk for r in runs]

@@ -15,10 +15,12 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _setup import django_bench_db, ms, pct
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._setup import django_bench_db, ms, pct
 
 N_QUANTA = 100_000
 GROUP = 100  # quanta per project; dependencies stay inside a project
@@ -85,7 +87,7 @@ def write_backlog(path: Path) -> int:
     return edges
 
 
-def timed(fn, calls: int = CALLS) -> list[float]:
+def timed(fn: Callable[[], object], calls: int = CALLS) -> list[float]:
     samples = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -161,9 +163,9 @@ def main() -> None:
         "trans*",
         "search -index",
     ]
-    search = []
-    for q in queries:
-        search += timed(lambda q=q: quanta_search(query=q), calls=20)
+    search: list[float] = []
+    for query in queries:
+        search += timed(partial(quanta_search, query=query), calls=20)
     print(
         f"search (top 50, {len(queries)} query shapes): p50 {ms(pct(search, 50))}  p95 {ms(pct(search, 95))}"
     )
