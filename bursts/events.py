@@ -16,7 +16,6 @@ BurstEventType = Literal[
     "burst_complete",
     "run_complete",
     "run_drained",
-    "stage_start",
     "stage_complete",
     "stage_redispatched",
 ]

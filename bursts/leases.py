@@ -25,6 +25,12 @@ from bursts.models import AgentRun
 logger = logging.getLogger(__name__)
 
 
+# Delete the key only if we still hold it (one round trip, no race with a successor).
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+
+
 def lease_key(agent_run_id: int) -> str:
     return f"bursts:lease:{agent_run_id}"
 
@@ -54,9 +60,9 @@ class AgentLease:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> AgentLease:
+        # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
         self.held = bool(get_redis().set(self.key, self.token, nx=True, px=self.ttl_ms))
         if self.held:
-            self._beat_db()
             self._thread = threading.Thread(target=self._run, name=f"lease-{self.key}", daemon=True)
             self._thread.start()
         return self
@@ -73,9 +79,7 @@ class AgentLease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         try:
-            client = get_redis()
-            if client.get(self.key) == self.token:
-                client.delete(self.key)
+            get_redis().eval(_RELEASE, 1, self.key, self.token)
         except redis.RedisError:
             logger.warning("cannot release lease %s: Redis unavailable", self.key)
 

@@ -6,117 +6,299 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('quanta', '0001_initial'),
+        ("quanta", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Burst',
+            name="Burst",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('phase', models.CharField(choices=[('collecting', 'collecting'), ('running', 'running'), ('draining', 'draining'), ('done', 'done')], default='collecting', max_length=16)),
-                ('stats', models.JSONField(blank=True, default=dict)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "phase",
+                    models.CharField(
+                        choices=[
+                            ("collecting", "collecting"),
+                            ("running", "running"),
+                            ("draining", "draining"),
+                            ("done", "done"),
+                        ],
+                        default="collecting",
+                        max_length=16,
+                    ),
+                ),
+                ("stats", models.JSONField(blank=True, default=dict)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Wave',
+            name="Wave",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('running', 'running'), ('done', 'done'), ('cancelled', 'cancelled'), ('failed', 'failed')], default='running', max_length=16)),
-                ('labels', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='scope; empty = all', size=None)),
-                ('continuous', models.BooleanField(default=False)),
-                ('max_bursts', models.PositiveIntegerField(default=100)),
-                ('burst_count', models.PositiveIntegerField(default=0)),
-                ('budget_usd', models.DecimalField(blank=True, decimal_places=4, max_digits=12, null=True)),
-                ('started_by', models.CharField(blank=True, max_length=150)),
-                ('error', models.TextField(blank=True)),
-                ('stats', models.JSONField(blank=True, default=dict)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "running"),
+                            ("done", "done"),
+                            ("cancelled", "cancelled"),
+                            ("failed", "failed"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "labels",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=64),
+                        blank=True,
+                        default=list,
+                        help_text="scope; empty = all",
+                        size=None,
+                    ),
+                ),
+                ("continuous", models.BooleanField(default=False)),
+                ("max_bursts", models.PositiveIntegerField(default=100)),
+                ("burst_count", models.PositiveIntegerField(default=0)),
+                (
+                    "budget_usd",
+                    models.DecimalField(blank=True, decimal_places=4, max_digits=12, null=True),
+                ),
+                ("started_by", models.CharField(blank=True, max_length=150)),
+                ("error", models.TextField(blank=True)),
+                ("stats", models.JSONField(blank=True, default=dict)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('status', 'running')), fields=['status'], name='wave_status')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["status"],
+                        name="wave_status",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='QuantumRun',
+            name="QuantumRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('running', 'running'), ('done', 'done'), ('error', 'error'), ('cancelled', 'cancelled')], default='pending', max_length=16)),
-                ('pipeline_name', models.CharField(max_length=100)),
-                ('pipeline_version', models.PositiveIntegerField(default=1)),
-                ('pipeline_snapshot', models.JSONField(default=dict)),
-                ('current_stage', models.PositiveIntegerField(default=0)),
-                ('branch', models.CharField(blank=True, max_length=200)),
-                ('error_reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('burst', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='bursts.burst')),
-                ('quantum', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='quanta.quantum')),
-                ('wave', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='bursts.wave')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("running", "running"),
+                            ("done", "done"),
+                            ("error", "error"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("pipeline_name", models.CharField(max_length=100)),
+                ("pipeline_version", models.PositiveIntegerField(default=1)),
+                ("pipeline_snapshot", models.JSONField(default=dict)),
+                ("current_stage", models.PositiveIntegerField(default=0)),
+                ("branch", models.CharField(blank=True, max_length=200)),
+                ("error_reason", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "burst",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="bursts.burst",
+                    ),
+                ),
+                (
+                    "quantum",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="quanta.quantum",
+                    ),
+                ),
+                (
+                    "wave",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="bursts.wave",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='burst',
-            name='wave',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='bursts', to='bursts.wave'),
+            model_name="burst",
+            name="wave",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="bursts", to="bursts.wave"
+            ),
         ),
         migrations.CreateModel(
-            name='AgentRun',
+            name="AgentRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_id', models.CharField(max_length=200)),
-                ('attempt', models.PositiveIntegerField(default=1)),
-                ('depth', models.PositiveSmallIntegerField(default=0, help_text='0 = top level; spawn adds 1')),
-                ('stage_index', models.PositiveIntegerField(default=0)),
-                ('position', models.PositiveIntegerField(default=0, help_text='order within a sequential stage')),
-                ('role', models.CharField(max_length=100)),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('running', 'running'), ('waiting', 'waiting'), ('done', 'done'), ('error', 'error'), ('cancelled', 'cancelled')], default='pending', max_length=16)),
-                ('phase', models.CharField(choices=[('idle', 'idle'), ('thinking', 'thinking'), ('tool_use', 'tool use'), ('waiting', 'waiting'), ('done', 'done'), ('error', 'error')], default='idle', max_length=16)),
-                ('provider', models.CharField(blank=True, max_length=50)),
-                ('model', models.CharField(blank=True, max_length=100)),
-                ('context', models.TextField(blank=True, help_text='threaded results of earlier stages and agents')),
-                ('result', models.TextField(blank=True)),
-                ('error', models.TextField(blank=True)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('tokens_in', models.PositiveBigIntegerField(default=0)),
-                ('tokens_out', models.PositiveBigIntegerField(default=0)),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=0, max_digits=12)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='bursts.agentrun')),
-                ('quantum', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='agent_runs', to='quanta.quantum')),
-                ('quantum_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='agent_runs', to='bursts.quantumrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent_id", models.CharField(max_length=200)),
+                ("attempt", models.PositiveIntegerField(default=1)),
+                (
+                    "depth",
+                    models.PositiveSmallIntegerField(
+                        default=0, help_text="0 = top level; spawn adds 1"
+                    ),
+                ),
+                ("stage_index", models.PositiveIntegerField(default=0)),
+                (
+                    "position",
+                    models.PositiveIntegerField(
+                        default=0, help_text="order within a sequential stage"
+                    ),
+                ),
+                ("role", models.CharField(max_length=100)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("running", "running"),
+                            ("waiting", "waiting"),
+                            ("done", "done"),
+                            ("error", "error"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "phase",
+                    models.CharField(
+                        choices=[
+                            ("idle", "idle"),
+                            ("thinking", "thinking"),
+                            ("tool_use", "tool use"),
+                            ("waiting", "waiting"),
+                            ("done", "done"),
+                            ("error", "error"),
+                        ],
+                        default="idle",
+                        max_length=16,
+                    ),
+                ),
+                ("provider", models.CharField(blank=True, max_length=50)),
+                ("model", models.CharField(blank=True, max_length=100)),
+                (
+                    "context",
+                    models.TextField(
+                        blank=True, help_text="threaded results of earlier stages and agents"
+                    ),
+                ),
+                ("result", models.TextField(blank=True)),
+                ("error", models.TextField(blank=True)),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("tokens_in", models.PositiveBigIntegerField(default=0)),
+                ("tokens_out", models.PositiveBigIntegerField(default=0)),
+                ("cost_usd", models.DecimalField(decimal_places=6, default=0, max_digits=12)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="children",
+                        to="bursts.agentrun",
+                    ),
+                ),
+                (
+                    "quantum",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="agent_runs",
+                        to="quanta.quantum",
+                    ),
+                ),
+                (
+                    "quantum_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="agent_runs",
+                        to="bursts.quantumrun",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['quantum_run', 'stage_index', 'position'], name='agentrun_stage'), models.Index(condition=models.Q(('status__in', ['pending', 'running', 'waiting'])), fields=['status'], name='agentrun_live')],
-                'constraints': [models.UniqueConstraint(fields=('agent_id', 'attempt'), name='agentrun_attempt_unique')],
+                "indexes": [
+                    models.Index(
+                        fields=["quantum_run", "stage_index", "position"], name="agentrun_stage"
+                    ),
+                    models.Index(
+                        condition=models.Q(("status__in", ["pending", "running", "waiting"])),
+                        fields=["status"],
+                        name="agentrun_live",
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("agent_id", "attempt"), name="agentrun_attempt_unique"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='quantumrun',
-            index=models.Index(fields=['burst', 'status'], name='quantumrun_burst_status'),
+            model_name="quantumrun",
+            index=models.Index(fields=["burst", "status"], name="quantumrun_burst_status"),
         ),
         migrations.AddIndex(
-            model_name='quantumrun',
-            index=models.Index(fields=['quantum', 'created_at'], name='quantumrun_quantum_time'),
+            model_name="quantumrun",
+            index=models.Index(fields=["quantum", "created_at"], name="quantumrun_quantum_time"),
         ),
         migrations.AddConstraint(
-            model_name='quantumrun',
-            constraint=models.UniqueConstraint(fields=('burst', 'quantum'), name='quantumrun_once_per_burst'),
+            model_name="quantumrun",
+            constraint=models.UniqueConstraint(
+                fields=("burst", "quantum"), name="quantumrun_once_per_burst"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='burst',
-            constraint=models.UniqueConstraint(fields=('wave', 'number'), name='burst_number_unique'),
+            model_name="burst",
+            constraint=models.UniqueConstraint(
+                fields=("wave", "number"), name="burst_number_unique"
+            ),
         ),
     ]

@@ -43,19 +43,25 @@ def _result(agent: AgentRun | None, status: SlotStatus) -> SlotResult:
 
 
 def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
-    """Write the outcome unless the attempt already ended (cancelled meanwhile: keep that)."""
+    """Write the outcome unless the attempt already ended (the runtime wrote it, or the manager
+    cancelled it meanwhile: keep what is there)."""
+    now = timezone.now()
     if outcome.status == "waiting":
-        AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
-            status=AgentStatus.WAITING
-        )
+        fields: dict[str, object] = {"status": AgentStatus.WAITING}
+        updated = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(**fields)
     else:
-        AgentRun.objects.filter(pk=agent.pk, status__in=LIVE_AGENT).update(
-            status=outcome.status,
-            result=outcome.result,
-            error=outcome.error,
-            finished_at=timezone.now(),
-        )
-    agent.refresh_from_db()
+        fields = {
+            "status": outcome.status,
+            "result": outcome.result,
+            "error": outcome.error,
+            "finished_at": now,
+        }
+        updated = AgentRun.objects.filter(pk=agent.pk, status__in=LIVE_AGENT).update(**fields)
+    if updated == 1:
+        for name, value in fields.items():
+            setattr(agent, name, value)
+    else:
+        agent.refresh_from_db()
     return agent
 
 
@@ -82,7 +88,11 @@ def slot_run(
 ) -> SlotResult:
     """Run one slot to an end: done, error (retries spent), cancelled, waiting (on the Tether),
     busy (another worker has it) or stale (the run moved on or ended)."""
-    run = QuantumRun.objects.filter(pk=quantum_run_id).first()
+    run = (
+        QuantumRun.objects.filter(pk=quantum_run_id)
+        .only("status", "current_stage", "pipeline_snapshot")
+        .first()
+    )
     if run is None or run.status != RunStatus.RUNNING or run.current_stage != stage_index:
         return _result(None, "stale")
     spec = stage_spec(run, stage_index)
@@ -128,16 +138,21 @@ def slot_run(
         with AgentLease(agent.pk) as lease:
             if not lease.held:
                 return _result(agent, "busy")
+            now = timezone.now()
             if agent.status == AgentStatus.PENDING:
-                AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.PENDING).update(
+                started = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.PENDING).update(
                     status=AgentStatus.RUNNING,
                     context=agent_context(agent, spec["mode"]),
-                    started_at=timezone.now(),
+                    started_at=now,
+                    heartbeat_at=now,
                     worker=socket.gethostname(),
                 )
-            agent.refresh_from_db()
-            if agent.status != AgentStatus.RUNNING:
-                continue  # cancelled (or finished) while we took the lease
+            else:  # resuming an attempt whose worker died
+                started = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
+                    heartbeat_at=now, worker=socket.gethostname()
+                )
+            if started != 1:
+                continue  # cancelled (or finished) while we took the lease: look again
             outcome = execute_agent(agent.pk)
             agent = _record(agent, outcome)
         if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):

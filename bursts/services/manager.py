@@ -121,24 +121,29 @@ def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageSta
     if verdict.status == StageStatus.IN_PROGRESS:
         return verdict.status
     index = run.current_stage
+    name = stage_spec(run)["name"]
     stage_record(run, index, verdict.status, verdict.reason)
+    if verdict.status == StageStatus.ALL_SUCCEEDED:
+        for finished, status in stages_begin([(run, index + 1)], {run.quantum_id: run.quantum}):
+            _run_finish(finished, status, finished.error_reason)
+    else:
+        reason = f"stage {index} {name}: {verdict.status}: {verdict.reason}"
+        run.save(update_fields=["stages"])
+        _run_finish(run, RunStatus.ERROR, reason)
+    # One event per transition: the stage that ended and the one that started (if any).
+    started = run.status == RunStatus.RUNNING and run.current_stage != index
     burst_event(
         "stage_complete",
         wave_id=wave.pk,
         run_id=run.pk,
         quantum_id=run.quantum_id,
         stage=index,
-        name=stage_spec(run)["name"],
+        name=name,
         status=str(verdict.status),
         reason=verdict.reason,
+        next_stage=stage_spec(run)["name"] if started else None,
+        skipped=[e["name"] for e in run.stages if e["status"] == "skipped" and e["index"] > index],
     )
-    if verdict.status == StageStatus.ALL_SUCCEEDED:
-        for finished, status in stages_begin([(run, index + 1)], {run.quantum_id: run.quantum}):
-            _run_finish(finished, status, finished.error_reason)
-    else:
-        reason = f"stage {index} {stage_spec(run)['name']}: {verdict.status}: {verdict.reason}"
-        run.save(update_fields=["stages"])
-        _run_finish(run, RunStatus.ERROR, reason)
     if run.status in RUN_TERMINAL:
         _wave_progress(wave)
     return verdict.status

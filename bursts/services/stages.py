@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send
 from bursts.context import PriorResult, context_thread
-from bursts.events import burst_event
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
@@ -182,23 +181,14 @@ def stages_begin(
         touched,
         ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"],
     )
-    for run, spec in planned:
-        burst_event(
-            "stage_start",
-            wave_id=run.wave_id,
-            run_id=run.pk,
-            quantum_id=run.quantum_id,
-            stage=spec["index"],
-            name=spec["name"],
-            mode=spec["mode"],
-            agents=[a["role"] for a in spec["agents"]],
-        )
     stages_send(dispatches)
     return finished
 
 
 def agent_context(agent: AgentRun, mode: str) -> str:
     """Earlier stages' results, plus (sequential) the earlier agents of this stage."""
+    if agent.stage_index == 0 and (mode != StageMode.SEQUENTIAL or agent.position == 0):
+        return ""  # nothing came before: spare the query
     rows = (
         AgentRun.objects.filter(
             quantum_run_id=agent.quantum_run_id,
