@@ -283,7 +283,8 @@ def _collect(wave: Wave, burst: Burst) -> int:
                 pipeline_snapshot=dict(snapshots[pipeline.pk]),
             )
         )
-    QuantumRun.objects.bulk_create(runs)
+    startable = [(r, 0) for r in runs if r.status == RunStatus.PENDING]
+    finished = stages_begin(startable, quanta, create=runs)
     burst.phase = BurstPhase.RUNNING
     burst.save(update_fields=["phase"])
     burst_event(
@@ -295,8 +296,7 @@ def _collect(wave: Wave, burst: Burst) -> int:
             {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name} for r in runs
         ],
     )
-    startable = [(r, 0) for r in runs if r.status == RunStatus.PENDING]
-    for run, status in stages_begin(startable, quanta):
+    for run, status in finished:
         _run_finish(run, status, run.error_reason)
     for run in runs:
         if run.status == RunStatus.ERROR and run.finished_at is not None and not run.stages:

@@ -104,11 +104,16 @@ def stage_record(run: QuantumRun, index: int, status: str, reason: str = "") -> 
 
 
 def stages_begin(
-    items: Sequence[tuple[QuantumRun, int]], quanta: dict[int, Quantum]
+    items: Sequence[tuple[QuantumRun, int]],
+    quanta: dict[int, Quantum],
+    *,
+    create: Sequence[QuantumRun] = (),
 ) -> list[tuple[QuantumRun, str]]:
     """Start each run at the first stage from the given index whose condition holds.
 
-    Creates the stage's AgentRuns, saves the runs and sends the stages after commit.
+    Creates the stage's AgentRuns, saves the runs and sends the stages after commit. Runs not
+    yet in the database are passed in `create` too: they are inserted with their first stage
+    already set (one INSERT instead of an UPDATE per run).
     Returns the runs that have no stage left to run, with `done` or `error` (a condition that
     cannot be evaluated), for the caller to finish. Call with the wave locked.
     """
@@ -137,6 +142,17 @@ def stages_begin(
         else:
             run.current_stage = index
             planned.append((run, stages[index]))
+    for run, spec in planned:
+        stage_record(run, spec["index"], "running")
+        run.status = RunStatus.RUNNING
+        run.started_at = run.started_at or now
+        run.dispatched_at = now
+    if create:
+        QuantumRun.objects.bulk_create(create, batch_size=500)
+    elif len(items) == 1:
+        items[0][0].save(update_fields=_RUN_FIELDS)
+    else:
+        QuantumRun.objects.bulk_update([run for run, _ in items], _RUN_FIELDS, batch_size=100)
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
     new_agents: list[AgentRun] = []
     wanted: list[tuple[QuantumRun, StageSpec, int, str, dict[str, Any]]] = []
@@ -167,22 +183,15 @@ def stages_begin(
             )
         )
     AgentRun.objects.bulk_create(new_agents)
-    dispatches: list[StageDispatch] = []
-    for run, spec in planned:
-        stage_record(run, spec["index"], "running")
-        run.status = RunStatus.RUNNING
-        run.started_at = run.started_at or now
-        run.dispatched_at = now
-        dispatches.append(
-            StageDispatch(run.pk, spec["index"], spec["mode"], tuple(range(len(spec["agents"]))))
-        )
-    touched = [run for run, _ in items]
-    QuantumRun.objects.bulk_update(
-        touched,
-        ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"],
-    )
+    dispatches = [
+        StageDispatch(run.pk, spec["index"], spec["mode"], tuple(range(len(spec["agents"]))))
+        for run, spec in planned
+    ]
     stages_send(dispatches)
     return finished
+
+
+_RUN_FIELDS = ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"]
 
 
 def agent_context(agent: AgentRun, mode: str) -> str:
