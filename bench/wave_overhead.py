@@ -55,7 +55,7 @@ def start_workers(count: int, pool: str) -> list[subprocess.Popen[bytes]]:
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if len(app.control.ping(timeout=0.5)) >= count:
+        if len(app.control.ping(timeout=0.5) or []) >= count:
             return procs
     raise SystemExit("workers did not start")
 
@@ -81,9 +81,20 @@ def make_quanta(n: int, label: str) -> None:
 
 def ensure_pipeline() -> None:
     from quanta.pipelines.services import pipelines_save
+    from quanta.pipelines.spec import AgentSpec, StageSpec
 
-    agents = lambda *roles: [{"role": r, "settings": {}} for r in roles]  # noqa: E731
-    stage = {"condition": "", "retries": 0, "timeout_s": 0}
+    def stage(index: int, name: str, mode: str, *roles: str) -> StageSpec:
+        agents: list[AgentSpec] = [{"role": r, "settings": {}} for r in roles]
+        return {
+            "index": index,
+            "name": name,
+            "mode": mode,
+            "agents": agents,
+            "condition": "",
+            "retries": 0,
+            "timeout_s": 0,
+        }
+
     pipelines_save(
         specs=[
             (
@@ -95,27 +106,9 @@ def ensure_pipeline() -> None:
                     "match_kinds": [],
                     "is_default": False,
                     "stages": [
-                        {
-                            "index": 0,
-                            "name": "seq",
-                            "mode": "sequential",
-                            "agents": agents("planner", "coder"),
-                            **stage,
-                        },  # type: ignore[typeddict-item]
-                        {
-                            "index": 1,
-                            "name": "fan",
-                            "mode": "fan_out",
-                            "agents": agents("reviewer", "tester", "security"),
-                            **stage,
-                        },  # type: ignore[typeddict-item]
-                        {
-                            "index": 2,
-                            "name": "end",
-                            "mode": "sequential",
-                            "agents": agents("tester"),
-                            **stage,
-                        },  # type: ignore[typeddict-item]
+                        stage(0, "seq", "sequential", "planner", "coder"),
+                        stage(1, "fan", "fan_out", "reviewer", "tester", "security"),
+                        stage(2, "end", "sequential", "tester"),
                     ],
                 },
             )
@@ -172,7 +165,7 @@ def main() -> None:
     parser.add_argument("--pool", default="solo", choices=["solo", "threads", "prefork"])
     args = parser.parse_args()
 
-    from _setup import django_bench_db
+    from _setup import django_bench_db  # type: ignore[import-not-found]
 
     django_bench_db("annihilation_bench_waves")
     ensure_pipeline()

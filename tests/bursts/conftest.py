@@ -198,7 +198,7 @@ def pipeline(
     kinds: list[str] | None = None,
 ) -> PipelineSpec:
     """Save a pipeline: stages as (mode, roles) or full dicts (name, mode, agents, retries ...)."""
-    specs = []
+    specs: list[dict[str, Any]] = []
     for index, stage in enumerate(stages):
         s = {"mode": stage[0], "agents": stage[1]} if isinstance(stage, tuple) else dict(stage)
         specs.append(

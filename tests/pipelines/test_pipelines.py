@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from quanta.models import Pipeline
+from quanta.pipeline_models import Pipeline
 from quanta.pipelines.conditions import BadCondition, condition_holds
 from quanta.pipelines.loader import PipelineInvalid, pipelines_read
 from quanta.pipelines.services import (
