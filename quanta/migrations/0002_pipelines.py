@@ -6,45 +6,135 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quanta', '0001_initial'),
+        ("quanta", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Pipeline',
+            name="Pipeline",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('match_labels', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='a quantum matches when it carries all of these', size=None)),
-                ('match_kinds', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=16), blank=True, default=list, help_text='a quantum matches when its kind is one of these (empty = any kind)', size=None)),
-                ('is_default', models.BooleanField(default=False, help_text='catches quanta nothing else matches')),
-                ('version', models.PositiveIntegerField(default=1, help_text='bumped when the definition changes')),
-                ('source', models.CharField(blank=True, help_text='file it was loaded from', max_length=500)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "match_labels",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=64),
+                        blank=True,
+                        default=list,
+                        help_text="a quantum matches when it carries all of these",
+                        size=None,
+                    ),
+                ),
+                (
+                    "match_kinds",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=16),
+                        blank=True,
+                        default=list,
+                        help_text="a quantum matches when its kind is one of these (empty = any kind)",
+                        size=None,
+                    ),
+                ),
+                (
+                    "is_default",
+                    models.BooleanField(
+                        default=False, help_text="catches quanta nothing else matches"
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(
+                        default=1, help_text="bumped when the definition changes"
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        blank=True, help_text="file it was loaded from", max_length=500
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(condition=models.Q(('is_default', True)), fields=('is_default',), name='pipeline_one_default'), models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='pipeline_name_not_empty')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_default", True)),
+                        fields=("is_default",),
+                        name="pipeline_one_default",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("name", ""), _negated=True),
+                        name="pipeline_name_not_empty",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Stage',
+            name="Stage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('name', models.CharField(max_length=100)),
-                ('mode', models.CharField(choices=[('sequential', 'sequential'), ('fan_out', 'fan-out')], default='sequential', max_length=16)),
-                ('agents', models.JSONField(default=list)),
-                ('condition', models.CharField(blank=True, help_text='skip the stage when false; blank = always', max_length=500)),
-                ('retries', models.PositiveSmallIntegerField(default=0, help_text='extra attempts per agent')),
-                ('timeout_s', models.PositiveIntegerField(default=0, help_text='per agent; 0 = no limit')),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='stages', to='quanta.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[("sequential", "sequential"), ("fan_out", "fan-out")],
+                        default="sequential",
+                        max_length=16,
+                    ),
+                ),
+                ("agents", models.JSONField(default=list)),
+                (
+                    "condition",
+                    models.CharField(
+                        blank=True,
+                        help_text="skip the stage when false; blank = always",
+                        max_length=500,
+                    ),
+                ),
+                (
+                    "retries",
+                    models.PositiveSmallIntegerField(
+                        default=0, help_text="extra attempts per agent"
+                    ),
+                ),
+                (
+                    "timeout_s",
+                    models.PositiveIntegerField(default=0, help_text="per agent; 0 = no limit"),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="stages",
+                        to="quanta.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pipeline', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('pipeline', 'index'), name='stage_index_unique'), models.UniqueConstraint(fields=('pipeline', 'name'), name='stage_name_unique'), models.CheckConstraint(condition=models.Q(('mode__in', ['sequential', 'fan_out'])), name='stage_mode_valid')],
+                "ordering": ["pipeline", "index"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("pipeline", "index"), name="stage_index_unique"
+                    ),
+                    models.UniqueConstraint(fields=("pipeline", "name"), name="stage_name_unique"),
+                    models.CheckConstraint(
+                        condition=models.Q(("mode__in", ["sequential", "fan_out"])),
+                        name="stage_mode_valid",
+                    ),
+                ],
             },
         ),
     ]
