@@ -76,6 +76,10 @@ class Quantum(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    # How many `blocks` dependencies are not closed. Maintained by database triggers
+    # (migration 0003) on every path that can change it, so the ready query is a plain
+    # partial-index scan instead of an anti-join over the dependency graph.
+    open_blockers = models.PositiveIntegerField(default=0, editable=False)
     # Title (A), body (B) and comments (C); kept current by quanta.services.search_refresh.
     search_vector = SearchVectorField(null=True, editable=False)
 
@@ -92,11 +96,11 @@ class Quantum(models.Model):
             ),
         ]
         indexes = [
-            # quanta_ready(): open quanta in priority-then-age order. Partial, so it stays small
-            # however many quanta are closed, and the planner walks it in order.
+            # quanta_ready(): ready quanta in priority-then-age order. Partial, so it holds only
+            # the ready set however large the backlog, and the planner walks it in order.
             models.Index(
                 fields=["priority", "created_at", "id"],
-                condition=Q(status="open"),
+                condition=Q(status="open", open_blockers=0),
                 name="quantum_ready_order",
             ),
             # quanta_list(status=...) and the dashboard's counts per status.
@@ -174,5 +178,6 @@ class Comment(models.Model):
 
     def __str__(self) -> str:
         return f"comment on #{self.quantum_id} by {self.author}"
+
 
 from quanta.pipeline_models import Pipeline, Stage, StageMode  # noqa: E402, F401
