@@ -51,6 +51,7 @@ def _file_lock(name: str) -> Iterator[None]:
 
 
 _DEMO_FILES = {
+    ".gitignore": "__pycache__/\n*.pyc\n.pytest_cache/\n",
     "README.md": "# demo\n\nA small repository for Annihilation's demo wave.\n",
     "calc.py": (
         '"""A tiny calculator the demo agents work on."""\n\n\n'

@@ -32,7 +32,7 @@ def test_it_runs_a_wave_on_the_agent_runtime_with_retries_and_branches(
     pipeline(
         "demo",
         {"name": "implement", "mode": "sequential", "agents": ["coder"], "retries": 1},
-        # The `flaky` script fails every role's first attempt.
+        # The `flaky` script fails the coder's first attempt.
         {"name": "review", "mode": "fan_out", "agents": ["reviewer", "tester"], "retries": 1},
         default=True,
     )
