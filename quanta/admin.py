@@ -55,3 +55,6 @@ class CommentAdmin(admin.ModelAdmin[Comment]):
     search_fields = ["body", "author"]
     raw_id_fields = ["quantum"]
     list_select_related = ["quantum"]
+
+
+from quanta import pipeline_admin  # noqa: E402, F401  (Pipeline and Stage)

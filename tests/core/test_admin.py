@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.urls import reverse
 
 from annihilation.events import publish
+from bursts.models import AgentRun, Burst, QuantumRun, Wave
+from quanta.pipelines.services import pipelines_ensure_defaults
 from tests.factories import make_chain
 
 pytestmark = pytest.mark.django_db
@@ -21,6 +25,11 @@ def admin_client(client):
 def test_every_registered_model_has_working_admin_pages(admin_client):
     a, _b = make_chain(2)
     publish("quanta", "quantum_created", {"quantum_id": a.pk})
+    pipelines_ensure_defaults()
+    wave = Wave.objects.create()
+    burst = Burst.objects.create(wave=wave, number=1)
+    run = QuantumRun.objects.create(wave=wave, burst=burst, quantum=a, pipeline_name="default")
+    AgentRun.objects.create(agent_id=f"{a.pk}_s0_coder", quantum=a, quantum_run=run, role="coder")
     for model in admin.site._registry:
         meta = model._meta
         changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
@@ -45,3 +54,45 @@ def test_healthz_reports_postgres_and_redis(client, redis_client):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"postgres": "ok", "redis": "ok"}
+
+
+def test_editing_a_pipeline_in_admin_bumps_its_version(admin_client):
+    pipelines_ensure_defaults()
+    from quanta.pipeline_models import Pipeline
+
+    pipeline = Pipeline.objects.get(name="frontend")
+    url = reverse("admin:quanta_pipeline_change", args=[pipeline.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k != "match_labels"}
+    data["match_labels"] = ",".join(pipeline.match_labels)
+    data["match_kinds"] = ",".join(pipeline.match_kinds)
+    data["description"] = "edited in admin"
+    stages = list(pipeline.stages.order_by("index"))
+    data.update(
+        {
+            "stages-TOTAL_FORMS": str(len(stages)),
+            "stages-INITIAL_FORMS": str(len(stages)),
+            "stages-MIN_NUM_FORMS": "0",
+            "stages-MAX_NUM_FORMS": "1000",
+        }
+    )
+    for i, stage in enumerate(stages):
+        data.update(
+            {
+                f"stages-{i}-id": stage.pk,
+                f"stages-{i}-pipeline": pipeline.pk,
+                f"stages-{i}-index": stage.index,
+                f"stages-{i}-name": stage.name,
+                f"stages-{i}-mode": stage.mode,
+                f"stages-{i}-agents": json.dumps(stage.agents),
+                f"stages-{i}-condition": stage.condition,
+                f"stages-{i}-retries": stage.retries,
+                f"stages-{i}-timeout_s": stage.timeout_s,
+            }
+        )
+    response = admin_client.post(url, data)
+    assert response.status_code == 302, (
+        response.context["adminform"].form.errors if response.context else response
+    )
+    pipeline.refresh_from_db()
+    assert (pipeline.description, pipeline.version) == ("edited in admin", 2)
