@@ -19,6 +19,13 @@ def parse_id(value: str) -> int:
     return int(text)
 
 
+def positive_int(value: str) -> int:
+    """An argparse type: a count or limit, 1 or more."""
+    if not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
+    return int(value)
+
+
 def emit_json(out: OutputWrapper, data: Any) -> None:
     out.write(json.dumps(data, cls=DjangoJSONEncoder, indent=2, sort_keys=False))
 

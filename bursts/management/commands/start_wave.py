@@ -6,22 +6,15 @@ With --follow it prints progress until the wave ends; the exit code then tells t
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json
+from annihilation.cli import emit_json, positive_int
 from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
 from bursts.selectors import WaveProgress, wave_detail, wave_progress
 from bursts.services import wave_start
-
-
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
-    return int(value)
 
 
 def progress_line(p: WaveProgress) -> str:
@@ -96,7 +89,7 @@ class Command(BaseCommand):
             help="start newly unblocked quanta at once, without burst barriers",
         )
         parser.add_argument(
-            "--max-bursts", type=_positive, help="default: settings.WAVE_MAX_BURSTS"
+            "--max-bursts", type=positive_int, help="default: settings.WAVE_MAX_BURSTS"
         )
         parser.add_argument(
             "--follow", action="store_true", help="show progress until the wave ends"

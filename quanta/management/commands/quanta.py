@@ -11,7 +11,7 @@ from typing import Any, cast
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, shorten, table
+from annihilation.cli import emit_json, parse_id, positive_int, shorten, table
 from quanta import selectors, services
 from quanta.errors import ImportFailed, QuantaError
 from quanta.importer import quanta_import
@@ -30,12 +30,6 @@ from quanta.serializers import comment_data, dependency_data, export_record, qua
 def _priority(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 4:
         raise argparse.ArgumentTypeError(f"{value!r}: priority is 0..4 (0 = critical)")
-    return int(value)
-
-
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
     return int(value)
 
 
@@ -78,7 +72,7 @@ class Command(BaseCommand):
         p.add_argument("--label")
         p.add_argument("--priority", type=_priority)
         p.add_argument("--parent", type=parse_id)
-        p.add_argument("--limit", type=_positive, default=200)
+        p.add_argument("--limit", type=positive_int, default=200)
 
         p = add("show", "one quantum with its dependencies, comments and readiness")
         p.add_argument("id", type=parse_id)
@@ -113,14 +107,14 @@ class Command(BaseCommand):
 
         p = add("ready", "the ready set, in the order a burst takes it")
         p.add_argument("--label", action="append", dest="labels", default=[])
-        p.add_argument("--limit", type=_positive)
+        p.add_argument("--limit", type=positive_int)
 
         p = add("blocked", "what cannot start, and why")
-        p.add_argument("--limit", type=_positive, default=100)
+        p.add_argument("--limit", type=positive_int, default=100)
 
         p = add("search", 'full-text search: words, "phrases", OR, -exclude, prefix*')
         p.add_argument("query")
-        p.add_argument("--limit", type=_positive, default=50)
+        p.add_argument("--limit", type=positive_int, default=50)
 
         p = add("import", "import quanta from YAML or JSON lines (all or nothing)")
         p.add_argument("file", type=Path)
