@@ -8,6 +8,7 @@ committed rows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -66,8 +67,14 @@ class Worker:
         if self.beat:
             cmd += ["-B", "-s", str(self.tmp / f"{self.name}-beat")]
         with self.log.open("ab") as out:
+            # Its own process group: a kill takes the embedded beat child too, as systemd would.
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         if wait:
             self.wait_ready()
@@ -99,18 +106,18 @@ class Worker:
         threading.Thread(target=loop, daemon=True).start()
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:
         self._supervising = False
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.kill()  # whatever of its group is left (the beat child after a SIGKILL)
 
 
 def worker_env(**overrides: str) -> dict[str, str]:
