@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.core.management.base import OutputWrapper
+from django.core.management.base import CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 
 
@@ -17,6 +17,20 @@ def parse_id(value: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not an id (a positive number)")
     return int(text)
+
+
+def subcommands(parser: CommandParser) -> Callable[[str, str], CommandParser]:
+    """Subcommands that each take --json: returns `add(name, help)` giving the subparser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+
+    def add(name: str, help_text: str) -> CommandParser:
+        # parents= takes ArgumentParsers at runtime; the stubs ask for CommandParser.
+        child: CommandParser = sub.add_parser(name, help=help_text, parents=[common])  # type: ignore[list-item]
+        return child
+
+    return add
 
 
 def positive_int(value: str) -> int:

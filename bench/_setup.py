@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -37,7 +36,3 @@ def pct(samples: list[float], p: float) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
-
-
-def median(samples: list[float]) -> float:
-    return statistics.median(samples)

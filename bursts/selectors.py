@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from django.db.models import Count, QuerySet
+from django.utils import timezone
 
 from bursts.errors import WaveNotFound
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
-from bursts.services.manager import wave_stats
 
 
 class WaveProgress(TypedDict):
@@ -31,8 +31,8 @@ def wave_get(*, wave_id: int) -> Wave:
         raise WaveNotFound(f"no wave {wave_id}") from None
 
 
-def wave_progress(*, wave_id: int) -> WaveProgress:
-    wave = wave_get(wave_id=wave_id)
+def wave_status_counts(wave: Wave) -> tuple[dict[str, int], dict[str, int]]:
+    """Runs by status and agent runs by status, for one wave (two grouped counts)."""
     runs = dict(wave.runs.values("status").annotate(n=Count("id")).values_list("status", "n"))
     agents = dict(
         AgentRun.objects.filter(quantum_run__wave=wave)
@@ -40,6 +40,25 @@ def wave_progress(*, wave_id: int) -> WaveProgress:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
+    return runs, agents
+
+
+def wave_stats(wave: Wave) -> dict[str, Any]:
+    runs, agents = wave_status_counts(wave)
+    end = wave.finished_at or timezone.now()
+    return {
+        "bursts": wave.burst_count,
+        "runs": runs,
+        "runs_total": sum(runs.values()),
+        "agents": agents,
+        "agents_total": sum(agents.values()),
+        "duration_s": round((end - wave.started_at).total_seconds(), 3),
+    }
+
+
+def wave_progress(*, wave_id: int) -> WaveProgress:
+    wave = wave_get(wave_id=wave_id)
+    runs, agents = wave_status_counts(wave)
     stages: dict[str, int] = {}
     for run_stages, current in wave.runs.filter(status="running").values_list(
         "stages", "current_stage"

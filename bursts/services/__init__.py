@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bursts.services.agents import SlotResult, slot_run
-from bursts.services.manager import run_step, wave_advance, wave_cancel, wave_start, wave_stats
+from bursts.services.manager import run_step, wave_advance, wave_cancel, wave_start
 from bursts.services.safety import SafetyReport, safety_net
 
 __all__ = [
@@ -15,5 +15,4 @@ __all__ = [
     "wave_advance",
     "wave_cancel",
     "wave_start",
-    "wave_stats",
 ]

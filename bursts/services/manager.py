@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -29,6 +28,7 @@ from bursts.models import (
     Wave,
     WaveStatus,
 )
+from bursts.selectors import wave_stats
 from bursts.services.stages import (
     LIVE_AGENT,
     StageStatus,
@@ -162,15 +162,19 @@ def _run_finish(run: QuantumRun, status: str, reason: str = "") -> None:
         AgentRun.objects.filter(quantum_run_id=run.pk, status=AgentStatus.PENDING).update(
             status=AgentStatus.CANCELLED, error=f"not run: {reason}", finished_at=timezone.now()
         )
+    _run_complete_event(run)
+
+
+def _run_complete_event(run: QuantumRun) -> None:
     burst_event(
         "run_complete",
         wave_id=run.wave_id,
         burst_id=run.burst_id,
         run_id=run.pk,
         quantum_id=run.quantum_id,
-        status=status,
+        status=run.status,
         pipeline=run.pipeline_name,
-        reason=reason,
+        reason=run.error_reason,
     )
 
 
@@ -300,16 +304,7 @@ def _collect(wave: Wave, burst: Burst) -> int:
         _run_finish(run, status, run.error_reason)
     for run in runs:
         if run.status == RunStatus.ERROR and run.finished_at is not None and not run.stages:
-            burst_event(
-                "run_complete",
-                wave_id=wave.pk,
-                burst_id=burst.pk,
-                run_id=run.pk,
-                quantum_id=run.quantum_id,
-                status=run.status,
-                pipeline=run.pipeline_name,
-                reason=run.error_reason,
-            )
+            _run_complete_event(run)  # failed before any stage (e.g. no pipeline): never live
     return len(runs)
 
 
@@ -417,25 +412,6 @@ def _drain_run(wave: Wave, run: QuantumRun) -> None:
 # --- ending -------------------------------------------------------------------------------------
 
 
-def wave_stats(wave: Wave) -> dict[str, Any]:
-    runs = dict(wave.runs.values("status").annotate(n=Count("id")).values_list("status", "n"))
-    agents = dict(
-        AgentRun.objects.filter(quantum_run__wave=wave)
-        .values("status")
-        .annotate(n=Count("id"))
-        .values_list("status", "n")
-    )
-    end = wave.finished_at or timezone.now()
-    return {
-        "bursts": wave.burst_count,
-        "runs": runs,
-        "runs_total": sum(runs.values()),
-        "agents": agents,
-        "agents_total": sum(agents.values()),
-        "duration_s": round((end - wave.started_at).total_seconds(), 3),
-    }
-
-
 def _wave_finish(wave: Wave, status: str, *, error: str = "") -> None:
     now = timezone.now()
     if (
@@ -494,6 +470,5 @@ __all__ = [
     "wave_advance",
     "wave_cancel",
     "wave_start",
-    "wave_stats",
     "waves_running_ids",
 ]

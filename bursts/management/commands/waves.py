@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, table
+from annihilation.cli import emit_json, parse_id, positive_int, subcommands, table
 from bursts.errors import BurstsError
 from bursts.management.commands.start_wave import summary
 from bursts.selectors import wave_data, wave_detail, waves_list
@@ -18,14 +17,12 @@ class Command(BaseCommand):
     help = "List, inspect and cancel waves."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        common = argparse.ArgumentParser(add_help=False)
-        common.add_argument("--json", action="store_true", help="machine-readable output")
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-        p = sub.add_parser("list", help="recent waves", parents=[common])  # type: ignore[list-item]
-        p.add_argument("--limit", type=int, default=50)
-        p = sub.add_parser("show", help="a wave with its bursts, runs and agents", parents=[common])  # type: ignore[list-item]
-        p.add_argument("wave_id", type=parse_id)
-        p = sub.add_parser("cancel", help="cancel a running wave", parents=[common])  # type: ignore[list-item]
+        add = subcommands(parser)
+        add("list", "recent waves").add_argument("--limit", type=positive_int, default=50)
+        add("show", "a wave with its bursts, runs and agents").add_argument(
+            "wave_id", type=parse_id
+        )
+        p = add("cancel", "cancel a running wave")
         p.add_argument("wave_id", type=parse_id)
         p.add_argument("--reason", default="cancelled by the operator")
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json, table
+from annihilation.cli import emit_json, subcommands, table
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import PipelineInvalid
 from quanta.pipelines.services import (
@@ -33,14 +32,12 @@ class Command(BaseCommand):
     help = "Load pipelines from YAML and inspect them."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        common = argparse.ArgumentParser(add_help=False)
-        common.add_argument("--json", action="store_true", help="machine-readable output")
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-        p = sub.add_parser("load", help="load pipeline YAML files or folders", parents=[common])  # type: ignore[list-item]
-        p.add_argument("paths", nargs="*", type=Path, help=f"default: {shipped_pipelines_dir()}")
-        sub.add_parser("list", help="list pipelines", parents=[common])  # type: ignore[list-item]
-        p = sub.add_parser("show", help="show one pipeline and its stages", parents=[common])  # type: ignore[list-item]
-        p.add_argument("name")
+        add = subcommands(parser)
+        add("load", "load pipeline YAML files or folders").add_argument(
+            "paths", nargs="*", type=Path, help=f"default: {shipped_pipelines_dir()}"
+        )
+        add("list", "list pipelines")
+        add("show", "show one pipeline and its stages").add_argument("name")
 
     def handle(self, *args: Any, **options: Any) -> None:
         as_json = bool(options["json"])

@@ -11,7 +11,7 @@ from typing import Any, cast
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, positive_int, shorten, table
+from annihilation.cli import emit_json, parse_id, positive_int, shorten, subcommands, table
 from quanta import selectors, services
 from quanta.errors import ImportFailed, QuantaError
 from quanta.importer import quanta_import
@@ -37,13 +37,7 @@ class Command(BaseCommand):
     help = "Create, inspect and change quanta (units of work). Every subcommand takes --json."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        common = argparse.ArgumentParser(add_help=False)
-        common.add_argument("--json", action="store_true", help="machine-readable output")
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-
-        def add(name: str, help_text: str) -> CommandParser:
-            parser: CommandParser = sub.add_parser(name, help=help_text, parents=[common])  # type: ignore[list-item]
-            return parser
+        add = subcommands(parser)
 
         def fields(p: argparse.ArgumentParser, *, create: bool) -> None:
             p.add_argument("--body")
