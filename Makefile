@@ -51,4 +51,4 @@ test: install browsers
 	$(TEST_ENV) $(BIN)/pytest -m browser
 
 bench: install services
-	@for b in bench/*.py; do echo "== $$b"; $(DEV_ENV) $(PY) $$b || exit 1; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(DEV_ENV) $(PY) $$b || exit 1; done
