@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from bursts.services.agents import SlotResult, slot_run
 from bursts.services.manager import run_step, wave_advance, wave_cancel, wave_start
+from bursts.services.resume import agent_resume
 from bursts.services.safety import SafetyReport, safety_net
 
 __all__ = [
     "SafetyReport",
     "SlotResult",
+    "agent_resume",
     "run_step",
     "safety_net",
     "slot_run",

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from bursts.errors import WaveNotFound, WaveNotRunning
 from bursts.events import burst_event
+from bursts.hooks import ON_RUN_DRAINED
 from bursts.models import (
     RUN_TERMINAL,
     AgentRun,
@@ -407,6 +408,8 @@ def _drain_run(wave: Wave, run: QuantumRun) -> None:
         status=run.status,
         quantum_outcome=outcome,
     )
+    for hook in ON_RUN_DRAINED:
+        hook(run, outcome)
 
 
 # --- ending -------------------------------------------------------------------------------------

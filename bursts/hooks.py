@@ -1,0 +1,20 @@
+"""Extension points that apps above bursts fill from their AppConfig.ready() (the tether app).
+
+The burst manager calls them; it never imports those apps. Each hook runs inside the manager's
+transaction with the wave locked: keep it to a few rows, and defer slow work (git, Celery) with
+`transaction.on_commit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bursts.models import QuantumRun
+
+# f(run, quantum_outcome): a finished run was applied to its quantum. quantum_outcome is
+# "done" (closed), "error" (back to open), "blocked" (quarantined after N failures),
+# "cancelled" or "untouched" (someone changed the quantum meanwhile).
+RunDrained = Callable[["QuantumRun", str], None]
+ON_RUN_DRAINED: list[RunDrained] = []
