@@ -1,7 +1,12 @@
 """The live event stream for the operator UI.
 
-A client connects, then sends {"subscribe": [topics], "after": <last event id it saw>}. It joins
-each topic's group and first receives every event it missed, so a reconnect loses nothing.
+A client connects, then sends {"subscribe": [topics], "after": <last event id it saw>} and, for
+a live page, "page" and "params". It joins each topic's group and first receives every event it
+missed, so a reconnect loses nothing. Each event goes out as {"event": ..., "html": ...}, the
+html being the page's server-rendered fragments for it (annihilation.live).
+
+Actions ({"action": name, ...}) are for operators only: the permission is checked here, per
+message, exactly as the action views check it.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from annihilation.access import user_can_operate
 from annihilation.errors import UnknownTopic
-from annihilation.events import ChannelEvent, check_topic, group_for_topic
+from annihilation.events import ChannelEvent, EventMessage, check_topic, group_for_topic
+from annihilation.live import ActionRefused, fragment_render, live_page_known, ws_action_get
 from annihilation.selectors import events_after
 
 
@@ -28,9 +35,15 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         # Ids sent by the catch-up: their live copies may still be in flight, and are dropped.
         # (Not "everything below the highest id": a lower id can commit after a higher one.)
         self.caught_up: set[int] = set()
+        self.page = ""
+        self.params: dict[str, str] = {}
+        self.can_operate = await database_sync_to_async(user_can_operate)(user)
         await self.accept()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and isinstance(content.get("action"), str):
+            await self.act(content)
+            return
         topics = content.get("subscribe") if isinstance(content, dict) else None
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
             await self.send_json({"error": "send {'subscribe': [topics], 'after': <event id>}"})
@@ -41,6 +54,11 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except UnknownTopic as exc:
             await self.send_json({"error": str(exc)})
             return
+        page, params = content.get("page"), content.get("params")
+        if isinstance(page, str) and live_page_known(page):
+            self.page = page
+            if isinstance(params, dict):
+                self.params = {str(k): str(v) for k, v in params.items()}
         for topic in topics:
             if topic not in self.topics:
                 await self.channel_layer.group_add(group_for_topic(topic), self.channel_name)
@@ -49,7 +67,25 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if isinstance(after, int):
             for message in await database_sync_to_async(events_after)(topics=topics, after=after):
                 self.caught_up.add(message["id"])
-                await self.send_json({"event": message})
+                await self.send_event(message)
+
+    async def act(self, content: dict[str, Any]) -> None:
+        name = content["action"]
+        user = self.scope["user"]
+        # Checked on every message, not only at connect: a demoted operator stops at once.
+        if not await database_sync_to_async(user_can_operate)(user):
+            await self.send_json({"action": name, "ok": False, "error": "forbidden"})
+            return
+        action = ws_action_get(name)
+        if action is None:
+            await self.send_json({"action": name, "ok": False, "error": "unknown action"})
+            return
+        try:
+            reply = await database_sync_to_async(action)(user, content)
+        except ActionRefused as exc:
+            await self.send_json({"action": name, "ok": False, "error": str(exc)})
+            return
+        await self.send_json({"action": name, "ok": True, **reply})
 
     async def disconnect(self, code: int) -> None:
         for topic in getattr(self, "topics", []):
@@ -59,4 +95,12 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if message["event"]["id"] in self.caught_up:
             self.caught_up.discard(message["event"]["id"])
             return
-        await self.send_json({"event": message["event"]})
+        await self.send_event(message["event"])
+
+    async def send_event(self, event: EventMessage) -> None:
+        html = ""
+        if self.page:
+            html = await database_sync_to_async(fragment_render)(
+                event, page=self.page, params=self.params, can_operate=self.can_operate
+            )
+        await self.send_json({"event": event, "html": html} if html else {"event": event})

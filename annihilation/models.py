@@ -65,3 +65,15 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.topic} {self.type}"
+
+
+class Access(models.Model):
+    """Holds the `annihilation.operate` permission; no table (operators are a group that has it).
+
+    Operators may start and cancel waves, answer, ground and approve; viewers only look.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [("operate", "Can act in the control room (waves, answers, approvals)")]

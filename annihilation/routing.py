@@ -6,6 +6,12 @@ from typing import Any
 
 from django.urls import path
 
+# The views modules register their live pages and websocket actions (annihilation.live) on
+# import; a websocket may connect before any HTTP request has loaded the URLconf.
+import annihilation.views
+import bursts.views
+import psychonauts.views
+import quanta.views  # noqa: F401
 from annihilation.consumers import EventConsumer
 
 websocket_urlpatterns: list[Any] = [

@@ -222,3 +222,39 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": BURSTS_SAFETY_NET_INTERVAL_S},
     },
 }
+
+# --- ui ---
+# The control room (issue 6): login everywhere (views opt out with @login_not_required), the
+# operator/viewer roles (annihilation.access), static files of the live script, nav context.
+MIDDLEWARE = [*MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("annihilation.views.ui_context")  # type: ignore[index]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+FLOWER_URL = env_str("ANNIHILATION_FLOWER_URL", "http://127.0.0.1:5555")
+UI_PAGE_SIZE = env_int("ANNIHILATION_UI_PAGE_SIZE", 50, minimum=1)
+
+# --- tether ---
+# A reaching's timeout when the agent names none, and the longest it may ask for.
+TETHER_DEFAULT_TIMEOUT_S = env_float("ANNIHILATION_TETHER_TIMEOUT_S", 300.0, minimum=0.5)
+TETHER_MAX_TIMEOUT_S = env_float("ANNIHILATION_TETHER_MAX_TIMEOUT_S", 86400.0, minimum=1)
+# How long a pipeline proposal and a quarantine question wait for the operator.
+TETHER_MUTATION_TIMEOUT_S = env_float("ANNIHILATION_TETHER_MUTATION_TIMEOUT_S", 3600.0, minimum=1)
+TETHER_QUARANTINE_TIMEOUT_S = env_float(
+    "ANNIHILATION_TETHER_QUARANTINE_TIMEOUT_S", 86400.0, minimum=1
+)
+# Merge low-risk changes without the operator (off: every change waits for a decision).
+TETHER_AUTO_MERGE_LOW_RISK = env_bool("ANNIHILATION_TETHER_AUTO_MERGE_LOW_RISK", False)
+# The branch approved changes merge into; empty = the branch the target repository has out.
+TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
+# The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
+TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
+CELERY_BEAT_SCHEDULE = {
+    **CELERY_BEAT_SCHEDULE,
+    "tether-sweep": {
+        "task": "tether.sweep",
+        "schedule": TETHER_SWEEP_INTERVAL_S,
+        "options": {"expires": TETHER_SWEEP_INTERVAL_S},
+    },
+}

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypedDict
 
-from django.db.models import Count, QuerySet
+import redis
+from django.conf import settings
+from django.db.models import Count, DecimalField, Max, QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from bursts.errors import WaveNotFound
@@ -147,3 +152,229 @@ def wave_detail(*, wave_id: int) -> dict[str, Any]:
             for r in runs
         ],
     }
+
+
+# --- the control room ---------------------------------------------------------------------------
+
+
+class AgentLine(TypedDict):
+    id: int
+    agent_id: str
+    attempt: int
+    role: str
+    status: str
+    phase: str
+    quantum_id: int
+    tokens: int
+
+
+class Spend(TypedDict):
+    tokens_in: int
+    tokens_out: int
+    cost_usd: Decimal
+
+
+class Dashboard(TypedDict):
+    wave: Wave | None
+    burst: Burst | None
+    runs: dict[str, int]
+    runs_total: int
+    agents: dict[str, int]
+    phases: dict[str, int]
+    live_agents: list[AgentLine]
+    wave_spend: Spend
+    total_spend: Spend
+    quanta: dict[str, int]
+    queues: dict[str, int | None]
+
+
+LIVE_AGENT_STATUSES = ("pending", "running", "waiting")
+
+
+def wave_current() -> Wave | None:
+    """The running wave (the newest if several), else the newest wave."""
+    return (
+        Wave.objects.filter(status="running").order_by("-id").first()
+        or Wave.objects.order_by("-id").first()
+    )
+
+
+def _spend(qs: QuerySet[AgentRun]) -> Spend:
+    row = qs.aggregate(
+        tokens_in=Coalesce(Sum("tokens_in"), 0),
+        tokens_out=Coalesce(Sum("tokens_out"), 0),
+        cost_usd=Coalesce(Sum("cost_usd"), Decimal(0), output_field=DecimalField()),
+    )
+    return {
+        "tokens_in": int(row["tokens_in"]),
+        "tokens_out": int(row["tokens_out"]),
+        "cost_usd": Decimal(row["cost_usd"]),
+    }
+
+
+def celery_queue_depths() -> dict[str, int | None]:
+    """Messages waiting per Celery queue (Redis LLEN of each queue's list); None if unreachable."""
+    from annihilation.celery import app
+
+    names = sorted({q.name for q in (app.conf.task_queues or [])} | {app.conf.task_default_queue})
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5)
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.llen(name)
+            return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
+    except redis.RedisError:
+        return dict.fromkeys(names)
+    finally:
+        client.close()
+
+
+def dashboard_summary() -> Dashboard:
+    """Everything the dashboard shows, in a fixed number of grouped queries (no N+1)."""
+    from quanta.models import Quantum
+
+    wave = wave_current()
+    burst = wave.bursts.order_by("-number").first() if wave is not None else None
+    runs: dict[str, int] = {}
+    agents: dict[str, int] = {}
+    phases: dict[str, int] = {}
+    live: list[AgentLine] = []
+    wave_spend: Spend = {"tokens_in": 0, "tokens_out": 0, "cost_usd": Decimal(0)}
+    if wave is not None:
+        runs, agents = wave_status_counts(wave)
+        wave_agents = AgentRun.objects.filter(quantum_run__wave=wave)
+        phases = dict(
+            wave_agents.filter(status__in=LIVE_AGENT_STATUSES)
+            .values("phase")
+            .annotate(n=Count("id"))
+            .values_list("phase", "n")
+        )
+        live = [
+            {
+                "id": a["id"],
+                "agent_id": a["agent_id"],
+                "attempt": a["attempt"],
+                "role": a["role"],
+                "status": a["status"],
+                "phase": a["phase"],
+                "quantum_id": a["quantum_id"],
+                "tokens": a["tokens_in"] + a["tokens_out"],
+            }
+            for a in wave_agents.filter(status__in=LIVE_AGENT_STATUSES)
+            .order_by("id")
+            .values(
+                "id",
+                "agent_id",
+                "attempt",
+                "role",
+                "status",
+                "phase",
+                "quantum_id",
+                "tokens_in",
+                "tokens_out",
+            )[:50]
+        ]
+        wave_spend = _spend(wave_agents)
+    quanta = dict(
+        Quantum.objects.values("status").annotate(n=Count("id")).values_list("status", "n")
+    )
+    return {
+        "wave": wave,
+        "burst": burst,
+        "runs": runs,
+        "runs_total": sum(runs.values()),
+        "agents": agents,
+        "phases": phases,
+        "live_agents": live,
+        "wave_spend": wave_spend,
+        "total_spend": _spend(AgentRun.objects.all()),
+        "quanta": quanta,
+        "queues": celery_queue_depths(),
+    }
+
+
+class TimelineBar(TypedDict):
+    label: str
+    kind: str  # burst | run
+    status: str
+    start_s: float
+    end_s: float
+    running: bool
+    run_id: int | None
+    quantum_id: int | None
+
+
+def wave_timeline(*, wave_id: int) -> tuple[Wave, list[TimelineBar], float]:
+    """Bursts and runs of a wave as (start, end) seconds since the wave started; and the span."""
+    wave = wave_get(wave_id=wave_id)
+    now = timezone.now()
+    origin = wave.started_at
+
+    def secs(moment: datetime | None) -> float:
+        return max(((moment or now) - origin).total_seconds(), 0.0)
+
+    bars: list[TimelineBar] = []
+    runs_by_burst: dict[int, list[QuantumRun]] = {}
+    for run in (
+        QuantumRun.objects.filter(wave=wave).select_related("quantum").order_by("created_at", "id")
+    ):
+        runs_by_burst.setdefault(run.burst_id, []).append(run)
+    for burst in Burst.objects.filter(wave=wave).order_by("number"):
+        bars.append(
+            {
+                "label": f"burst {burst.number}",
+                "kind": "burst",
+                "status": burst.phase,
+                "start_s": secs(burst.started_at),
+                "end_s": secs(burst.finished_at),
+                "running": burst.finished_at is None,
+                "run_id": None,
+                "quantum_id": None,
+            }
+        )
+        for run in runs_by_burst.get(burst.pk, []):
+            bars.append(
+                {
+                    "label": f"#{run.quantum_id} {run.quantum.title}"[:60],
+                    "kind": "run",
+                    "status": run.status,
+                    "start_s": secs(run.started_at or run.created_at),
+                    "end_s": secs(run.finished_at),
+                    "running": run.finished_at is None,
+                    "run_id": run.pk,
+                    "quantum_id": run.quantum_id,
+                }
+            )
+    span = max([secs(wave.finished_at), *(b["end_s"] for b in bars), 0.001])
+    return wave, bars, span
+
+
+def quantum_runs(*, quantum_id: int) -> list[QuantumRun]:
+    """A quantum's runs, newest first, with their agents (two queries)."""
+    return list(
+        QuantumRun.objects.filter(quantum_id=quantum_id)
+        .select_related("wave", "burst")
+        .prefetch_related("agent_runs")
+        .order_by("-id")[:50]
+    )
+
+
+def agent_run_find(*, agent_run_id: int) -> AgentRun | None:
+    return (
+        AgentRun.objects.select_related("quantum", "quantum_run").filter(pk=agent_run_id).first()
+    )
+
+
+def pipeline_versions_used() -> dict[str, list[dict[str, Any]]]:
+    """Per pipeline name: each version runs used, with how many runs and when last (one query)."""
+    rows = (
+        QuantumRun.objects.values("pipeline_name", "pipeline_version")
+        .annotate(runs=Count("id"), last=Max("created_at"))
+        .order_by("pipeline_name", "-pipeline_version")
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(row["pipeline_name"], []).append(
+            {"version": row["pipeline_version"], "runs": row["runs"], "last": row["last"]}
+        )
+    return found

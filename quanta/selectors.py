@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.models import F, Q, QuerySet
 
 from quanta.errors import BadSearchQuery, QuantumNotFound
-from quanta.models import Quantum, QuantumStatus
+from quanta.models import Comment, Quantum, QuantumStatus
 
 S = QuantumStatus
 
@@ -251,3 +251,77 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
         .order_by("-rank", "priority", "id")[:limit]
     )
     return [SearchHit(quantum=q, rank=float(q.rank)) for q in rows]
+
+
+# --- the control room ---------------------------------------------------------------------------
+
+
+@dataclass
+class Neighbour:
+    id: int
+    title: str
+    status: str
+
+
+@dataclass
+class Neighbourhood:
+    """A quantum's direct dependency edges: what it waits on and what waits on it, by kind."""
+
+    quantum: Neighbour
+    upstream: list[tuple[Neighbour, str]]  # (quantum it depends on, edge kind)
+    downstream: list[tuple[Neighbour, str]]  # (quantum depending on it, edge kind)
+
+
+def quantum_neighbourhood(*, quantum_id: int, limit: int = 25) -> Neighbourhood:
+    """One hop of the dependency graph around a quantum (two queries, capped per side)."""
+    from quanta.models import Dependency
+
+    quantum = quantum_get(quantum_id=quantum_id)
+    up = (
+        Dependency.objects.filter(quantum_id=quantum_id)
+        .select_related("depends_on")
+        .order_by("depends_on__priority", "depends_on_id")[:limit]
+    )
+    down = (
+        Dependency.objects.filter(depends_on_id=quantum_id)
+        .select_related("quantum")
+        .order_by("quantum__priority", "quantum_id")[:limit]
+    )
+    return Neighbourhood(
+        quantum=Neighbour(quantum.pk, quantum.title, quantum.status),
+        upstream=[
+            (Neighbour(d.depends_on.pk, d.depends_on.title, d.depends_on.status), d.kind)
+            for d in up
+        ],
+        downstream=[
+            (Neighbour(d.quantum.pk, d.quantum.title, d.quantum.status), d.kind) for d in down
+        ],
+    )
+
+
+def quanta_browse(
+    *,
+    query: str = "",
+    status: str | None = None,
+    label: str | None = None,
+    priority: int | None = None,
+    kind: str | None = None,
+) -> QuerySet[Quantum]:
+    """The list page: filters, and full-text search ranked best first when `query` is given."""
+    qs = quanta_list(status=status, label=label, priority=priority)
+    if kind is not None:
+        qs = qs.filter(kind=kind)
+    if query.strip():
+        tsquery = SearchQuery(
+            search_to_tsquery(query), search_type="raw", config=settings.SEARCH_CONFIG
+        )
+        qs = (
+            qs.filter(search_vector=tsquery)
+            .annotate(rank=SearchRank(F("search_vector"), tsquery))
+            .order_by("-rank", "priority", "id")
+        )
+    return qs.defer("search_vector")
+
+
+def quantum_comments(*, quantum_id: int) -> QuerySet[Comment]:
+    return Comment.objects.filter(quantum_id=quantum_id).order_by("created_at", "id")

@@ -1,0 +1,109 @@
+"""Server-rendered fragments for live pages: one small template per (page, topic, event type).
+
+A page tells the websocket which page it is (`page`, `params`). For each event the consumer
+renders the first template that exists of
+
+    live/<page>/<topic kind>/<event type>.html    e.g. live/focus/agent/text.html
+    live/<page>/<topic kind>/_any.html            e.g. live/dashboard/burst/_any.html
+
+(`topic kind` is the topic up to its colon: agent, burst, quanta, tether, reflection). Every
+top-level element of the result says where it goes with `data-swap`:
+`replace` (the element with the same id), `append:<container id>` or `prepend:<container id>`;
+static/live.js applies them. A page that wants more than the event (fresh counters, say)
+registers a context function with `live_page`, which runs once per event for that page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.db.models import Max
+from django.template import TemplateDoesNotExist
+from django.template.loader import select_template
+
+from annihilation.events import EventMessage
+from annihilation.models import Event
+
+LiveContext = Callable[[EventMessage, Mapping[str, str]], dict[str, Any]]
+
+_PAGES: dict[str, LiveContext | None] = {}
+
+
+class LivePageError(Exception):
+    """A page's parameters are unusable (unknown id): the page gets events without fragments."""
+
+
+def live_page(name: str) -> Callable[[LiveContext], LiveContext]:
+    """Register the extra context of a live page's fragments."""
+
+    def register(fn: LiveContext) -> LiveContext:
+        _PAGES[name] = fn
+        return fn
+
+    return register
+
+
+def live_page_known(name: str) -> bool:
+    return name in _PAGES
+
+
+def live_page_plain(name: str) -> None:
+    """Register a page whose fragments need nothing but the event."""
+    _PAGES.setdefault(name, None)
+
+
+def events_last_id() -> int:
+    """The newest event id: a page rendered now catches up from here when its socket connects."""
+    return Event.objects.aggregate(m=Max("id"))["m"] or 0
+
+
+def fragment_render(
+    event: EventMessage, *, page: str, params: Mapping[str, str], can_operate: bool
+) -> str:
+    """The HTML fragments of `event` for `page`, or "" when the page shows nothing for it."""
+    if page not in _PAGES:
+        return ""
+    kind = event["topic"].split(":", 1)[0]
+    try:
+        template = select_template(
+            [f"live/{page}/{kind}/{event['type']}.html", f"live/{page}/{kind}/_any.html"]
+        )
+    except TemplateDoesNotExist:
+        return ""
+    context_fn = _PAGES[page]
+    context: dict[str, Any] = {"event": event, "payload": event["payload"], "params": params}
+    context["can_operate"] = can_operate
+    if context_fn is not None:
+        try:
+            context.update(context_fn(event, params))
+        except LivePageError:
+            return ""
+    return template.render(context).strip()
+
+
+# --- websocket actions ------------------------------------------------------------------------
+
+WsAction = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+_ACTIONS: dict[str, WsAction] = {}
+
+
+class ActionRefused(Exception):
+    """An action that cannot be done as asked (stale object, bad argument); message for humans."""
+
+
+def ws_action(name: str) -> Callable[[WsAction], WsAction]:
+    """Register an operator action a page may send over its socket: fn(user, message) -> reply.
+
+    The consumer checks `user_can_operate` before calling any of them.
+    """
+
+    def register(fn: WsAction) -> WsAction:
+        _ACTIONS[name] = fn
+        return fn
+
+    return register
+
+
+def ws_action_get(name: str) -> WsAction | None:
+    return _ACTIONS.get(name)

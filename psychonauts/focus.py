@@ -1,0 +1,53 @@
+"""Reads for the Focus page: one agent run's stream, tool calls, diary and worktree diff."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from annihilation.models import Event
+from bursts.models import AgentRun
+from psychonauts.models import DiaryEntry, ToolCall
+from psychonauts.workspaces import branch_for
+
+STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
+DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
+
+
+def agent_stream(*, run: AgentRun, limit: int = 500) -> list[Event]:
+    """The run's published events, oldest first (index event_topic_seq, then the payload id)."""
+    rows = (
+        Event.objects.filter(topic=f"agent:{run.agent_id}", payload__agent_run_id=run.pk)
+        .defer("search")
+        .order_by("-id")[:limit]
+    )
+    return list(reversed(rows))
+
+
+def agent_tool_calls(*, agent_run_id: int) -> QuerySet[ToolCall]:
+    return ToolCall.objects.filter(agent_run_id=agent_run_id).order_by("turn_index", "id")
+
+
+def agent_diary(*, agent_run_id: int) -> QuerySet[DiaryEntry]:
+    return DiaryEntry.objects.filter(agent_run_id=agent_run_id).order_by("created_at", "id")
+
+
+def worktree_diff(*, quantum_id: int) -> str:
+    """What the quantum's branch changed against the repository's HEAD ("" when nothing)."""
+    repo = Path(settings.ANNIHILATION_REPO)
+    if not (repo / ".git").exists():
+        return ""
+    result = subprocess.run(
+        ["git", "diff", "--no-color", f"HEAD...{branch_for(quantum_id)}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=10,
+    )
+    if result.returncode != 0:
+        return ""  # no branch yet: the agent has not touched the workspace
+    return result.stdout[:DIFF_LIMIT]

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from psychonauts import views
+
+urlpatterns = [
+    path("<int:agent_run_id>/", views.focus, name="focus"),
+]

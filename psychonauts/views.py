@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from annihilation.events import EventMessage
+from annihilation.live import LivePageError, live_page
+from annihilation.views import live_attrs
+from bursts.selectors import agent_run_find
+from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
+
+
+def diff_files(diff: str) -> list[dict[str, Any]]:
+    """A unified diff split per file, each line tagged add / del / hunk / ctx for colouring."""
+    files: list[dict[str, Any]] = []
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            files.append({"name": line.split(" b/", 1)[-1], "lines": [], "adds": 0, "dels": 0})
+            continue
+        if not files or line.startswith(("index ", "--- ", "+++ ")):
+            continue
+        tag = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
+        files[-1]["adds" if tag == "add" else "dels"] += tag in ("add", "del")
+        files[-1]["lines"].append({"tag": tag, "text": line})
+    return files
+
+
+def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
+    run = agent_run_find(agent_run_id=agent_run_id)
+    if run is None:
+        raise Http404(f"no agent run {agent_run_id}")
+    return render(
+        request,
+        "psychonauts/focus.html",
+        {
+            "run": run,
+            "stream": agent_stream(run=run),
+            "tool_calls": agent_tool_calls(agent_run_id=run.pk),
+            "diary": agent_diary(agent_run_id=run.pk),
+            "diff_files": diff_files(worktree_diff(quantum_id=run.quantum_id)),
+            **live_attrs([f"agent:{run.agent_id}"], "focus", agent_run_id=run.pk),
+        },
+    )
+
+
+@live_page("focus")
+def focus_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
+    # One agent id has several attempts; show only the attempt on screen.
+    if str(event["payload"].get("agent_run_id")) != params.get("agent_run_id"):
+        raise LivePageError("another attempt's event")
+    return {}

@@ -1,0 +1,309 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from annihilation.access import operator_required
+from annihilation.events import EventMessage
+from annihilation.live import LivePageError, live_page
+from annihilation.views import live_attrs
+from bursts.selectors import pipeline_versions_used, quantum_runs
+from quanta import services
+from quanta.errors import BadSearchQuery, QuantaError, QuantumNotFound
+from quanta.forms import (
+    CloseForm,
+    CommentForm,
+    DependencyForm,
+    QuantaFilterForm,
+    QuantumCreateForm,
+    QuantumForm,
+    service_error_to_form,
+)
+from quanta.models import Quantum
+from quanta.pipelines.services import pipelines_list
+from quanta.selectors import (
+    Neighbourhood,
+    quanta_browse,
+    quantum_comments,
+    quantum_get,
+    quantum_neighbourhood,
+    quantum_why_not_ready,
+)
+
+# The neighbourhood picture: waits-on column, the quantum, waited-on-by column.
+NODE_W, NODE_H, GAP, COL = 210, 34, 12, 300
+
+
+def _quantum_or_404(quantum_id: int) -> Quantum:
+    try:
+        return quantum_get(quantum_id=quantum_id)
+    except QuantumNotFound:
+        raise Http404(f"no quantum #{quantum_id}") from None
+
+
+def quanta_index(request: HttpRequest) -> HttpResponse:
+    form = QuantaFilterForm(request.GET or None)
+    filters: dict[str, Any] = {}
+    if form.is_valid():
+        data = form.cleaned_data
+        filters = {
+            "query": data["q"],
+            "status": data["status"] or None,
+            "kind": data["kind"] or None,
+            "priority": data["priority"],
+            "label": data["label"].strip() or None,
+        }
+    try:
+        qs = quanta_browse(**filters)
+        page = Paginator(qs, settings.UI_PAGE_SIZE).get_page(request.GET.get("page"))
+    except BadSearchQuery as exc:
+        form.add_error("q", str(exc))
+        page = Paginator(Quantum.objects.none(), settings.UI_PAGE_SIZE).get_page(1)
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "quanta/list.html",
+        {"form": form, "page": page, "query": query.urlencode()},
+    )
+
+
+def neighbourhood_svg(hood: Neighbourhood) -> dict[str, Any]:
+    """Boxes and arrows for the template (presentation only; the edges come from the selector)."""
+    rows = max(len(hood.upstream), len(hood.downstream), 1)
+    height = rows * (NODE_H + GAP) + GAP
+    centre_y = height / 2 - NODE_H / 2
+
+    def column(items: list[Any], x: float) -> list[dict[str, Any]]:
+        top = (height - len(items) * (NODE_H + GAP) + GAP) / 2
+        return [
+            {"n": n, "kind": kind, "x": x, "y": top + i * (NODE_H + GAP)}
+            for i, (n, kind) in enumerate(items)
+        ]
+
+    up = column(hood.upstream, 10)
+    down = column(hood.downstream, 10 + 2 * COL)
+    centre = {"n": hood.quantum, "x": 10 + COL, "y": centre_y}
+    edges = [
+        # An arrow from the dependent to what it waits on, labelled with the edge kind.
+        {"x1": centre["x"], "y1": centre_y + NODE_H / 2, "x2": u["x"] + NODE_W,
+         "y2": u["y"] + NODE_H / 2, "kind": u["kind"]}
+        for u in up
+    ] + [
+        {"x1": d["x"], "y1": d["y"] + NODE_H / 2, "x2": centre["x"] + NODE_W,
+         "y2": centre_y + NODE_H / 2, "kind": d["kind"]}
+        for d in down
+    ]  # fmt: skip
+    return {
+        "up": up,
+        "down": down,
+        "centre": centre,
+        "edges": edges,
+        "width": 20 + 2 * COL + NODE_W,
+        "height": height,
+        "node_w": NODE_W,
+        "node_h": NODE_H,
+    }
+
+
+def _detail_context(quantum_id: int) -> dict[str, Any]:
+    quantum = _quantum_or_404(quantum_id)
+    return {
+        "quantum": quantum,
+        "why": quantum_why_not_ready(quantum_id=quantum_id),
+        "graph": neighbourhood_svg(quantum_neighbourhood(quantum_id=quantum_id)),
+        "comments": quantum_comments(quantum_id=quantum_id),
+        "runs": quantum_runs(quantum_id=quantum_id),
+    }
+
+
+def quantum_detail(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    context = _detail_context(quantum_id)
+    return render(
+        request,
+        "quanta/detail.html",
+        {
+            **context,
+            "comment_form": CommentForm(),
+            "close_form": CloseForm(),
+            "dependency_form": DependencyForm(),
+            **live_attrs(["quanta", "burst:events"], "quantum", quantum_id=quantum_id),
+        },
+    )
+
+
+@live_page("quantum")
+def quantum_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        quantum_id = int(params["quantum_id"])
+    except (KeyError, ValueError):
+        raise LivePageError("no quantum id") from None
+    if event["payload"].get("quantum_id") != quantum_id:
+        raise LivePageError("another quantum's event")
+    try:
+        return _detail_context(quantum_id)
+    except Http404:
+        raise LivePageError("quantum gone") from None
+
+
+def _initial(quantum: Quantum) -> dict[str, Any]:
+    return {
+        "title": quantum.title,
+        "body": quantum.body,
+        "kind": quantum.kind,
+        "priority": quantum.priority,
+        "complexity": quantum.complexity,
+        "labels": ", ".join(quantum.labels),
+        "pipeline": quantum.pipeline,
+        "acceptance": quantum.acceptance,
+        "parent": quantum.parent_id,
+    }
+
+
+@operator_required
+def quantum_create(request: HttpRequest) -> HttpResponse:
+    form = QuantumCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        try:
+            quantum = services.quantum_create(
+                title=data["title"],
+                body=data["body"],
+                kind=data["kind"],
+                priority=data["priority"],
+                complexity=data["complexity"],
+                labels=data["labels"],
+                pipeline=data["pipeline"],
+                acceptance=data["acceptance"],
+                parent_id=data["parent"],
+                depends_on=data["depends_on"],
+            )
+        except QuantaError as exc:
+            service_error_to_form(form, exc)
+        else:
+            messages.success(request, f"Created #{quantum.pk}.")
+            return redirect("quantum", quantum_id=quantum.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "quanta/form.html", {"form": form, "quantum": None}, status=status)
+
+
+@operator_required
+def quantum_edit(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    quantum = _quantum_or_404(quantum_id)
+    form = QuantumForm(request.POST or None, initial=_initial(quantum))
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        parent = data.pop("parent")
+        changes: Any = {k: v for k, v in data.items() if form.initial.get(k) != (
+            ", ".join(v) if k == "labels" else v)}  # fmt: skip
+        try:
+            if changes or parent != quantum.parent_id:
+                services.quantum_update(
+                    quantum_id=quantum_id,
+                    changes=changes,
+                    parent_id=parent if parent != quantum.parent_id else None,
+                    clear_parent=parent is None and quantum.parent_id is not None,
+                )
+        except QuantaError as exc:
+            service_error_to_form(form, exc)
+        else:
+            messages.success(request, f"Saved #{quantum_id}.")
+            return redirect("quantum", quantum_id=quantum_id)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "quanta/form.html", {"form": form, "quantum": quantum}, status=status)
+
+
+def _action_done(request: HttpRequest, quantum_id: int, action: Any, success: str) -> HttpResponse:
+    """Run a service; a stale or refused action says why and changes nothing."""
+    _quantum_or_404(quantum_id)
+    try:
+        action()
+    except QuantaError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, success)
+    return redirect("quantum", quantum_id=quantum_id)
+
+
+@require_POST
+@operator_required
+def quantum_comment(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "A comment needs some text.")
+        return redirect("quantum", quantum_id=quantum_id)
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.comment_add(
+            quantum_id=quantum_id, body=form.cleaned_data["body"], author=request.user.get_username()
+        ),
+        "Comment added.",
+    )
+
+
+@require_POST
+@operator_required
+def quantum_close(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    form = CloseForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Closing needs a reason.")
+        return redirect("quantum", quantum_id=quantum_id)
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.quantum_close(quantum_id=quantum_id, reason=form.cleaned_data["reason"]),
+        f"Closed #{quantum_id}.",
+    )
+
+
+@require_POST
+@operator_required
+def quantum_reopen(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.quantum_reopen(quantum_id=quantum_id),
+        f"Reopened #{quantum_id}.",
+    )
+
+
+@require_POST
+@operator_required
+def quantum_defer(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.quantum_defer(quantum_id=quantum_id),
+        f"Deferred #{quantum_id}.",
+    )
+
+
+@require_POST
+@operator_required
+def quantum_dependency_add(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    form = DependencyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the id of the quantum it waits on.")
+        return redirect("quantum", quantum_id=quantum_id)
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.dependency_add(
+            quantum_id=quantum_id, depends_on_id=form.cleaned_data["depends_on"]
+        ),
+        f"#{quantum_id} now waits on #{form.cleaned_data['depends_on']}.",
+    )
+
+
+def pipelines(request: HttpRequest) -> HttpResponse:
+    used = pipeline_versions_used()
+    rows = [{"pipeline": p, "versions": used.get(p.name, [])} for p in pipelines_list()]
+    return render(request, "quanta/pipelines.html", {"rows": rows})
