@@ -1,0 +1,338 @@
+"""`manage.py tether ...`: the operator's side of the Tether, each subcommand with --json.
+
+    questions | answer ID TEXT | drifts [--status S] | ground ID | reject ID --reason TEXT |
+    note ID TEXT | changes | show-change ID | approve ID | reject-change ID --reason TEXT |
+    mutations | approve-mutation ID | reject-mutation ID [--reason TEXT]
+
+Exit status: 0 done, 1 refused (unknown id, already decided, branch moved ...), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from annihilation.cli import emit_json, parse_id, shorten, subcommands, table
+from psychonauts.errors import PsychonautError
+from quanta.errors import QuantaError
+from tether.errors import TetherError
+from tether.models import ChangeReview, Drift, DriftStatus, PipelineMutation, Reaching
+from tether.selectors import (
+    change_detail,
+    changes_list,
+    drifts_list,
+    mutations_list,
+    reachings_pending,
+)
+from tether.services import (
+    change_approve,
+    change_reject,
+    drift_ground,
+    drift_note,
+    drift_reject,
+    mutation_approve,
+    mutation_reject,
+    reaching_answer,
+)
+
+
+def reaching_data(r: Reaching) -> dict[str, Any]:
+    return {
+        "id": r.pk,
+        "quantum_id": r.quantum_id,
+        "agent_run_id": r.agent_run_id,
+        "agent_id": r.agent_run.agent_id if r.agent_run_id and r.agent_run else "",
+        "priority": r.priority,
+        "question": r.question,
+        "assumption": r.assumption,
+        "context": r.context,
+        "deadline": r.deadline,
+        "seconds_left": round((r.deadline - timezone.now()).total_seconds(), 1),
+        "status": r.status,
+    }
+
+
+def drift_data(d: Drift) -> dict[str, Any]:
+    return {
+        "id": d.pk,
+        "kind": d.kind,
+        "status": d.status,
+        "quantum_id": d.quantum_id,
+        "agent_run_id": d.agent_run_id,
+        "reaching_id": d.reaching_id,
+        "mutation_id": d.mutation_id,
+        "question": d.reaching.question if d.reaching_id and d.reaching else "",
+        "assumption": d.assumption,
+        "rationale": d.rationale,
+        "built_on": d.built_on,
+        "comment": d.comment,
+        "decided_by": d.decided_by,
+        "decided_at": d.decided_at,
+        "correction_id": d.correction_id,
+        "created_at": d.created_at,
+    }
+
+
+def change_data(c: ChangeReview, *, diff: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": c.pk,
+        "quantum_id": c.quantum_id,
+        "quantum_run_id": c.quantum_run_id,
+        "branch": c.branch,
+        "base": c.base,
+        "head_sha": c.head_sha,
+        "files": c.files,
+        "additions": c.additions,
+        "deletions": c.deletions,
+        "risk": c.risk,
+        "reasons": c.reasons,
+        "status": c.status,
+        "merge_sha": c.merge_sha,
+        "decided_by": c.decided_by,
+        "comment": c.comment,
+        "correction_id": c.correction_id,
+        "created_at": c.created_at,
+    }
+    if diff:
+        data["diff"] = c.diff
+    return data
+
+
+def mutation_data(m: PipelineMutation) -> dict[str, Any]:
+    return {
+        "id": m.pk,
+        "pipeline": m.pipeline_name,
+        "base_version": m.base_version,
+        "status": m.status,
+        "rationale": m.rationale,
+        "proposed_yaml": m.proposed_yaml,
+        "agent_run_id": m.agent_run_id,
+        "quantum_id": m.quantum_id,
+        "deadline": m.deadline,
+        "resulting_version": m.resulting_version,
+        "decided_by": m.decided_by,
+        "comment": m.comment,
+    }
+
+
+class Command(BaseCommand):
+    help = "Answer the psychonauts' questions and ground drifts, changes and pipeline mutations."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add = subcommands(parser)
+        add("questions", "pending questions, in queue order")
+        p = add("answer", "answer a question (after its timeout: a late answer)")
+        p.add_argument("reaching_id", type=parse_id)
+        p.add_argument("text")
+        p = add("drifts", "assumptions agents built on (open ones by default)")
+        p.add_argument("--status", default=DriftStatus.OPEN, choices=[*DriftStatus.values, "all"])
+        add("ground", "confirm a drift's assumption").add_argument("drift_id", type=parse_id)
+        p = add("reject", "reject a drift's assumption: files a correction quantum")
+        p.add_argument("drift_id", type=parse_id)
+        p.add_argument("--reason", required=True)
+        p = add("note", "keep a drift with a note, neither confirmed nor corrected")
+        p.add_argument("drift_id", type=parse_id)
+        p.add_argument("text")
+        add("changes", "change reviews, pending first")
+        add("show-change", "a change with its diff").add_argument("change_id", type=parse_id)
+        add("approve", "merge a change into its base").add_argument("change_id", type=parse_id)
+        p = add("reject-change", "reject a change: the quantum is reopened")
+        p.add_argument("change_id", type=parse_id)
+        p.add_argument("--reason", required=True)
+        add("mutations", "pipeline proposals, pending first, with the current pipeline")
+        add("approve-mutation", "save a proposal as a new pipeline version").add_argument(
+            "mutation_id", type=parse_id
+        )
+        p = add("reject-mutation", "reject a pipeline proposal")
+        p.add_argument("mutation_id", type=parse_id)
+        p.add_argument("--reason", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.as_json = bool(options["json"])
+        self.by = getpass.getuser() or "operator"
+        try:
+            getattr(self, "do_" + options["subcommand"].replace("-", "_"))(options)
+        except (TetherError, QuantaError, PsychonautError) as exc:
+            raise CommandError(str(exc)) from None
+
+    def say(self, data: Any, text: str) -> None:
+        if self.as_json:
+            emit_json(self.stdout, data)
+        else:
+            self.stdout.write(text)
+
+    def do_questions(self, options: dict[str, Any]) -> None:
+        rows = [reaching_data(r) for r in reachings_pending()]
+        if self.as_json:
+            emit_json(self.stdout, rows)
+            return
+        table(
+            self.stdout,
+            ["id", "priority", "quantum", "agent", "left s", "question", "assumption"],
+            [
+                (
+                    r["id"],
+                    r["priority"],
+                    f"#{r['quantum_id']}",
+                    r["agent_id"] or "(quarantine)",
+                    max(0, int(r["seconds_left"])),
+                    shorten(r["question"], 50),
+                    shorten(r["assumption"], 30),
+                )
+                for r in rows
+            ],
+        )
+
+    def do_answer(self, options: dict[str, Any]) -> None:
+        result = reaching_answer(
+            reaching_id=options["reaching_id"], text=options["text"], by=self.by
+        )
+        texts = {
+            "answered": f"answered reaching {result.reaching_id}"
+            + ("; the agent resumes" if result.resumed else ""),
+            "late_grounded": f"late answer to reaching {result.reaching_id} agrees: drift "
+            f"{result.drift_id} grounded",
+            "late_superseded": f"late answer to reaching {result.reaching_id}: drift "
+            f"{result.drift_id} superseded, correction quantum #{result.correction_id} filed",
+            "quarantine": f"answered quarantine reaching {result.reaching_id} (kept as a comment)",
+        }
+        self.say(vars(result), texts[result.kind])
+
+    def do_drifts(self, options: dict[str, Any]) -> None:
+        status = None if options["status"] == "all" else options["status"]
+        rows = [drift_data(d) for d in drifts_list(status=status)]
+        if self.as_json:
+            emit_json(self.stdout, rows)
+            return
+        table(
+            self.stdout,
+            ["id", "kind", "status", "quantum", "assumption", "question"],
+            [
+                (
+                    d["id"],
+                    d["kind"],
+                    d["status"],
+                    f"#{d['quantum_id']}",
+                    shorten(d["assumption"], 40),
+                    shorten(d["question"], 40),
+                )
+                for d in rows
+            ],
+        )
+
+    def _drift_done(self, drift: Drift) -> None:
+        extra = f"; correction quantum #{drift.correction_id}" if drift.correction_id else ""
+        self.say(drift_data(drift), f"drift {drift.pk} {drift.status}{extra}")
+
+    def do_ground(self, options: dict[str, Any]) -> None:
+        self._drift_done(drift_ground(drift_id=options["drift_id"], by=self.by))
+
+    def do_reject(self, options: dict[str, Any]) -> None:
+        self._drift_done(
+            drift_reject(drift_id=options["drift_id"], reason=options["reason"], by=self.by)
+        )
+
+    def do_note(self, options: dict[str, Any]) -> None:
+        self._drift_done(drift_note(drift_id=options["drift_id"], text=options["text"], by=self.by))
+
+    def do_changes(self, options: dict[str, Any]) -> None:
+        rows = [change_data(c) for c in changes_list()]
+        if self.as_json:
+            emit_json(self.stdout, rows)
+            return
+        table(
+            self.stdout,
+            ["id", "status", "risk", "quantum", "branch", "files", "+", "-"],
+            [
+                (
+                    c["id"],
+                    c["status"],
+                    c["risk"],
+                    f"#{c['quantum_id']}",
+                    c["branch"],
+                    len(c["files"]),
+                    c["additions"],
+                    c["deletions"],
+                )
+                for c in rows
+            ],
+        )
+
+    def do_show_change(self, options: dict[str, Any]) -> None:
+        detail = change_detail(change_id=options["change_id"])
+        c = detail.review
+        if self.as_json:
+            data = change_data(c)
+            data["file_diffs"] = [vars(f) for f in detail.files]
+            emit_json(self.stdout, data)
+            return
+        w = self.stdout.write
+        w(f"change {c.pk} of quantum #{c.quantum_id} [{c.status}] risk {c.risk}")
+        w(f"{c.branch} @ {c.head_sha[:10]} -> {c.base}; +{c.additions} -{c.deletions}")
+        for reason in c.reasons:
+            w(f"  - {reason}")
+        for f in detail.files:
+            w("")
+            w(f"== {f.status} {f.path} (+{f.additions} -{f.deletions})")
+            w(f.diff)
+
+    def do_approve(self, options: dict[str, Any]) -> None:
+        c = change_approve(change_id=options["change_id"], by=self.by)
+        if c.status == "conflicted":
+            text = (
+                f"change {c.pk} conflicts with {c.base} ({c.comment}); merge aborted, "
+                f"correction quantum #{c.correction_id} filed"
+            )
+        else:
+            text = f"change {c.pk} merged into {c.base} ({c.merge_sha[:10]})"
+        self.say(change_data(c), text)
+
+    def do_reject_change(self, options: dict[str, Any]) -> None:
+        c = change_reject(change_id=options["change_id"], reason=options["reason"], by=self.by)
+        self.say(change_data(c), f"change {c.pk} rejected; quantum #{c.quantum_id} reopened")
+
+    def do_mutations(self, options: dict[str, Any]) -> None:
+        views = mutations_list()
+        if self.as_json:
+            emit_json(
+                self.stdout,
+                [
+                    {
+                        **mutation_data(v.mutation),
+                        "current_version": v.current_version,
+                        "current_yaml": v.current_yaml,
+                    }
+                    for v in views
+                ],
+            )
+            return
+        table(
+            self.stdout,
+            ["id", "status", "pipeline", "base v", "now v", "rationale"],
+            [
+                (
+                    v.mutation.pk,
+                    v.mutation.status,
+                    v.mutation.pipeline_name,
+                    v.mutation.base_version,
+                    v.current_version or "(new)",
+                    shorten(v.mutation.rationale, 50),
+                )
+                for v in views
+            ],
+        )
+
+    def do_approve_mutation(self, options: dict[str, Any]) -> None:
+        m = mutation_approve(mutation_id=options["mutation_id"], by=self.by)
+        self.say(
+            mutation_data(m), f"mutation {m.pk} approved: {m.pipeline_name} v{m.resulting_version}"
+        )
+
+    def do_reject_mutation(self, options: dict[str, Any]) -> None:
+        m = mutation_reject(
+            mutation_id=options["mutation_id"], by=self.by, reason=options["reason"]
+        )
+        self.say(mutation_data(m), f"mutation {m.pk} rejected; {m.pipeline_name} unchanged")

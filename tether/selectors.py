@@ -1,0 +1,196 @@
+"""Reads of the tether app: what the grounding queue, the commands and the UI show."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import yaml
+from django.db.models import Case, IntegerField, QuerySet, Value, When
+
+from quanta.pipeline_models import Pipeline
+from quanta.pipelines.services import pipeline_spec
+from quanta.pipelines.spec import PipelineSpec
+from tether.errors import NotFound
+from tether.models import (
+    PRIORITY_RANK,
+    ChangeReview,
+    ChangeStatus,
+    Drift,
+    PipelineMutation,
+    Reaching,
+    ReachingStatus,
+)
+from tether.queue import queue_ids, queue_remove_unsafe
+
+
+def _rank() -> Case:
+    return Case(
+        *[When(priority=p, then=Value(r)) for p, r in PRIORITY_RANK.items()],
+        default=Value(9),
+        output_field=IntegerField(),
+    )
+
+
+def reachings_pending(*, limit: int = 200) -> list[Reaching]:
+    """Pending questions in queue order: critical > high > normal > low, then earliest deadline.
+
+    The order comes from the Redis queue (rebuilt from Postgres if Redis lost it); if Redis is
+    unreachable, the same order straight from Postgres.
+    """
+    try:
+        ids = queue_ids(limit)
+    except redis.RedisError:
+        return list(
+            Reaching.objects.filter(status=ReachingStatus.PENDING)
+            .select_related("quantum", "agent_run")
+            .order_by(_rank(), "deadline")[:limit]
+        )
+    rows = {
+        r.pk: r
+        for r in Reaching.objects.filter(pk__in=ids, status=ReachingStatus.PENDING).select_related(
+            "quantum", "agent_run"
+        )
+    }
+    stale = [pk for pk in ids if pk not in rows]
+    if stale:
+        queue_remove_unsafe(stale)  # resolved meanwhile: the set forgets them
+    return [rows[pk] for pk in ids if pk in rows]
+
+
+def reaching_get(*, reaching_id: int) -> Reaching:
+    reaching = (
+        Reaching.objects.select_related("quantum", "agent_run").filter(pk=reaching_id).first()
+    )
+    if reaching is None:
+        raise NotFound(f"no reaching #{reaching_id}")
+    return reaching
+
+
+def drifts_list(*, status: str | None = None, limit: int = 200) -> QuerySet[Drift]:
+    """Drifts, newest first; `status` filters (open = the grounding queue)."""
+    rows = Drift.objects.select_related("reaching", "quantum", "agent_run", "correction")
+    if status:
+        rows = rows.filter(status=status)
+    return rows.order_by("-created_at")[:limit]
+
+
+def changes_list(*, status: str | None = None, limit: int = 200) -> QuerySet[ChangeReview]:
+    """Change reviews: pending first (oldest first, as a queue), then the decided, newest first.
+    The diff is deferred: a list never loads it."""
+    rows = ChangeReview.objects.select_related("quantum").defer("diff")
+    if status:
+        rows = rows.filter(status=status)
+    pending_first = Case(
+        When(status=ChangeStatus.PENDING, then=Value(0)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+    return rows.order_by(pending_first, "created_at")[:limit]
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str
+    status: str
+    additions: int
+    deletions: int
+    diff: str
+
+
+_FILE_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
+
+
+def diff_split(diff: str) -> dict[str, str]:
+    """The diff cut into one piece per file, by path (the b/ side)."""
+    pieces: dict[str, str] = {}
+    matches = list(_FILE_HEADER.finditer(diff))
+    for n, match in enumerate(matches):
+        end = matches[n + 1].start() if n + 1 < len(matches) else len(diff)
+        pieces[match.group(2)] = diff[match.start() : end].rstrip("\n")
+    return pieces
+
+
+@dataclass(frozen=True)
+class ChangeDetail:
+    review: ChangeReview
+    files: list[FileDiff]
+
+
+def change_detail(*, change_id: int) -> ChangeDetail:
+    """A change with its (redacted) diff split per file, in the order git listed the files."""
+    review = ChangeReview.objects.select_related("quantum").filter(pk=change_id).first()
+    if review is None:
+        raise NotFound(f"no change review #{change_id}")
+    pieces = diff_split(review.diff)
+    files = [
+        FileDiff(f["path"], f["status"], f["additions"], f["deletions"], pieces.get(f["path"], ""))
+        for f in review.files
+    ]
+    return ChangeDetail(review, files)
+
+
+def pipeline_yaml(spec: PipelineSpec) -> str:
+    """A pipeline spec in the YAML form the loader reads (pipelines/*.yaml)."""
+    doc: dict[str, Any] = {"name": spec["name"]}
+    if spec["description"]:
+        doc["description"] = spec["description"]
+    if spec["is_default"]:
+        doc["default"] = True
+    match = {
+        k: v for k, v in (("labels", spec["match_labels"]), ("kinds", spec["match_kinds"])) if v
+    }
+    if match:
+        doc["match"] = match
+    stages = []
+    for s in spec["stages"]:
+        stage: dict[str, Any] = {"name": s["name"]}
+        if s["mode"] != "sequential":
+            stage["mode"] = s["mode"]
+        stage["agents"] = [
+            a["role"] if not a["settings"] else {"role": a["role"], **a["settings"]}
+            for a in s["agents"]
+        ]
+        if s["condition"]:
+            stage["condition"] = s["condition"]
+        if s["retries"]:
+            stage["retries"] = s["retries"]
+        if s["timeout_s"]:
+            stage["timeout"] = s["timeout_s"]
+        stages.append(stage)
+    doc["stages"] = stages
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+
+
+@dataclass(frozen=True)
+class MutationView:
+    mutation: PipelineMutation
+    current_version: int | None
+    current_yaml: str  # "" for a new pipeline
+
+
+def mutations_list(*, status: str | None = None, limit: int = 100) -> list[MutationView]:
+    """Proposals (pending first) each with the pipeline as it is now, for a side-by-side view."""
+    rows = PipelineMutation.objects.select_related("agent_run", "quantum")
+    if status:
+        rows = rows.filter(status=status)
+    pending_first = Case(
+        When(status="pending", then=Value(0)), default=Value(1), output_field=IntegerField()
+    )
+    mutations = list(rows.order_by(pending_first, "-created_at")[:limit])
+    names = {m.pipeline_name for m in mutations}
+    pipelines = {
+        p.name: p for p in Pipeline.objects.filter(name__in=names).prefetch_related("stages")
+    }
+    views = []
+    for m in mutations:
+        p = pipelines.get(m.pipeline_name)
+        current = (
+            pipeline_yaml(pipeline_spec(p, sorted(p.stages.all(), key=lambda s: s.index)))
+            if p
+            else ""
+        )
+        views.append(MutationView(m, p.version if p else None, current))
+    return views

@@ -1,0 +1,103 @@
+"""Drifts: the operator grounds, rejects or notes an assumption; a late answer supersedes it."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from annihilation.events import publish
+from tether.errors import AlreadyDecided, InvalidInput, NotFound
+from tether.models import Drift, DriftKind, DriftStatus
+from tether.services.corrections import correction_file
+
+_EVENT: dict[str, str] = {
+    DriftStatus.GROUNDED: "drift_confirmed",
+    DriftStatus.REJECTED: "drift_rejected",
+    DriftStatus.NOTED: "drift_noted",
+    DriftStatus.SUPERSEDED: "drift_superseded",
+}
+
+
+def _correction_body(drift: Drift, correction: str, verb: str) -> str:
+    what = "pipeline" if drift.kind == DriftKind.PIPELINE else "answer"
+    parts = [
+        f"Drift #{drift.pk} on quantum #{drift.quantum_id} was {verb} by the Tether.",
+        "",
+        f"## Rejected assumption ({what})",
+        drift.assumption,
+    ]
+    if drift.reaching_id is not None and drift.reaching is not None:
+        parts += ["", "## The question", drift.reaching.question]
+    if drift.rationale:
+        parts += ["", "## The agent's rationale", drift.rationale]
+    if drift.built_on:
+        files = drift.built_on.get("files") or []
+        quanta = drift.built_on.get("quanta") or []
+        if files:
+            parts += ["", "## Built on it (files)", *[f"- {f}" for f in files]]
+        if quanta:
+            parts += ["", "## Built on it (later quanta)", *[f"- #{q}" for q in quanta]]
+    parts += ["", "## The operator's correction", correction]
+    return "\n".join(parts)
+
+
+@transaction.atomic
+def drift_decide(
+    *, drift_id: int, to: str, comment: str = "", by: str = "operator", correction: str = ""
+) -> Drift:
+    """open -> grounded | rejected | noted | superseded. Rejected and superseded-with-a-
+    correction file a correction quantum. Deciding twice is an error and changes nothing."""
+    if to not in _EVENT:
+        raise InvalidInput(f"a drift can become {', '.join(_EVENT)}, not {to!r}")
+    if to == DriftStatus.REJECTED and not (correction or comment).strip():
+        raise InvalidInput("say why the assumption is wrong (--reason)")
+    now = timezone.now()
+    updated = Drift.objects.filter(pk=drift_id, status=DriftStatus.OPEN).update(
+        status=to, comment=comment.strip(), decided_by=by, decided_at=now
+    )
+    drift = Drift.objects.select_related("reaching").filter(pk=drift_id).first()
+    if drift is None:
+        raise NotFound(f"no drift #{drift_id}")
+    if updated != 1:
+        raise AlreadyDecided(f"drift #{drift_id} is already {drift.status}; nothing changed")
+    text = (correction or comment).strip()
+    if to == DriftStatus.REJECTED or (to == DriftStatus.SUPERSEDED and text):
+        verb = "rejected" if to == DriftStatus.REJECTED else "contradicted by a late answer"
+        filed = correction_file(
+            quantum_id=drift.quantum_id,
+            title=f"Correct #{drift.quantum_id}: not “{drift.assumption}”",
+            body=_correction_body(drift, text, verb),
+            by=by,
+        )
+        Drift.objects.filter(pk=drift.pk).update(correction=filed)
+        drift.correction = filed
+    publish(
+        "tether:drifts",
+        _EVENT[to],
+        {
+            "drift_id": drift.pk,
+            "kind": drift.kind,
+            "quantum_id": drift.quantum_id,
+            "status": to,
+            "comment": drift.comment,
+            "by": by,
+            "correction_id": drift.correction_id,
+        },
+    )
+    return drift
+
+
+def drift_ground(*, drift_id: int, by: str = "operator", comment: str = "") -> Drift:
+    return drift_decide(drift_id=drift_id, to=DriftStatus.GROUNDED, comment=comment, by=by)
+
+
+def drift_reject(*, drift_id: int, reason: str, by: str = "operator") -> Drift:
+    return drift_decide(
+        drift_id=drift_id, to=DriftStatus.REJECTED, comment=reason, by=by, correction=reason
+    )
+
+
+def drift_note(*, drift_id: int, text: str, by: str = "operator") -> Drift:
+    if not text.strip():
+        raise InvalidInput("the note is empty")
+    return drift_decide(drift_id=drift_id, to=DriftStatus.NOTED, comment=text, by=by)

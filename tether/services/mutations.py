@@ -1,0 +1,177 @@
+"""Grounding of pipeline mutations: a psychonaut proposes, the operator approves (a new pipeline
+version) or rejects; a proposal nobody answers times out into a pipeline drift."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from annihilation.events import publish
+from quanta.pipeline_models import Pipeline
+from quanta.pipelines.loader import pipelines_parse
+from quanta.pipelines.services import known_roles, pipelines_save
+from quanta.pipelines.spec import PipelineSpec
+from tether.errors import AlreadyDecided, InvalidProposal, NotFound
+from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
+
+
+def proposal_check(*, pipeline: str, text: str) -> PipelineSpec:
+    """Parse the proposed YAML with the pipelines loader: exactly one pipeline, named as said."""
+    specs, problems = pipelines_parse(text, source="proposal", roles=known_roles())
+    if problems:
+        raise InvalidProposal("the proposed pipeline is invalid:\n" + "\n".join(problems))
+    if len(specs) != 1:
+        raise InvalidProposal(f"propose exactly one pipeline (found {len(specs)})")
+    spec = specs[0][1]
+    if spec["name"] != pipeline:
+        raise InvalidProposal(
+            f"the YAML defines pipeline {spec['name']!r}, not {pipeline!r} as proposed"
+        )
+    return spec
+
+
+def mutation_payload(m: PipelineMutation) -> dict[str, object]:
+    return {
+        "mutation_id": m.pk,
+        "pipeline": m.pipeline_name,
+        "base_version": m.base_version,
+        "status": m.status,
+        "agent_run_id": m.agent_run_id,
+        "quantum_id": m.quantum_id,
+        "rationale": m.rationale,
+        "deadline": m.deadline.isoformat(),
+        "resulting_version": m.resulting_version,
+    }
+
+
+@transaction.atomic
+def mutation_propose(
+    *,
+    pipeline: str,
+    text: str,
+    rationale: str,
+    agent_run_id: int | None = None,
+    quantum_id: int | None = None,
+    tool_use_id: str = "",
+) -> PipelineMutation:
+    """Store a checked proposal (InvalidProposal stores nothing). Once per tool call."""
+    if agent_run_id is not None and tool_use_id:
+        existing = PipelineMutation.objects.filter(
+            agent_run_id=agent_run_id, tool_use_id=tool_use_id
+        ).first()
+        if existing is not None:
+            return existing
+    proposal_check(pipeline=pipeline, text=text)
+    current = Pipeline.objects.filter(name=pipeline).values_list("version", flat=True).first()
+    timeout = float(getattr(settings, "TETHER_MUTATION_TIMEOUT_S", 3600))
+    mutation = PipelineMutation.objects.create(
+        pipeline_name=pipeline,
+        base_version=current or 0,
+        proposed_yaml=text,
+        rationale=rationale.strip(),
+        agent_run_id=agent_run_id,
+        quantum_id=quantum_id,
+        tool_use_id=tool_use_id,
+        deadline=timezone.now() + timedelta(seconds=timeout),
+    )
+    publish("tether:questions", "pipeline_mutation_submitted", mutation_payload(mutation))
+    return mutation
+
+
+def _decide(
+    mutation_id: int, to: str, by: str, comment: str = "", **fields: object
+) -> PipelineMutation:
+    updated = PipelineMutation.objects.filter(pk=mutation_id, status=MutationStatus.PENDING).update(
+        status=to, decided_by=by, decided_at=timezone.now(), comment=comment, **fields
+    )
+    mutation = PipelineMutation.objects.filter(pk=mutation_id).first()
+    if mutation is None:
+        raise NotFound(f"no pipeline mutation #{mutation_id}")
+    if updated != 1:
+        raise AlreadyDecided(f"mutation #{mutation_id} is {mutation.status}; nothing changed")
+    publish("tether:questions", "pipeline_mutation_responded", mutation_payload(mutation))
+    return mutation
+
+
+@transaction.atomic
+def mutation_approve(*, mutation_id: int, by: str = "operator") -> PipelineMutation:
+    """Save the proposal as the pipeline's next version. Refused when the pipeline changed since
+    the proposal (approving would silently undo that change) or no longer checks."""
+    mutation = PipelineMutation.objects.select_for_update().filter(pk=mutation_id).first()
+    if mutation is None:
+        raise NotFound(f"no pipeline mutation #{mutation_id}")
+    if mutation.status != MutationStatus.PENDING:
+        raise AlreadyDecided(f"mutation #{mutation_id} is {mutation.status}; nothing changed")
+    current = (
+        Pipeline.objects.filter(name=mutation.pipeline_name)
+        .values_list("version", flat=True)
+        .first()
+    ) or 0
+    if current != mutation.base_version:
+        raise InvalidProposal(
+            f"pipeline {mutation.pipeline_name!r} is at version {current} now; the proposal was "
+            f"made against version {mutation.base_version}. Reject it and ask for a new one."
+        )
+    spec = proposal_check(pipeline=mutation.pipeline_name, text=mutation.proposed_yaml)
+    (loaded,) = pipelines_save(specs=[(f"tether mutation #{mutation.pk}", spec)])
+    return _decide(mutation_id, MutationStatus.APPROVED, by, resulting_version=loaded.version)
+
+
+@transaction.atomic
+def mutation_reject(
+    *, mutation_id: int, by: str = "operator", reason: str = ""
+) -> PipelineMutation:
+    return _decide(mutation_id, MutationStatus.REJECTED, by, reason.strip())
+
+
+@transaction.atomic
+def mutation_expire(*, mutation_id: int, now: datetime | None = None) -> bool:
+    """Past its deadline: timed out, the old version stays, a pipeline drift is recorded."""
+    now = now or timezone.now()
+    if (
+        PipelineMutation.objects.filter(
+            pk=mutation_id, status=MutationStatus.PENDING, deadline__lte=now
+        ).update(status=MutationStatus.TIMED_OUT, decided_by="timeout", decided_at=now)
+        != 1
+    ):
+        return False
+    mutation = PipelineMutation.objects.get(pk=mutation_id)
+    publish("tether:questions", "pipeline_mutation_responded", mutation_payload(mutation))
+    if mutation.quantum_id is None:
+        return True
+    drift = Drift.objects.create(
+        kind=DriftKind.PIPELINE,
+        mutation=mutation,
+        agent_run_id=mutation.agent_run_id,
+        quantum_id=mutation.quantum_id,
+        assumption=(
+            f"pipeline {mutation.pipeline_name} stays at version {mutation.base_version} "
+            f"(proposal #{mutation.pk} was not answered)"
+        ),
+        rationale=mutation.rationale,
+    )
+    publish(
+        "tether:drifts",
+        "pipeline_drift",
+        {
+            "drift_id": drift.pk,
+            "mutation_id": mutation.pk,
+            "pipeline": mutation.pipeline_name,
+            "quantum_id": drift.quantum_id,
+            "assumption": drift.assumption,
+        },
+    )
+    return True
+
+
+def mutations_expire_due() -> list[int]:
+    now = timezone.now()
+    due = list(
+        PipelineMutation.objects.filter(status=MutationStatus.PENDING, deadline__lte=now)
+        .order_by("deadline")
+        .values_list("pk", flat=True)[:500]
+    )
+    return [pk for pk in due if mutation_expire(mutation_id=pk, now=now)]
