@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
@@ -51,6 +51,17 @@ def operator_required(view: View) -> View:
     return cast(View, wrapper)
 
 
+def _group_ensure(name: str) -> Group:
+    """The group as the data migration made it (again, should a flush have removed it)."""
+    group, _ = Group.objects.get_or_create(name=name)
+    if name == OPERATORS:
+        app_label, codename = OPERATE.split(".")
+        group.permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return group
+
+
 def _account_ensure(*, username: str, password: str, group: str) -> User:
     if not username.strip() or not password:
         raise AccountError("an account needs a username and a password")
@@ -58,7 +69,7 @@ def _account_ensure(*, username: str, password: str, group: str) -> User:
     user.set_password(password)
     user.is_active = True
     user.save()
-    user.groups.set([Group.objects.get(name=group)])
+    user.groups.set([_group_ensure(group)])
     return user
 
 

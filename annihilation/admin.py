@@ -13,6 +13,7 @@ class SessionAdmin(admin.ModelAdmin[Session]):
     list_display = ["id", "kind", "ref", "title", "started_at", "ended_at"]
     list_filter = ["kind"]
     search_fields = ["ref", "title"]
+    readonly_fields = ["started_at"]
 
 
 @admin.register(Event)
@@ -20,8 +21,9 @@ class EventAdmin(admin.ModelAdmin[Event]):
     """Events are append-only: viewable, never editable."""
 
     list_display = ["id", "topic", "type", "session", "created_at"]
-    list_filter = ["type"]
+    list_filter = ["type", "session__kind"]
     search_fields = ["topic", "type"]
+    readonly_fields = ["session", "topic", "type", "payload", "created_at"]
     list_select_related = ["session"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -79,7 +79,7 @@ def fragment_render(
             context.update(context_fn(event, params))
         except LivePageError:
             return ""
-    return template.render(context).strip()
+    return str(template.render(context)).strip()
 
 
 # --- websocket actions ------------------------------------------------------------------------

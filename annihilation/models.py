@@ -77,3 +77,6 @@ class Access(models.Model):
         managed = False
         default_permissions = ()
         permissions = [("operate", "Can act in the control room (waves, answers, approvals)")]
+
+    def __str__(self) -> str:
+        return "control room access"

@@ -8,9 +8,9 @@ from django.urls import path
 
 # The views modules register their live pages and websocket actions (annihilation.live) on
 # import; a websocket may connect before any HTTP request has loaded the URLconf.
-import annihilation.views
-import bursts.views
-import psychonauts.views
+import annihilation.views  # noqa: F401
+import bursts.views  # noqa: F401
+import psychonauts.views  # noqa: F401
 import quanta.views  # noqa: F401
 from annihilation.consumers import EventConsumer
 

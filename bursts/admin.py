@@ -40,6 +40,7 @@ class WaveAdmin(ReadOnlyAdmin):
 class BurstAdmin(ReadOnlyAdmin):
     list_display = ["id", "wave", "number", "phase", "started_at", "finished_at"]
     list_filter = ["phase"]
+    search_fields = ["=wave__id"]
     list_select_related = ["wave"]
 
 
@@ -79,5 +80,5 @@ class AgentRunAdmin(ReadOnlyAdmin):
         "finished_at",
     ]
     list_filter = ["status", "phase", "role", "provider"]
-    search_fields = ["agent_id", "result", "error"]
+    search_fields = ["agent_id", "quantum__title", "result", "error"]
     list_select_related = ["quantum"]

@@ -360,9 +360,7 @@ def quantum_runs(*, quantum_id: int) -> list[QuantumRun]:
 
 
 def agent_run_find(*, agent_run_id: int) -> AgentRun | None:
-    return (
-        AgentRun.objects.select_related("quantum", "quantum_run").filter(pk=agent_run_id).first()
-    )
+    return AgentRun.objects.select_related("quantum", "quantum_run").filter(pk=agent_run_id).first()
 
 
 def pipeline_versions_used() -> dict[str, list[dict[str, Any]]]:

@@ -89,9 +89,7 @@ def _wave_page_context(wave_id: int) -> dict[str, Any]:
         wave, bars, span = wave_timeline(wave_id=wave_id)
     except WaveNotFound:
         raise Http404(f"no wave {wave_id}") from None
-    ticks = [
-        {"x": LABEL_W + PLOT_W * i / 4, "label": f"{span * i / 4:.1f}s"} for i in range(5)
-    ]
+    ticks = [{"x": LABEL_W + PLOT_W * i / 4, "label": f"{span * i / 4:.1f}s"} for i in range(5)]
     return {
         "wave": wave,
         "rows": timeline_geometry(bars, span),

@@ -1,48 +1,88 @@
+"""Roles, traumas and mail are editable; turns, tool calls and usage are the run's record
+(resume replays them, budgets sum them), so they are viewable only."""
+
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
 
 from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
+
+
+class RecordAdmin(admin.ModelAdmin[Any]):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
 
 
 @admin.register(Role)
 class RoleAdmin(admin.ModelAdmin[Role]):
     list_display = ["name", "provider", "model", "max_turns", "timeout_s", "updated_at"]
-    search_fields = ["name", "description"]
+    list_filter = ["provider"]
+    search_fields = ["name", "description", "system_prompt"]
+    readonly_fields = ["source", "updated_at"]
 
 
 @admin.register(AgentTurn)
-class AgentTurnAdmin(admin.ModelAdmin[AgentTurn]):
+class AgentTurnAdmin(RecordAdmin):
     list_display = ["agent_run", "index", "stop_reason", "complete", "tokens_in", "tokens_out"]
+    list_filter = ["complete", "stop_reason"]
+    search_fields = ["agent_run__agent_id"]
     list_select_related = ["agent_run"]
     raw_id_fields = ["agent_run"]
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(admin.ModelAdmin[ToolCall]):
+class ToolCallAdmin(RecordAdmin):
     list_display = ["agent_run", "turn_index", "name", "is_error", "completed", "duration_ms"]
+    list_filter = ["name", "is_error", "completed"]
+    search_fields = ["agent_run__agent_id", "tool_use_id", "output"]
     list_select_related = ["agent_run"]
     raw_id_fields = ["agent_run"]
 
 
 @admin.register(Usage)
-class UsageAdmin(admin.ModelAdmin[Usage]):
-    list_display = ["agent_run", "provider", "model", "tokens_in", "tokens_out", "cost_usd"]
+class UsageAdmin(RecordAdmin):
+    list_display = [
+        "agent_run",
+        "provider",
+        "model",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "created_at",
+    ]
+    list_filter = ["provider", "model"]
+    search_fields = ["agent_run__agent_id", "model"]
     list_select_related = ["agent_run"]
     raw_id_fields = ["agent_run", "quantum_run", "wave"]
 
 
 @admin.register(Mail)
 class MailAdmin(admin.ModelAdmin[Mail]):
-    list_display = ["sender", "recipient", "subject", "read_at", "created_at"]
+    list_display = ["sender", "recipient", "subject", "quantum", "read_at", "created_at"]
+    list_filter = ["read_at"]
+    search_fields = ["sender", "recipient", "subject", "body"]
+    raw_id_fields = ["quantum"]
+    list_select_related = ["quantum"]
 
 
 @admin.register(DiaryEntry)
 class DiaryEntryAdmin(admin.ModelAdmin[DiaryEntry]):
     list_display = ["agent_run", "kind", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["text", "agent_run__agent_id"]
     raw_id_fields = ["agent_run"]
+    list_select_related = ["agent_run"]
 
 
 @admin.register(CommandTrauma)
 class CommandTraumaAdmin(admin.ModelAdmin[CommandTrauma]):
-    list_display = ["pattern", "active", "created_at"]
+    list_display = ["pattern", "active", "reason", "created_at"]
+    list_filter = ["active"]
+    search_fields = ["pattern", "reason"]

@@ -55,6 +55,7 @@ class CommentAdmin(admin.ModelAdmin[Comment]):
     search_fields = ["body", "author"]
     raw_id_fields = ["quantum"]
     list_select_related = ["quantum"]
+    readonly_fields = ["created_at"]
 
 
 from quanta import pipeline_admin  # noqa: E402, F401  (Pipeline and Stage)

@@ -90,14 +90,15 @@ def neighbourhood_svg(hood: Neighbourhood) -> dict[str, Any]:
 
     up = column(hood.upstream, 10)
     down = column(hood.downstream, 10 + 2 * COL)
-    centre = {"n": hood.quantum, "x": 10 + COL, "y": centre_y}
+    centre_x = 10 + COL
+    centre = {"n": hood.quantum, "x": centre_x, "y": centre_y}
     edges = [
         # An arrow from the dependent to what it waits on, labelled with the edge kind.
-        {"x1": centre["x"], "y1": centre_y + NODE_H / 2, "x2": u["x"] + NODE_W,
+        {"x1": centre_x, "y1": centre_y + NODE_H / 2, "x2": u["x"] + NODE_W,
          "y2": u["y"] + NODE_H / 2, "kind": u["kind"]}
         for u in up
     ] + [
-        {"x1": d["x"], "y1": d["y"] + NODE_H / 2, "x2": centre["x"] + NODE_W,
+        {"x1": d["x"], "y1": d["y"] + NODE_H / 2, "x2": centre_x + NODE_W,
          "y2": centre_y + NODE_H / 2, "kind": d["kind"]}
         for d in down
     ]  # fmt: skip
@@ -243,7 +244,9 @@ def quantum_comment(request: HttpRequest, quantum_id: int) -> HttpResponse:
         request,
         quantum_id,
         lambda: services.comment_add(
-            quantum_id=quantum_id, body=form.cleaned_data["body"], author=request.user.get_username()
+            quantum_id=quantum_id,
+            body=form.cleaned_data["body"],
+            author=request.user.get_username(),
         ),
         "Comment added.",
     )

@@ -47,3 +47,69 @@ async def test_it_rejects_unknown_topics(redis_client):
     reply = await communicator.receive_json_from(timeout=2)
     assert "unknown event topic" in reply["error"]
     await communicator.disconnect()
+
+
+async def test_it_pushes_the_pages_fragments_on_catch_up_and_live(redis_client):
+    from bursts.models import AgentRun
+    from tests.factories import make_quantum
+
+    user = await database_sync_to_async(User.objects.create_user)("op3", password="pw")
+    quantum = await database_sync_to_async(make_quantum)("focus me")
+    run = await database_sync_to_async(AgentRun.objects.create)(
+        agent_id=f"{quantum.pk}_s0_coder", quantum=quantum, role="coder"
+    )
+    topic = f"agent:{run.agent_id}"
+    missed = await database_sync_to_async(publish)(
+        topic, "text", {"agent_run_id": run.pk, "text": "<b>missed</b>"}
+    )
+    communicator, _ = await connect(user)
+    await communicator.send_json_to(
+        {
+            "subscribe": [topic],
+            "after": missed.pk - 1,
+            "page": "focus",
+            "params": {"agent_run_id": run.pk},
+        }
+    )
+    caught_up = await communicator.receive_json_from(timeout=2)
+    assert caught_up["event"]["id"] == missed.pk
+    assert (
+        f'id="st-{missed.pk}"' in caught_up["html"]
+        and 'data-swap="append:stream"' in caught_up["html"]
+    )
+    assert "&lt;b&gt;missed&lt;/b&gt;" in caught_up["html"]  # escaped: payloads are not HTML
+    other_attempt = await database_sync_to_async(publish)(
+        topic, "text", {"agent_run_id": run.pk + 1000, "text": "not this attempt"}
+    )
+    live = await database_sync_to_async(publish)(
+        topic, "tool_call", {"agent_run_id": run.pk, "id": "t1", "name": "shell", "input": {}}
+    )
+    first = await communicator.receive_json_from(timeout=2)
+    assert first["event"]["id"] == other_attempt.pk and "html" not in first
+    second = await communicator.receive_json_from(timeout=2)
+    assert second["event"]["id"] == live.pk and "shell" in second["html"]
+    await communicator.disconnect()
+
+
+async def test_a_viewer_cannot_act_over_the_socket_and_an_operator_can(redis_client):
+    from annihilation.access import operator_ensure, viewer_ensure
+    from bursts.models import Wave
+
+    viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
+    operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")
+    wave = await database_sync_to_async(Wave.objects.create)()
+    communicator, _ = await connect(viewer)
+    await communicator.send_json_to({"action": "wave_cancel", "wave_id": wave.pk})
+    reply = await communicator.receive_json_from(timeout=2)
+    assert reply == {"action": "wave_cancel", "ok": False, "error": "forbidden"}
+    await communicator.disconnect()
+    assert (await database_sync_to_async(Wave.objects.get)(pk=wave.pk)).status == "running"
+
+    communicator, _ = await connect(operator)
+    await communicator.send_json_to({"action": "wave_cancel", "wave_id": wave.pk})
+    reply = await communicator.receive_json_from(timeout=2)
+    assert reply["ok"] and reply["status"] == "cancelled"
+    await communicator.send_json_to({"action": "wave_cancel", "wave_id": wave.pk})
+    stale = await communicator.receive_json_from(timeout=2)
+    assert not stale["ok"] and "nothing to cancel" in stale["error"]
+    await communicator.disconnect()

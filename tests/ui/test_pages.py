@@ -164,7 +164,9 @@ def test_an_operator_creates_and_edits_a_quantum_with_errors_next_to_fields(op_c
     created.refresh_from_db()
     assert created.title == "renamed" and created.labels == ["ui", "web"]
     cyclic = op_client.post(
-        reverse("quantum_dependency_add", args=[blocker.pk]), {"depends_on": created.pk}, follow=True
+        reverse("quantum_dependency_add", args=[blocker.pk]),
+        {"depends_on": created.pk},
+        follow=True,
     )
     assert b"cycle" in cyclic.content
 
@@ -193,12 +195,16 @@ def test_the_wave_form_validates_labels(op_client):
     assert not Wave.objects.exists()
 
 
-def test_the_dashboard_reads_in_a_fixed_number_of_queries(viewer_client, world, django_assert_max_num_queries):
+def test_the_dashboard_reads_in_a_fixed_number_of_queries(
+    viewer_client, world, django_assert_max_num_queries
+):
     for i in range(5):
         q = make_quantum(f"extra {i}")
         run = QuantumRun.objects.create(
             wave=world["wave"], burst=world["run"].burst, quantum=q, pipeline_name="default"
         )
-        AgentRun.objects.create(agent_id=f"{q.pk}_s0_coder", quantum=q, quantum_run=run, role="coder")
+        AgentRun.objects.create(
+            agent_id=f"{q.pk}_s0_coder", quantum=q, quantum_run=run, role="coder"
+        )
     with django_assert_max_num_queries(16):
         assert viewer_client.get("/").status_code == 200
