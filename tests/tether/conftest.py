@@ -1,0 +1,82 @@
+"""Fixtures for the Tether: a real git repository, scripted agents and a real Celery worker.
+
+The worker runs the agent runtime (`psychonauts` executor) on the test database, with the test's
+repository, scripts and a fast tether sweep (beat), so timeouts, resumes and lost timers happen
+within a test's patience. Tests that use it are `transaction=True`: the worker sees commits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.conf import settings as django_settings
+from django.db import connection
+
+from bursts.models import AgentRun
+from tests.bursts.conftest import Worker, worker_env
+from tests.psychonauts.conftest import make_quantum, make_run, repo, scripts
+
+__all__ = ["make_quantum", "make_run", "repo", "scripts"]
+
+SWEEP_S = "0.3"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def agent_status(run_id: int) -> str:
+    return str(AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first())
+
+
+@pytest.fixture
+def tether_settings(repo: Path, settings: Any, tmp_path: Path) -> Any:
+    settings.BURSTS_EXECUTOR = "psychonauts"
+    settings.TETHER_SWEEP_INTERVAL_S = float(SWEEP_S)
+    settings.TETHER_AUTO_MERGE_LOW_RISK = False
+    settings.TETHER_TARGET_BRANCH = ""
+    return settings
+
+
+@pytest.fixture
+def tether_worker(
+    tether_settings: Any, repo: Path, scripts: Callable[[str, str], None], tmp_path: Path
+) -> Iterator[Worker]:
+    """A threads worker (4 slots, beat embedded) for one test, on the test's repository."""
+    env = worker_env(
+        ANNIHILATION_BURSTS_EXECUTOR="psychonauts",
+        ANNIHILATION_HOME=str(tmp_path / "home"),
+        ANNIHILATION_REPO=str(repo),
+        ANNIHILATION_SCRIPT_DIRS=str(tmp_path / "scripts"),
+        ANNIHILATION_PROVIDER="",
+        ANNIHILATION_TETHER_SWEEP_INTERVAL_S=SWEEP_S,
+        ANNIHILATION_TEXT_FLUSH_S="0",
+        REDIS_URL=django_settings.REDIS_URL,
+    )
+    worker = Worker(env=env, tmp=tmp_path, name=f"tether-{os.getpid()}", beat=True).start()
+    yield worker
+    worker.stop()
+    connection.close()
+
+
+def active_tasks(worker: Worker) -> int:
+    """Tasks the worker is executing right now (its occupied slots)."""
+    with Celery(broker=worker.env["REDIS_URL"]) as probe:
+        replies = probe.control.inspect(
+            destination=[f"{worker.name}@{os.uname().nodename}"], timeout=1.0
+        ).active()
+    assert replies, "the worker did not answer"
+    return sum(len(tasks) for tasks in replies.values())
