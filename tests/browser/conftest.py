@@ -44,3 +44,70 @@ def screenshot(page):
         return path
 
     return take
+
+
+@pytest.fixture(scope="module")
+def control_room(django_db_setup, tmp_path_factory):
+    """The whole system for a browser: daphne (HTTP + websockets) and a Celery worker running
+    the real agent runtime with the scripted provider on a demo repository, both subprocesses
+    on the test database. Yields the base URL."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from psychonauts.workspaces import demo_repo_ensure
+    from tests.bursts.conftest import ROOT, Worker, worker_env
+
+    tmp = tmp_path_factory.mktemp("control-room")
+    repo = demo_repo_ensure(tmp / "repo")
+    env = worker_env(
+        ANNIHILATION_BURSTS_EXECUTOR="psychonauts",
+        ANNIHILATION_HOME=str(tmp),
+        ANNIHILATION_REPO=str(repo),
+        ANNIHILATION_PROVIDER="",
+    )
+    worker = Worker(env=env, tmp=tmp, name=f"ui-{os.getpid()}", concurrency=8).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp / "daphne.log").open("ab")
+    web = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "annihilation.asgi:application"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or web.poll() is not None:
+                    raise AssertionError((tmp / "daphne.log").read_text()) from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        web.terminate()
+        try:
+            web.wait(10)
+        except subprocess.TimeoutExpired:
+            web.kill()
+        log.close()
+        worker.stop()
+
+
+@pytest.fixture
+def login(page):
+    def log_in(base: str, username: str, password: str) -> None:
+        page.goto(f"{base}/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", password)
+        page.click("#login-submit")
+        page.wait_for_url(f"{base}/")
+
+    return log_in
