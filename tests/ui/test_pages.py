@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from annihilation.events import publish
@@ -208,3 +209,17 @@ def test_the_dashboard_reads_in_a_fixed_number_of_queries(
         )
     with django_assert_max_num_queries(16):
         assert viewer_client.get("/").status_code == 200
+
+
+def test_the_migration_makes_operators_who_may_act_and_viewers_who_may_not():
+    from django.contrib.auth.models import Group
+
+    from annihilation.access import operator_ensure, user_can_operate, viewer_ensure
+
+    assert Group.objects.get(name="operators").permissions.filter(codename="operate").exists()
+    assert not Group.objects.get(name="viewers").permissions.exists()
+    op = operator_ensure(username="ops", password="first")
+    again = operator_ensure(username="ops", password="second")
+    assert again.pk == op.pk and again.check_password("second")
+    assert user_can_operate(User.objects.get(pk=op.pk))
+    assert not user_can_operate(User.objects.get(pk=viewer_ensure(username="v", password="p").pk))
