@@ -4,10 +4,12 @@ it exactly once, late answers ground or supersede the drift, Redis may lose the 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from annihilation.celery import app
 from annihilation.models import Event
@@ -56,11 +58,14 @@ def start_agent(make_run: Any, make_quantum: Any, label: str) -> int:
 
 
 def pending_reaching(run_id: int) -> Reaching:
-    return wait_for(
-        lambda: agent_status(run_id) == AgentStatus.WAITING
-        and Reaching.objects.filter(agent_run_id=run_id, status="pending").first(),
+    reaching: Reaching = wait_for(
+        lambda: (
+            agent_status(run_id) == AgentStatus.WAITING
+            and Reaching.objects.filter(agent_run_id=run_id, status="pending").first()
+        ),
         what="the agent to wait on a reaching",
     )
+    return reaching
 
 
 def call_output(run_id: int) -> str:
@@ -150,7 +155,7 @@ def test_it_supersedes_the_drift_and_files_a_correction_when_a_late_answer_diffe
     assert result.kind == "late_superseded"
     drift = Drift.objects.get(reaching=reaching)
     assert drift.status == DriftStatus.SUPERSEDED
-    correction = Quantum.objects.get(pk=result.correction_id)
+    correction = Quantum.objects.get(pk=result.correction_id or 0)
     assert correction.kind == "correction"
     assert "store dates in UTC" in correction.body
     assert "No: local time, always" in correction.body
@@ -170,7 +175,7 @@ def test_it_files_a_correction_when_the_operator_rejects_a_drift(
     decided = drift_reject(drift_id=drift.pk, reason="we store local time")
 
     assert decided.status == DriftStatus.REJECTED
-    correction = Quantum.objects.get(pk=decided.correction_id)
+    correction = Quantum.objects.get(pk=decided.correction_id or 0)
     assert correction.kind == "correction" and "we store local time" in correction.body
     assert "store dates in UTC" in correction.body
     with pytest.raises(AlreadyDecided):
@@ -196,11 +201,42 @@ def test_it_rebuilds_the_queue_and_keeps_every_deadline_after_redis_is_flushed(
     assert [r.pk for r in reachings_pending()] == [crit.pk, soon.pk, low.pk]
     result = reaching_answer(reaching_id=crit.pk, text="go")
     assert result.resumed
-    wait_for(lambda: agent_status(crit.agent_run_id) == AgentStatus.DONE, what="crit to finish")
+    wait_for(
+        lambda: agent_status(crit.agent_run_id or 0) == AgentStatus.DONE, what="crit to finish"
+    )
     # The timer message was flushed with Redis: the beat sweep times the reaching out instead.
     wait_for(lambda: agent_status(soon_run) == AgentStatus.DONE, timeout=30, what="soon")
     assert Drift.objects.filter(reaching=soon).exists()
     assert [r.pk for r in reachings_pending()] == [low.pk]
+
+
+def race(reaching_id: int) -> list[str]:
+    """Answer, timer and sweep on one overdue reaching at the same instant, in three threads."""
+    barrier = threading.Barrier(3)
+    outcomes: list[str] = []
+
+    def answer() -> str:
+        return reaching_answer(reaching_id=reaching_id, text="yes").kind
+
+    def expire() -> str:
+        return "expired" if reaching_expire(reaching_id=reaching_id) else "-"
+
+    def sweep() -> str:
+        return f"sweep {len(tether_sweep().expired)}"
+
+    def go(action: Callable[[], str]) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(action())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=go, args=(f,)) for f in (answer, expire, sweep)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
 
 
 def test_it_resumes_once_when_an_answer_races_the_timeout(
@@ -211,37 +247,10 @@ def test_it_resumes_once_when_an_answer_races_the_timeout(
         run_id = start_agent(make_run, make_quantum, "race")
         reaching = pending_reaching(run_id)
         Reaching.objects.filter(pk=reaching.pk).update(deadline=reaching.created_at)
-        barrier = threading.Barrier(3)
-        outcomes: list[str] = []
 
-        def answer(reaching_id: int = reaching.pk) -> None:
-            barrier.wait()
-            try:
-                outcomes.append(reaching_answer(reaching_id=reaching_id, text="yes").kind)
-            finally:
-                connection.close()
+        outcomes = race(reaching.pk)
 
-        def expire(reaching_id: int = reaching.pk) -> None:
-            barrier.wait()
-            try:
-                outcomes.append("expired" if reaching_expire(reaching_id=reaching_id) else "-")
-            finally:
-                connection.close()
-
-        def sweep() -> None:
-            barrier.wait()
-            try:
-                outcomes.append(f"sweep {len(tether_sweep().expired)}")
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=f) for f in (answer, expire, sweep)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-        wait_for(lambda rid=run_id: agent_status(rid) == AgentStatus.DONE, what="the agent")
+        wait_for(lambda: agent_status(run_id) == AgentStatus.DONE, what="the agent")  # noqa: B023
         reaching.refresh_from_db()
         # Exactly one resolution: answered (no drift), or timed out (a drift; an answer that
         # came second is a late answer).
@@ -255,7 +264,6 @@ def test_it_resumes_once_when_an_answer_races_the_timeout(
 
 def test_it_refuses_unknown_and_cancelled_reachings(db, make_quantum):
     quantum = make_quantum()
-    from django.utils import timezone
 
     cancelled = Reaching.objects.create(
         quantum=quantum,

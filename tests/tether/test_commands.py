@@ -1,0 +1,81 @@
+"""`manage.py tether ...`: readable and --json output, exit 1 on refusals, 2 on bad usage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from tether.models import Drift, Reaching
+
+
+@pytest.fixture
+def reaching(db, make_quantum) -> Reaching:
+    quantum = make_quantum()
+    return Reaching.objects.create(
+        quantum=quantum,
+        question="Retry it?",
+        assumption="it stays blocked",
+        priority="high",
+        deadline=timezone.now() + timedelta(seconds=60),
+    )
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("tether", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_it_lists_and_answers_questions(reaching: Reaching, redis_client) -> None:
+    assert "Retry it?" in run("questions")
+    data = json.loads(run("questions", "--json"))
+    assert [(q["id"], q["priority"]) for q in data] == [(reaching.pk, "high")]
+
+    answer = json.loads(run("answer", str(reaching.pk), "leave it", "--json"))
+
+    assert answer["kind"] == "quarantine"
+    assert json.loads(run("questions", "--json")) == []
+
+
+def test_it_grounds_and_notes_drifts(reaching: Reaching) -> None:
+    drift = Drift.objects.create(quantum=reaching.quantum, assumption="UTC")
+    other = Drift.objects.create(quantum=reaching.quantum, assumption="tabs")
+    assert "UTC" in run("drifts")
+
+    assert "grounded" in run("ground", str(drift.pk))
+    assert json.loads(run("note", str(other.pk), "fine for now", "--json"))["status"] == "noted"
+    assert run("drifts").strip() == "(none)"
+    assert len(json.loads(run("drifts", "--status", "all", "--json"))) == 2
+    with pytest.raises(CommandError, match="already grounded"):
+        run("ground", str(drift.pk))
+
+
+def test_it_refuses_unknown_ids(db) -> None:
+    for args in (("answer", "999", "x"), ("ground", "999"), ("approve", "999"),
+                 ("approve-mutation", "999"), ("show-change", "999")):  # fmt: skip
+        with pytest.raises(CommandError, match="no "):
+            run(*args)
+
+
+def test_it_exits_2_on_bad_usage(db) -> None:
+    def status(*args: str) -> int:
+        return subprocess.run(
+            [sys.executable, "manage.py", "tether", *args],
+            cwd=Path(settings.BASE_DIR),
+            capture_output=True,
+            check=False,
+        ).returncode
+
+    assert status("reject", "1") == 2  # --reason is required
+    assert status("answer", "abc", "x") == 2
+    assert status("frobnicate") == 2
