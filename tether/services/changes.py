@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from annihilation.events import publish
@@ -23,7 +23,7 @@ from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
 from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus, Risk
-from tether.risk import FileChange, redact, risk_assess
+from tether.risk import FileChange, RiskVerdict, redact, risk_assess
 from tether.services.corrections import correction_file
 
 logger = logging.getLogger(__name__)
@@ -146,9 +146,36 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
     ChangeReview.objects.filter(pk__in=superseded, status=ChangeStatus.PENDING).update(
         status=ChangeStatus.SUPERSEDED, decided_by="tether", decided_at=timezone.now()
     )
-    review = ChangeReview.objects.create(
+    try:
+        with transaction.atomic():  # a savepoint: the task and the demo may race on one run
+            review = _create(
+                quantum_run_id, run.quantum_id, branch, base, head, stored, files, verdict
+            )
+    except IntegrityError:
+        return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
+    _record_built_on(review)
+    publish("tether:drifts", "change_review_created", change_payload(review))
+    if review.risk == Risk.LOW and getattr(settings, "TETHER_AUTO_MERGE_LOW_RISK", False):
+        try:
+            return change_approve(change_id=review.pk, by=AUTO)
+        except TetherError as exc:
+            logger.info("tether: auto-merge of change %s did not happen: %s", review.pk, exc)
+    return review
+
+
+def _create(
+    quantum_run_id: int,
+    quantum_id: int,
+    branch: str,
+    base: str,
+    head: str,
+    stored: str,
+    files: list[FileChange],
+    verdict: RiskVerdict,
+) -> ChangeReview:
+    return ChangeReview.objects.create(
         quantum_run_id=quantum_run_id,
-        quantum_id=run.quantum_id,
+        quantum_id=quantum_id,
         branch=branch,
         base=base,
         head_sha=head,
@@ -159,14 +186,6 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
         risk=verdict.risk,
         reasons=verdict.reasons,
     )
-    _record_built_on(review)
-    publish("tether:drifts", "change_review_created", change_payload(review))
-    if review.risk == Risk.LOW and getattr(settings, "TETHER_AUTO_MERGE_LOW_RISK", False):
-        try:
-            return change_approve(change_id=review.pk, by=AUTO)
-        except TetherError as exc:
-            logger.info("tether: auto-merge of change %s did not happen: %s", review.pk, exc)
-    return review
 
 
 def _worktree_of(branch: str) -> Path | None:

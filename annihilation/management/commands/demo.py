@@ -7,16 +7,18 @@ ANTHROPIC_API_KEY is set), and prints what every agent did and changed.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 
 from annihilation.cli import shorten, table
 from annihilation.demo_worker import worker_for_command
+from bursts.models import QuantumRun, RunStatus
 from psychonauts.errors import WorkspaceError
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.workspaces import branch_for, demo_repo_ensure, git
@@ -25,9 +27,16 @@ from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.selectors import quanta_blocked, quanta_ready, quantum_why_not_ready
+from tether.errors import TetherError
+from tether.models import ChangeStatus, DriftStatus, Reaching, ReachingStatus
+from tether.selectors import changes_list, drifts_list
+from tether.services import change_review_create, reaching_answer
 
 DEMO_FILE = settings.BASE_DIR / "demo" / "quanta.yaml"
 DEMO_LABEL = "demo"
+# Quanta with this label ask the Tether (psychonauts/scripts/tether.yaml); the demo answers them.
+ANSWERED_LABEL = "ask"
+DEMO_ANSWER = "Keep the old API: other teams still call it."
 
 
 class Command(BaseCommand):
@@ -88,8 +97,11 @@ class Command(BaseCommand):
         w("")
         w(f"Running a wave over the demo quanta: repository {repo}, provider {provider}")
         failed = ""
+        answering = threading.Event()
+        answerer = threading.Thread(target=self.answer_questions, args=(answering,), daemon=True)
         with worker_for_command(env=env) as worker:
             w(f"Celery: {worker}")
+            answerer.start()
             try:
                 call_command(
                     "start_wave",
@@ -103,6 +115,9 @@ class Command(BaseCommand):
                 )
             except CommandError as exc:
                 failed = str(exc)
+            finally:
+                answering.set()
+                answerer.join(timeout=5)
         w("")
         w("What each agent changed (commits on each quantum's branch):")
         for quantum in Quantum.objects.filter(pk__in=ids).order_by("id"):
@@ -117,5 +132,77 @@ class Command(BaseCommand):
         w(
             f"Inspect: git -C {repo} log --all --oneline --graph | manage.py waves list | manage.py waves show ID"
         )
+        # Each drained run's review is made by a Celery task; make sure the last ones exist
+        # before printing (the service is idempotent per run: the task finds them done).
+        for run_id in QuantumRun.objects.filter(
+            quantum_id__in=ids, status=RunStatus.DONE
+        ).values_list("pk", flat=True):
+            change_review_create(quantum_run_id=run_id)
+        self.print_grounding(ids)
         if failed:
             raise CommandError(f"the demo wave did not succeed: {failed}")
+
+    def answer_questions(self, stop: threading.Event) -> None:
+        """The demo's Tether: answers the questions of quanta labelled `ask` as soon as they are
+        pending (through the same service as `manage.py tether answer`); the others time out."""
+        try:
+            while not stop.wait(0.1):
+                pending = Reaching.objects.filter(
+                    status=ReachingStatus.PENDING,
+                    quantum__labels__contains=[DEMO_LABEL, ANSWERED_LABEL],
+                ).values_list("pk", "quantum_id", "question")
+                for reaching_id, quantum_id, question in pending:
+                    try:
+                        reaching_answer(reaching_id=reaching_id, text=DEMO_ANSWER, by="demo")
+                    except TetherError:
+                        continue  # answered or timed out meanwhile
+                    self.stdout.write(
+                        f"  tether: the demo answered reaching {reaching_id} of #{quantum_id} "
+                        f"({question!r}): {DEMO_ANSWER!r}"
+                    )
+        finally:
+            connection.close()
+
+    def print_grounding(self, ids: list[int]) -> None:
+        """What waits for the operator: open drifts and pending changes, with the commands."""
+        w = self.stdout.write
+        w("")
+        w("Open drifts (assumptions the agents went on with):")
+        drifts = [d for d in drifts_list(status=DriftStatus.OPEN) if d.quantum_id in ids]
+        table(
+            self.stdout,
+            ["ID", "QUANTUM", "ASSUMPTION", "QUESTION"],
+            [
+                (
+                    d.pk,
+                    f"#{d.quantum_id}",
+                    shorten(d.assumption, 40),
+                    shorten(d.reaching.question if d.reaching else "", 45),
+                )
+                for d in drifts
+            ],
+        )
+        for d in drifts:
+            w(
+                f"  ground: manage.py tether ground {d.pk}   |   reject: manage.py tether reject "
+                f"{d.pk} --reason 'TEXT'   |   note: manage.py tether note {d.pk} 'TEXT'"
+            )
+        w("")
+        w("Pending changes (merge into the base branch after review):")
+        changes = [c for c in changes_list(status=ChangeStatus.PENDING) if c.quantum_id in ids]
+        table(
+            self.stdout,
+            ["ID", "QUANTUM", "RISK", "BRANCH", "FILES", "+", "-"],
+            [
+                (c.pk, f"#{c.quantum_id}", c.risk, c.branch, len(c.files), c.additions, c.deletions)
+                for c in changes
+            ],
+        )
+        if changes:
+            w(
+                "  show: manage.py tether show-change ID   |   approve: manage.py tether approve ID"
+                "   |   reject: manage.py tether reject-change ID --reason 'TEXT'"
+            )
+            w(
+                f"  e.g.  manage.py tether show-change {changes[0].pk} && manage.py tether approve {changes[0].pk}"
+            )
