@@ -55,7 +55,14 @@ class ChangeReviewAdmin(LedgerAdmin):
 
 @admin.register(PipelineMutation)
 class PipelineMutationAdmin(LedgerAdmin):
-    list_display = ["id", "status", "pipeline_name", "base_version", "resulting_version", "deadline"]
+    list_display = [
+        "id",
+        "status",
+        "pipeline_name",
+        "base_version",
+        "resulting_version",
+        "deadline",
+    ]
     list_filter = ["status", "pipeline_name"]
     search_fields = ["pipeline_name", "rationale", "proposed_yaml"]
     list_select_related = ["agent_run"]

@@ -12,7 +12,10 @@ from tether.models import Drift, Reaching
 def test_it_shows_the_ledger_read_only(admin_client, make_quantum) -> None:
     quantum = make_quantum()
     reaching = Reaching.objects.create(
-        quantum=quantum, question="Why?", assumption="because", deadline=timezone.now() + timedelta(1)
+        quantum=quantum,
+        question="Why?",
+        assumption="because",
+        deadline=timezone.now() + timedelta(1),
     )
     drift = Drift.objects.create(quantum=quantum, assumption="because", reaching=reaching)
     for name in ("reaching", "drift", "changereview", "pipelinemutation"):

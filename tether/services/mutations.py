@@ -3,6 +3,7 @@ version) or rejects; a proposal nobody answers times out into a pipeline drift."
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -16,6 +17,10 @@ from quanta.pipelines.services import known_roles, pipelines_save
 from quanta.pipelines.spec import PipelineSpec
 from tether.errors import AlreadyDecided, InvalidProposal, NotFound
 from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
+
+logger = logging.getLogger(__name__)
+
+EXPIRE_TASK = "tether.mutation_expire"
 
 
 def proposal_check(*, pipeline: str, text: str) -> PipelineSpec:
@@ -78,6 +83,17 @@ def mutation_propose(
         deadline=timezone.now() + timedelta(seconds=timeout),
     )
     publish("tether:questions", "pipeline_mutation_submitted", mutation_payload(mutation))
+    mutation_id = mutation.pk
+
+    def timer() -> None:
+        from annihilation.celery import app
+
+        try:  # the beat sweep expires it anyway if this message is lost
+            app.send_task(EXPIRE_TASK, args=(mutation_id,), countdown=timeout)
+        except Exception:
+            logger.warning("tether: could not schedule the timeout of mutation %s", mutation_id)
+
+    transaction.on_commit(timer)
     return mutation
 
 
