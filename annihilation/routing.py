@@ -12,6 +12,7 @@ import annihilation.views  # noqa: F401
 import bursts.views  # noqa: F401
 import psychonauts.views  # noqa: F401
 import quanta.views  # noqa: F401
+import tether.views  # noqa: F401
 from annihilation.consumers import EventConsumer
 
 websocket_urlpatterns: list[Any] = [

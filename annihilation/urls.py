@@ -13,6 +13,7 @@ urlpatterns = [
     path("", include("quanta.urls")),
     path("waves/", include("bursts.urls")),
     path("agents/", include("psychonauts.urls")),
+    path("", include("tether.urls")),
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -76,6 +76,7 @@ def dashboard_render(
         "annihilation/dashboard.html",
         {
             "summary": dashboard_summary(),
+            "tether_counts": _tether_counts(),
             "events": events_recent(),
             "start_form": start_form or WaveStartForm(),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
@@ -94,4 +95,12 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     # was dropped, and one grouped query per block is cheap.
     if event["topic"] == "burst:events":
         return {"summary": dashboard_summary()}
+    if event["topic"].startswith("tether:"):
+        return {"tether_counts": _tether_counts()}
     return {}
+
+
+def _tether_counts() -> dict[str, int]:
+    from tether.views import tether_counts  # tether.views imports this module
+
+    return dict(tether_counts())

@@ -36,6 +36,7 @@ from quanta.selectors import (
     quantum_neighbourhood,
     quantum_why_not_ready,
 )
+from tether.views import quantum_changes, quantum_drifts
 
 # The neighbourhood picture: waits-on column, the quantum, waited-on-by column.
 NODE_W, NODE_H, GAP, COL = 210, 34, 12, 300
@@ -135,6 +136,8 @@ def quantum_detail(request: HttpRequest, quantum_id: int) -> HttpResponse:
             "comment_form": CommentForm(),
             "close_form": CloseForm(),
             "dependency_form": DependencyForm(),
+            "drifts": quantum_drifts(quantum_id=quantum_id),
+            "changes": quantum_changes(quantum_id=quantum_id),
             **live_attrs(["quanta", "burst:events"], "quantum", quantum_id=quantum_id),
         },
     )

@@ -1,0 +1,457 @@
+"""The Tether and Grounding pages: what operators and viewers see, every action and its errors,
+stale actions, 403/404, and the live fragments through the real ASGI application."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from psychonauts.workspaces import git, workspace_commit, workspace_ensure
+from quanta.models import Quantum
+from tests.bursts.conftest import pipeline
+from tests.tether.conftest import make_quantum, make_run, repo, scripts, tether_settings
+from tests.tether.test_changes import finished_run, main_file
+from tether.models import (
+    ChangeReview,
+    ChangeStatus,
+    Drift,
+    DriftStatus,
+    MutationStatus,
+    PipelineMutation,
+    Reaching,
+    ReachingStatus,
+)
+from tether.services import (
+    change_review_create,
+    mutation_propose,
+    reaching_ask,
+    reaching_expire,
+)
+
+__all__ = ["make_quantum", "make_run", "repo", "scripts", "tether_settings"]
+
+pytestmark = pytest.mark.django_db
+
+SOLO = """name: solo
+match:
+  labels: [solo]
+stages:
+  - name: implement
+    agents: [coder]
+  - name: check
+    agents: [tester]
+"""
+
+
+@pytest.fixture
+def ask(make_run: Any, redis_client: Any, django_capture_on_commit_callbacks: Any) -> Any:
+    """A pending reaching of a fresh agent run (queued in Redis as after a real commit)."""
+
+    def make(
+        question: str = "Keep the old API?",
+        *,
+        priority: str = "normal",
+        timeout_s: float = 300,
+        assumption: str = "keep the old API",
+    ) -> Reaching:
+        run = make_run("coder")
+        with django_capture_on_commit_callbacks(execute=True):
+            return reaching_ask(
+                agent_run_id=run.pk,
+                quantum_id=run.quantum_id,
+                tool_use_id="toolu_1",
+                question=question,
+                assumption=assumption,
+                priority=priority,
+                timeout_s=timeout_s,
+            )
+
+    return make
+
+
+@pytest.fixture
+def drift(ask: Any) -> Drift:
+    """An open drift: a reaching whose deadline passed with nobody answering."""
+    reaching = ask("Dates in UTC?", assumption="store dates in UTC", timeout_s=1)
+    assert reaching_expire(reaching_id=reaching.pk, now=timezone.now() + timedelta(seconds=5))
+    return Drift.objects.get(reaching=reaching)
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+# --- the Tether page ------------------------------------------------------------------------------
+
+
+def test_it_lists_pending_reachings_in_queue_order_with_deadlines(viewer_client, ask, drift):
+    low = ask("Low one?", priority="low")
+    critical = ask("Critical one?", priority="critical")
+    normal = ask("Normal one?", priority="normal", timeout_s=60)
+
+    response = viewer_client.get(reverse("tether"))
+
+    assert response.status_code == 200
+    rows = [row["r"].pk for row in response.context["reachings"]]
+    assert rows == [critical.pk, normal.pk, low.pk]
+    orders = [row["order"] for row in response.context["reachings"]]
+    assert orders == sorted(orders)  # the CSS order keeps live-appended cards in queue order
+    html = response.content.decode()
+    assert html.index("Critical one?") < html.index("Normal one?") < html.index("Low one?")
+    assert f'data-deadline="{critical.deadline.isoformat()}"' in html
+    assert f'id="drift-{drift.pk}"' in html and "store dates in UTC" in html
+    assert 'id="count-reachings">3<' in html and 'id="count-drifts">1<' in html
+    # A viewer sees no action form at all.
+    for needle in [
+        "answer-form",
+        'id="ground-',
+        'id="reject-',
+        'id="note-',
+        'id="late-',
+        '<form method="post" action="/tether',
+    ]:
+        assert needle not in html, needle
+
+
+def test_an_operator_sees_the_forms(op_client, ask, drift):
+    reaching = ask()
+    html = op_client.get(reverse("tether")).content.decode()
+    assert f'id="answer-form-{reaching.pk}"' in html
+    for needle in [f"ground-{drift.pk}", f"reject-{drift.pk}", f"note-{drift.pk}"]:
+        assert needle in html
+    assert f'id="late-{drift.pk}"' in html  # its reaching timed out: a late answer is possible
+
+
+def test_it_answers_a_reaching_in_place(op_client, ask):
+    reaching = ask()
+
+    response = op_client.post(
+        reverse("reaching_answer", args=[reaching.pk]), {"text": "drop it"}, follow=True
+    )
+
+    assert response.redirect_chain[-1][0] == reverse("tether")
+    assert f"Answered reaching #{reaching.pk}" in messages_of(response)[0]
+    reaching.refresh_from_db()
+    assert (reaching.status, reaching.answer, reaching.answered_by) == ("answered", "drop it", "op")
+    assert f'id="answer-form-{reaching.pk}"' not in response.content.decode()
+
+
+def test_an_empty_answer_is_an_error_next_to_the_field(op_client, ask):
+    reaching = ask()
+    other = ask("Another?")
+
+    response = op_client.post(reverse("reaching_answer", args=[reaching.pk]), {"text": "   "})
+
+    assert response.status_code == 400
+    rows = {row["r"].pk: row["form"] for row in response.context["reachings"]}
+    assert rows[reaching.pk].errors == {"text": ["Write an answer."]}
+    assert not rows[other.pk].is_bound
+    assert "Write an answer." in response.content.decode()
+    reaching.refresh_from_db()
+    assert reaching.status == ReachingStatus.PENDING
+
+
+@pytest.mark.parametrize("status", [ReachingStatus.ANSWERED, ReachingStatus.CANCELLED])
+def test_a_stale_answer_says_so_and_changes_nothing(op_client, ask, status):
+    reaching = ask()
+    Reaching.objects.filter(pk=reaching.pk).update(status=status, answer="first")
+
+    response = op_client.post(
+        reverse("reaching_answer", args=[reaching.pk]), {"text": "second"}, follow=True
+    )
+
+    assert messages_of(response) == [f"reaching #{reaching.pk} is {status}; nothing changed"]
+    reaching.refresh_from_db()
+    assert (reaching.status, reaching.answer) == (status, "first")
+
+
+def test_a_late_answer_supersedes_the_drift_and_says_so(op_client, drift):
+    url = reverse("reaching_answer", args=[drift.reaching_id])
+
+    response = op_client.post(url, {"text": "no: local time"}, follow=True)
+
+    drift.refresh_from_db()
+    assert drift.status == DriftStatus.SUPERSEDED and drift.correction_id
+    (message,) = messages_of(response)
+    assert "had already timed out" in message
+    assert f"supersedes drift #{drift.pk}" in message
+    assert f"correction quantum #{drift.correction_id}" in message
+    html = response.content.decode()
+    assert "Late answer" in html and "no: local time" in html
+    assert f'id="drift-{drift.pk}-correction"' in html
+    again = op_client.post(url, {"text": "yes after all"}, follow=True)
+    assert "already has a late answer" in messages_of(again)[0]
+    drift.refresh_from_db()
+    assert drift.status == DriftStatus.SUPERSEDED
+
+
+def test_a_late_answer_that_agrees_grounds_the_drift(op_client, drift):
+    response = op_client.post(
+        reverse("reaching_answer", args=[drift.reaching_id]), {"text": "yes"}, follow=True
+    )
+    assert f"drift #{drift.pk} is grounded" in messages_of(response)[0]
+    drift.refresh_from_db()
+    assert drift.status == DriftStatus.GROUNDED and drift.correction_id is None
+
+
+def test_it_grounds_a_drift(op_client, drift):
+    response = op_client.post(
+        reverse("drift_ground", args=[drift.pk]), {"comment": "fine"}, follow=True
+    )
+    assert messages_of(response) == [f"Drift #{drift.pk} grounded: the assumption stands."]
+    drift.refresh_from_db()
+    assert (drift.status, drift.comment, drift.decided_by) == ("grounded", "fine", "op")
+
+
+def test_it_rejects_a_drift_with_a_reason_and_files_a_correction(op_client, drift):
+    url = reverse("drift_reject", args=[drift.pk])
+    missing = op_client.post(url, {"reason": ""})
+    assert missing.status_code == 400
+    forms = {row["d"].pk: row["reject"] for row in missing.context["drifts"]}
+    assert forms[drift.pk].errors == {"reason": ["Say why the assumption is wrong."]}
+    assert Drift.objects.get(pk=drift.pk).status == DriftStatus.OPEN
+
+    response = op_client.post(url, {"reason": "dates are local"}, follow=True)
+
+    drift.refresh_from_db()
+    assert drift.status == DriftStatus.REJECTED
+    correction = Quantum.objects.get(pk=drift.correction_id)
+    assert correction.kind == "correction" and "dates are local" in correction.body
+    assert messages_of(response) == [
+        f"Drift #{drift.pk} rejected; correction quantum #{correction.pk} filed."
+    ]
+    assert f'href="/quanta/{correction.pk}/"' in response.content.decode()
+
+
+def test_it_notes_a_drift_and_the_note_needs_text(op_client, drift):
+    url = reverse("drift_note", args=[drift.pk])
+    missing = op_client.post(url, {"text": " "})
+    assert missing.status_code == 400 and "Write the note." in missing.content.decode()
+    response = op_client.post(url, {"text": "watch it"}, follow=True)
+    assert messages_of(response) == [f"Drift #{drift.pk} noted."]
+    assert Drift.objects.get(pk=drift.pk).status == DriftStatus.NOTED
+
+
+def test_deciding_a_drift_twice_says_so_and_changes_nothing(op_client, drift):
+    op_client.post(reverse("drift_ground", args=[drift.pk]), {"comment": "first"}, follow=True)
+    response = op_client.post(
+        reverse("drift_reject", args=[drift.pk]), {"reason": "too late"}, follow=True
+    )
+    assert messages_of(response) == [f"drift #{drift.pk} is already grounded; nothing changed"]
+    drift.refresh_from_db()
+    assert (drift.status, drift.comment, drift.correction_id) == ("grounded", "first", None)
+    assert not Quantum.objects.filter(kind="correction").exists()
+
+
+# --- the Grounding page ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def change(repo, make_quantum, tether_settings) -> ChangeReview:
+    quantum = make_quantum("Greet the world")
+    run = finished_run(quantum, {"hello.py": "print('hi')\n", "README.md": None})
+    review = change_review_create(quantum_run_id=run.pk)
+    assert review is not None
+    Quantum.objects.filter(pk=quantum.pk).update(status="closed")  # as its done run left it
+    return review
+
+
+def test_it_lists_changes_pending_first_with_risk_and_reasons(viewer_client, change):
+    response = viewer_client.get(reverse("grounding"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f'id="change-{change.pk}"' in html and "Greet the world" in html
+    assert f"risk-{change.risk}" in html
+    for reason in change.reasons:
+        assert reason in html
+    assert 'id="count-changes">1<' in html
+
+
+def test_the_change_page_shows_a_readable_diff_per_file(viewer_client, change):
+    response = viewer_client.get(reverse("change", args=[change.pk]))
+    assert response.status_code == 200
+    paths = [f["f"].path for f in response.context["files"]]
+    assert sorted(paths) == ["README.md", "hello.py"]
+    html = response.content.decode()
+    assert '<div class="add">+print(&#x27;hi&#x27;)</div>' in html
+    assert '<div class="del">-' in html  # the deleted README
+    assert "change-actions" not in html  # a viewer
+
+
+def test_an_operator_approves_a_change(op_client, change, repo):
+    url = reverse("change_approve", args=[change.pk])
+    response = op_client.post(url, follow=True)
+    change.refresh_from_db()
+    assert change.status == ChangeStatus.MERGED
+    assert messages_of(response) == [
+        f"Change #{change.pk} merged into main ({change.merge_sha[:10]})."
+    ]
+    assert main_file(repo, "hello.py") == "print('hi')\n"
+    again = op_client.post(url, follow=True)
+    assert messages_of(again) == [f"change #{change.pk} is merged; nothing changed"]
+
+
+def test_a_moved_branch_is_reported_and_nothing_is_merged(op_client, change, repo):
+    tree = workspace_ensure(quantum_id=change.quantum_id)
+    (tree / "hello.py").write_text("print('changed after the review')\n")
+    workspace_commit(workspace=tree, quantum_id=change.quantum_id, agent_id="late", role="coder")
+    head = git("rev-parse", "main", cwd=repo)
+
+    response = op_client.post(reverse("change_approve", args=[change.pk]), follow=True)
+
+    (message,) = messages_of(response)
+    assert "moved since the review" in message and "nothing merged" in message
+    assert git("rev-parse", "main", cwd=repo) == head
+    assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.PENDING
+
+
+def test_a_conflict_is_reported_with_its_correction(op_client, repo, make_quantum, tether_settings):
+    first, second = make_quantum("first"), make_quantum("second")
+    a = change_review_create(quantum_run_id=finished_run(first, {"calc.py": "A = 1\n"}).pk)
+    b = change_review_create(quantum_run_id=finished_run(second, {"calc.py": "B = 2\n"}).pk)
+    assert a is not None and b is not None
+    op_client.post(reverse("change_approve", args=[a.pk]), follow=True)
+
+    response = op_client.post(reverse("change_approve", args=[b.pk]), follow=True)
+
+    b.refresh_from_db()
+    assert b.status == ChangeStatus.CONFLICTED
+    (message,) = messages_of(response)
+    assert "conflicts with main" in message and "calc.py" in message
+    assert f"Correction quantum #{b.correction_id}" in message
+
+
+def test_rejecting_a_change_needs_a_reason_and_reopens_the_quantum(op_client, change):
+    url = reverse("change_reject", args=[change.pk])
+    missing = op_client.post(url, {"reason": ""})
+    assert missing.status_code == 400
+    assert missing.context["reject"].errors == {"reason": ["Say why the change is rejected."]}
+    assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.PENDING
+
+    response = op_client.post(url, {"reason": "use the helper"}, follow=True)
+
+    assert messages_of(response) == [
+        f"Change #{change.pk} rejected; quantum #{change.quantum_id} reopened."
+    ]
+    assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.REJECTED
+    stale = op_client.post(url, {"reason": "again"}, follow=True)
+    assert messages_of(stale) == [f"change #{change.pk} is rejected; nothing changed"]
+
+
+def test_rejecting_a_change_whose_quantum_moved_on_says_why(op_client, change):
+    Quantum.objects.filter(pk=change.quantum_id).update(status="open")
+    response = op_client.post(
+        reverse("change_reject", args=[change.pk]), {"reason": "no"}, follow=True
+    )
+    assert "cannot reopen" in messages_of(response)[0]
+    assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.PENDING
+
+
+@pytest.fixture
+def mutation(make_run) -> PipelineMutation:
+    pipeline("solo", ("sequential", ["coder"]), labels=["solo"])
+    run = make_run("coder")
+    return mutation_propose(
+        pipeline="solo",
+        text=SOLO,
+        rationale="a tester should check",
+        agent_run_id=run.pk,
+        quantum_id=run.quantum_id,
+        tool_use_id="toolu_p",
+    )
+
+
+def test_it_shows_a_mutation_beside_the_current_pipeline(viewer_client, mutation):
+    response = viewer_client.get(reverse("grounding"))
+    (row,) = response.context["mutations"]
+    assert row["v"].current_version == 1 and "coder" in row["v"].current_yaml
+    assert {"tag": "add", "text": "+    agents: [tester]"} in row["diff"]
+    html = response.content.decode()
+    assert f'id="mutation-{mutation.pk}"' in html and "a tester should check" in html
+    assert f"mutation-approve-{mutation.pk}" not in html
+
+
+def test_an_operator_approves_a_mutation(op_client, mutation):
+    url = reverse("mutation_approve", args=[mutation.pk])
+    response = op_client.post(url, follow=True)
+    assert messages_of(response) == ["Pipeline solo is now at version 2."]
+    assert PipelineMutation.objects.get(pk=mutation.pk).status == MutationStatus.APPROVED
+    again = op_client.post(url, follow=True)
+    assert messages_of(again) == [f"mutation #{mutation.pk} is approved; nothing changed"]
+
+
+def test_an_operator_rejects_a_mutation(op_client, mutation):
+    response = op_client.post(
+        reverse("mutation_reject", args=[mutation.pk]), {"reason": "not now"}, follow=True
+    )
+    assert messages_of(response) == [f"Proposal #{mutation.pk} for solo rejected."]
+    m = PipelineMutation.objects.get(pk=mutation.pk)
+    assert (m.status, m.comment) == (MutationStatus.REJECTED, "not now")
+
+
+# --- access -----------------------------------------------------------------------------------
+
+
+def test_a_viewer_cannot_act(viewer_client, ask, drift, change, mutation):
+    reaching = ask()
+    posts = [
+        (reverse("reaching_answer", args=[reaching.pk]), {"text": "x"}),
+        (reverse("drift_ground", args=[drift.pk]), {}),
+        (reverse("drift_reject", args=[drift.pk]), {"reason": "x"}),
+        (reverse("drift_note", args=[drift.pk]), {"text": "x"}),
+        (reverse("change_approve", args=[change.pk]), {}),
+        (reverse("change_reject", args=[change.pk]), {"reason": "x"}),
+        (reverse("mutation_approve", args=[mutation.pk]), {}),
+        (reverse("mutation_reject", args=[mutation.pk]), {}),
+    ]
+    for url, data in posts:
+        assert viewer_client.post(url, data).status_code == 403, url
+    assert Reaching.objects.get(pk=reaching.pk).status == ReachingStatus.PENDING
+    assert Drift.objects.get(pk=drift.pk).status == DriftStatus.OPEN
+    assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.PENDING
+    assert PipelineMutation.objects.get(pk=mutation.pk).status == MutationStatus.PENDING
+    html = viewer_client.get(reverse("change", args=[change.pk])).content.decode()
+    assert "change-approve" not in html
+
+
+def test_actions_are_post_only(op_client, drift):
+    assert op_client.get(reverse("drift_ground", args=[drift.pk])).status_code == 405
+
+
+def test_unknown_ids_are_404(op_client):
+    assert op_client.get(reverse("change", args=[999999])).status_code == 404
+    posts = [
+        reverse("reaching_answer", args=[999999]),
+        reverse("drift_ground", args=[999999]),
+        reverse("drift_reject", args=[999999]),
+        reverse("drift_note", args=[999999]),
+        reverse("change_approve", args=[999999]),
+        reverse("change_reject", args=[999999]),
+        reverse("mutation_approve", args=[999999]),
+        reverse("mutation_reject", args=[999999]),
+    ]
+    for url in posts:
+        assert op_client.post(url, {"text": "x", "reason": "x"}).status_code == 404, url
+
+
+# --- elsewhere ------------------------------------------------------------------------------------
+
+
+def test_the_quantum_page_shows_its_drifts_and_change_reviews(viewer_client, drift, change):
+    html = viewer_client.get(reverse("quantum", args=[drift.quantum_id])).content.decode()
+    assert "quantum-drifts" in html and "store dates in UTC" in html
+    html = viewer_client.get(reverse("quantum", args=[change.quantum_id])).content.decode()
+    assert f'href="/grounding/changes/{change.pk}/"' in html
+
+
+def test_the_dashboard_counts_what_waits_for_the_tether(viewer_client, ask, drift):
+    ask()
+    html = viewer_client.get("/").content.decode()
+    assert 'id="count-reachings">1<' in html
+    assert 'id="count-drifts">1<' in html
+    assert 'id="count-changes">0<' in html
+    assert 'id="nav-tether"' in html and 'id="nav-grounding"' in html
