@@ -1,0 +1,192 @@
+"""1,000 agents waiting on the Tether at once, on one Celery worker with 4 slots.
+
+Each agent (scripted provider) asks the Tether on its first turn and is suspended; then the
+bench answers every question, at a steady rate, and each agent finishes. Prints: worker slots
+held while they all wait (target 0), the worker's memory (RSS) idle / with every agent waiting /
+at the end, and the time from an answer to its agent running again (its `started` event on the
+worker), p50/p95/max (target p95 under 250 ms).
+
+    python bench/tether_suspend.py [--agents 1000] [--slots 4] [--rate 20]
+
+Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated), a
+temporary ANNIHILATION_HOME (shared-tree workspace: no worktree per agent) and its own queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE))
+HOME = Path(tempfile.mkdtemp(prefix="annihilation-bench-tether-"))
+SCRIPTS = HOME / "scripts"
+SCRIPTS.mkdir(parents=True)
+(SCRIPTS / "bench-ask.yaml").write_text(
+    """name: bench-ask
+match: {labels: [bench-ask]}
+turns:
+  - tools:
+      - ask_tether: {question: "Go on? ({agent_id})", assumption: "go on", timeout_s: 3600}
+  - text: "Done."
+""",
+    encoding="utf-8",
+)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
+os.environ["ANNIHILATION_HOME"] = str(HOME)
+os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
+os.environ["ANNIHILATION_SCRIPT_DIRS"] = str(SCRIPTS)
+os.environ["ANNIHILATION_WORKSPACE_MODE"] = "shared"
+os.environ["ANNIHILATION_PROVIDER"] = ""
+os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
+
+from bench._setup import django_bench_db, pct  # noqa: E402
+
+django_bench_db()  # sets DATABASE_URL for the worker subprocess too
+
+from django.db import connection  # noqa: E402
+
+QUEUE = "bench-tether"
+WORKER = "bench-tether"
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def start_worker(slots: int) -> subprocess.Popen[bytes]:
+    from annihilation.celery import app
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", "threads",
+         "-c", str(slots), "-Q", QUEUE, "--loglevel", "WARNING", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "-n", f"{WORKER}@%h"],
+        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if app.control.ping(destination=[f"{WORKER}@{os.uname().nodename}"], timeout=0.5):
+            time.sleep(0.5)
+            return worker
+    worker.kill()
+    raise SystemExit("the worker did not start")
+
+
+def slots_held() -> int:
+    from annihilation.celery import app
+
+    replies = app.control.inspect(
+        destination=[f"{WORKER}@{os.uname().nodename}"], timeout=2.0
+    ).active()
+    if not replies:
+        raise SystemExit("the worker did not answer `inspect active`")
+    return sum(len(tasks) for tasks in replies.values())
+
+
+def wait_count(label: str, count: int, status: str, timeout: float) -> float:
+    from bursts.models import AgentRun
+
+    started = time.monotonic()
+    while True:
+        n = AgentRun.objects.filter(quantum__labels__contains=[label], status=status).count()
+        if n >= count:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"only {n} of {count} agents reached {status} within {timeout} s")
+        time.sleep(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=20.0, help="answers per second")
+    args = parser.parse_args()
+
+    from annihilation.celery import app
+    from annihilation.models import Event
+    from psychonauts.roles import roles_sync_defaults
+    from psychonauts.services import agent_run_create
+    from psychonauts.workspaces import demo_repo_ensure
+    from quanta.services import quantum_create
+    from tether.models import Reaching, ReachingStatus
+    from tether.services import reaching_answer
+
+    app.conf.task_default_queue = QUEUE  # resumes sent by the answers go to the bench worker
+    roles_sync_defaults()
+    demo_repo_ensure(HOME / "repo")
+    label = f"bench-{int(time.time())}"
+    runs = []
+    for n in range(args.agents):
+        quantum = quantum_create(title=f"tether bench {n}", labels=[label, "bench-ask"])
+        runs.append(agent_run_create(quantum_id=quantum.pk, role="coder", provider="scripted"))
+    connection.close()
+
+    worker = start_worker(args.slots)
+    try:
+        idle = rss_kb(worker.pid)
+        for run in runs:
+            app.send_task("psychonauts.tasks.execute_agent_run", args=(run.pk,), queue=QUEUE)
+        suspend_s = wait_count(label, args.agents, "waiting", timeout=600)
+        time.sleep(0.5)
+        held = slots_held()
+        waiting_rss = rss_kb(worker.pid)
+        reachings = list(
+            Reaching.objects.filter(
+                quantum__labels__contains=[label], status=ReachingStatus.PENDING
+            ).values_list("pk", "agent_run_id")
+        )
+        print(
+            f"agents waiting on the Tether: {len(reachings)} (all suspended in {suspend_s:.1f} s)"
+        )
+        print(f"worker slots held while they wait: {held} of {args.slots} (target 0)")
+        print(f"worker RSS: idle {idle / 1024:.0f} MiB, with {args.agents} agents waiting "
+              f"{waiting_rss / 1024:.0f} MiB")  # fmt: skip
+
+        answered_at: dict[int, float] = {}
+        gap = 1.0 / args.rate
+        began = time.monotonic()
+        for n, (reaching_id, run_id) in enumerate(reachings):
+            pause = began + n * gap - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            answered_at[run_id] = time.time()
+            reaching_answer(reaching_id=reaching_id, text="yes, go on", by="bench")
+        wait_count(label, args.agents, "done", timeout=600)
+        final_rss = rss_kb(worker.pid)
+
+        latencies: list[float] = []
+        starts: dict[int, list[float]] = {}
+        for run_id, created in Event.objects.filter(
+            type="started", payload__agent_run_id__in=list(answered_at)
+        ).values_list("payload__agent_run_id", "created_at"):
+            starts.setdefault(int(run_id), []).append(created.timestamp())
+        for run_id, t0 in answered_at.items():
+            resumed = [t for t in starts.get(run_id, []) if t >= t0 - 0.001]
+            if resumed:
+                latencies.append(min(resumed) - t0)
+        print(f"answered {len(answered_at)} at {args.rate:.0f}/s; all done; worker RSS at the end "
+              f"{final_rss / 1024:.0f} MiB")  # fmt: skip
+        print(
+            f"answer -> agent running again ({len(latencies)} agents): "
+            f"p50 {pct(latencies, 50) * 1000:.0f} ms, p95 {pct(latencies, 95) * 1000:.0f} ms, "
+            f"max {max(latencies) * 1000:.0f} ms (target p95 < 250 ms)"
+        )
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+if __name__ == "__main__":
+    main()
