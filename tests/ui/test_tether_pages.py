@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from django.urls import reverse
 from django.utils import timezone
 
@@ -27,7 +28,9 @@ from tether.models import (
 )
 from tether.services import (
     change_review_create,
+    drift_reject,
     mutation_propose,
+    reaching_answer,
     reaching_ask,
     reaching_expire,
 )
@@ -455,3 +458,146 @@ def test_the_dashboard_counts_what_waits_for_the_tether(viewer_client, ask, drif
     assert 'id="count-drifts">1<' in html
     assert 'id="count-changes">0<' in html
     assert 'id="nav-tether"' in html and 'id="nav-grounding"' in html
+
+
+# --- live, through the real ASGI application ------------------------------------------------------
+
+
+def _asked(make_run: Any, question: str) -> Reaching:
+    run = make_run("coder")
+    return reaching_ask(
+        agent_run_id=run.pk,
+        quantum_id=run.quantum_id,
+        tool_use_id="toolu_ws",
+        question=question,
+        assumption="keep it",
+        timeout_s=300,
+    )
+
+
+async def _socket(user: Any, *, page: str = "tether") -> Any:
+    from channels.testing import WebsocketCommunicator
+
+    from annihilation.asgi import application
+    from annihilation.live import events_last_id
+
+    communicator = WebsocketCommunicator(
+        application, "/ws/events/", headers=[(b"origin", b"http://localhost")]
+    )
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    after = await database_sync_to_async(events_last_id)()
+    await communicator.send_json_to(
+        {"subscribe": ["tether:reaching", "tether:drifts"], "after": after, "page": page}
+    )
+    return communicator
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_new_reaching_reaches_the_tether_page_and_leaves_it_when_answered(
+    redis_client, make_run
+):
+    from annihilation.access import operator_ensure, viewer_ensure
+
+    operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")
+    viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
+    op_socket, viewer_socket = await _socket(operator), await _socket(viewer)
+
+    reaching = await database_sync_to_async(_asked)(make_run, "Which <b>way</b>?")
+
+    pushed = await op_socket.receive_json_from(timeout=3)
+    assert pushed["event"]["type"] == "question_asked"
+    html = pushed["html"]
+    assert f'id="reaching-{reaching.pk}" data-swap="append:reachings"' in html
+    assert "Which &lt;b&gt;way&lt;/b&gt;?" in html  # escaped
+    assert f'id="answer-form-{reaching.pk}"' in html and "data-deadline=" in html
+    assert 'id="count-reachings">1<' in html
+    seen_by_viewer = await viewer_socket.receive_json_from(timeout=3)
+    assert f'id="reaching-{reaching.pk}"' in seen_by_viewer["html"]
+    assert "answer-form" not in seen_by_viewer["html"]
+
+    await database_sync_to_async(reaching_answer)(reaching_id=reaching.pk, text="that way")
+
+    gone = await op_socket.receive_json_from(timeout=3)
+    assert gone["event"]["type"] == "question_answered"
+    assert f'<div id="reaching-{reaching.pk}" data-swap="replace" hidden></div>' in gone["html"]
+    assert 'id="count-reachings">0<' in gone["html"]
+    await op_socket.disconnect()
+    await viewer_socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_drift_decision_updates_its_card_live(redis_client, make_run):
+    from annihilation.access import viewer_ensure
+
+    viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
+    reaching = await database_sync_to_async(_asked)(make_run, "Dates?")
+    socket = await _socket(viewer)
+
+    def expire() -> None:
+        reaching_expire(reaching_id=reaching.pk, now=timezone.now() + timedelta(seconds=400))
+
+    await database_sync_to_async(expire)()
+    timed_out = await socket.receive_json_from(timeout=3)
+    assert timed_out["event"]["type"] == "question_timed_out"
+    created = await socket.receive_json_from(timeout=3)
+    assert created["event"]["type"] == "drift_created"
+    drift_id = created["event"]["payload"]["drift_id"]
+    assert f'id="drift-{drift_id}" data-swap="prepend:drifts"' in created["html"]
+
+    await database_sync_to_async(drift_reject)(drift_id=drift_id, reason="dates are local")
+
+    rejected = await socket.receive_json_from(timeout=3)
+    assert rejected["event"]["type"] == "drift_rejected"
+    assert f'id="drift-{drift_id}-correction"' in rejected["html"]
+    assert 'id="count-drifts">0<' in rejected["html"]
+    await socket.disconnect()
+
+
+async def _reply(socket: Any) -> Any:
+    """The next action reply (the socket also carries the events the actions cause)."""
+    while True:
+        message = await socket.receive_json_from(timeout=3)
+        if "action" in message:
+            return message
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_socket_actions_are_for_operators_and_stale_ones_are_refused(redis_client, make_run):
+    from annihilation.access import operator_ensure, viewer_ensure
+
+    viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
+    operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")
+    reaching = await database_sync_to_async(_asked)(make_run, "Keep it?")
+    answer = {"action": "reaching_answer", "reaching_id": reaching.pk, "text": "yes"}
+
+    socket = await _socket(viewer)
+    await socket.send_json_to(answer)
+    assert await socket.receive_json_from(timeout=3) == {
+        "action": "reaching_answer",
+        "ok": False,
+        "error": "forbidden",
+    }
+    await socket.disconnect()
+    status = await database_sync_to_async(lambda: Reaching.objects.get(pk=reaching.pk).status)()
+    assert status == ReachingStatus.PENDING
+
+    socket = await _socket(operator, page="")
+    await socket.send_json_to(answer)
+    reply = await _reply(socket)
+    assert reply["ok"] and reply["kind"] == "answered", reply
+    await socket.send_json_to(answer)
+    stale = await _reply(socket)
+    assert stale == {
+        "action": "reaching_answer",
+        "ok": False,
+        "error": f"reaching #{reaching.pk} is answered; nothing changed",
+    }
+    await socket.send_json_to({"action": "drift_reject", "drift_id": "1", "reason": "x"})
+    bad = await _reply(socket)
+    assert bad["error"] == "drift_id must be an integer", bad
+    await socket.disconnect()
