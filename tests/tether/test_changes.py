@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from annihilation.models import Event
-from bursts.models import Burst, QuantumRun, RunStatus, Wave
+from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
 from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
 from quanta.models import Quantum
@@ -200,7 +200,7 @@ def test_it_asks_the_operator_about_a_quarantined_quantum(db, make_quantum):
 def test_it_resumes_a_pipeline_agent_and_reviews_what_it_committed(
     tether_worker: Any, repo: Path, make_quantum: Any
 ):
-    pipeline("solo", ("sequential", ["coder"]), labels=["solo"])
+    pipeline("solo", ("sequential", ["coder", "tester"]), labels=["solo"])
     quantum = make_quantum(labels=["solo", "ask"])
     wave = wave_start(labels=["solo"])
     reaching = wait_for(
@@ -211,9 +211,34 @@ def test_it_resumes_a_pipeline_agent_and_reviews_what_it_committed(
     reaching_answer(reaching_id=reaching.pk, text="keep it")
 
     assert wait_wave(wave.pk).status == "done"
+    # The chain went on after the coder: the tester's link was sent with the resumed coder.
+    assert AgentRun.objects.get(quantum=quantum, role="tester").status == "done"
     review = wait_for(
         lambda: ChangeReview.objects.filter(quantum=quantum).first(), what="the change review"
     )
     assert [f["path"] for f in review.files] == [f"notes/decision-q{quantum.pk}.md"]
     change_approve(change_id=review.pk)
     assert main_file(repo, f"notes/decision-q{quantum.pk}.md") is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_resumes_a_fan_out_agent_alone_and_the_stage_completes(
+    tether_worker: Any, make_quantum: Any
+):
+    pipeline("fan", ("fan_out", ["coder", "reviewer"]), labels=["fan"])
+    quantum = make_quantum(labels=["fan", "ask"])
+    wave = wave_start(labels=["fan"])
+    reaching = wait_for(
+        lambda: Reaching.objects.filter(quantum=quantum, status="pending").first(),
+        what="the coder's question",
+    )
+    wait_for(
+        lambda: AgentRun.objects.filter(quantum=quantum, role="reviewer", status="done").exists(),
+        what="the reviewer to finish beside the waiting coder",
+    )
+
+    reaching_answer(reaching_id=reaching.pk, text="keep it")
+
+    assert wait_wave(wave.pk).status == "done"
+    assert QuantumRun.objects.get(quantum=quantum).status == RunStatus.DONE
+    assert AgentRun.objects.filter(quantum=quantum).count() == 2  # no agent ran twice

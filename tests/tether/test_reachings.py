@@ -4,6 +4,7 @@ it exactly once, late answers ground or supersede the drift, Redis may lose the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 from annihilation.celery import app
 from annihilation.models import Event
 from bursts.models import AgentStatus
-from psychonauts.models import ToolCall
+from psychonauts.models import Role, ToolCall
 from quanta.models import Dependency, Quantum
 from tests.tether.conftest import active_tasks, agent_status, wait_for
 from tether.errors import AlreadyDecided, NotFound
@@ -278,3 +279,18 @@ def test_it_refuses_unknown_and_cancelled_reachings(db, make_quantum):
         reaching_answer(reaching_id=cancelled.pk, text="x")
     cancelled.refresh_from_db()
     assert cancelled.answer == "" and cancelled.status == ReachingStatus.CANCELLED
+
+
+def test_it_does_not_count_the_wait_against_the_role_timeout(
+    tether_worker, scripts, make_run, make_quantum
+):
+    ask_script(scripts, "patient", timeout=300)
+    run_id = start_agent(make_run, make_quantum, "patient")
+    reaching = pending_reaching(run_id)
+    Role.objects.filter(name="coder").update(timeout_s=2)
+    time.sleep(3)  # longer than the role may run: only the time spent working counts
+
+    reaching_answer(reaching_id=reaching.pk, text="go")
+
+    wait_for(lambda: agent_status(run_id) in ("done", "error"), what="the agent to end")
+    assert agent_status(run_id) == AgentStatus.DONE
