@@ -266,10 +266,10 @@ def _drift_action(
             form.add_error(next(iter(form.fields)), str(exc))
         except TetherError as exc:  # stale: decided already
             messages.error(request, str(exc))
-            return redirect(request.POST.get("next") or "tether")
+            return redirect("tether")
         else:
             messages.success(request, done(drift))
-            return redirect(request.POST.get("next") or "tether")
+            return redirect("tether")
     return _tether_render(request, bound=(name, drift_id, form), status=400)
 
 

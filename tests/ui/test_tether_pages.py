@@ -388,6 +388,13 @@ def test_an_operator_approves_a_mutation(op_client, mutation):
 
 
 def test_an_operator_rejects_a_mutation(op_client, mutation):
+    too_long = op_client.post(
+        reverse("mutation_reject", args=[mutation.pk]), {"reason": "x" * 6000}
+    )
+    assert too_long.status_code == 400
+    (row,) = too_long.context["mutations"]
+    assert "at most 5000 characters" in row["reject"].errors["reason"][0]
+    assert PipelineMutation.objects.get(pk=mutation.pk).status == MutationStatus.PENDING
     response = op_client.post(
         reverse("mutation_reject", args=[mutation.pk]), {"reason": "not now"}, follow=True
     )
@@ -458,6 +465,30 @@ def test_the_dashboard_counts_what_waits_for_the_tether(viewer_client, ask, drif
     assert 'id="count-drifts">1<' in html
     assert 'id="count-changes">0<' in html
     assert 'id="nav-tether"' in html and 'id="nav-grounding"' in html
+
+
+def test_a_change_event_updates_its_row_on_the_grounding_page(change):
+    from annihilation.events import EventMessage, publish
+    from annihilation.live import fragment_render
+    from tether.services.changes import change_payload
+
+    ChangeReview.objects.filter(pk=change.pk).update(status=ChangeStatus.MERGED, decided_by="op")
+    change.refresh_from_db()
+    event = publish("tether:drifts", "change_merged", change_payload(change))
+    message: EventMessage = {
+        "id": event.pk,
+        "topic": event.topic,
+        "type": event.type,
+        "payload": event.payload,
+        "created_at": "",
+        "session_id": None,
+    }
+
+    html = fragment_render(message, page="grounding", params={}, can_operate=False)
+
+    assert f'<tr id="change-{change.pk}" data-swap="prepend:changes">' in html
+    assert '<span class="pill s-merged">merged</span>' in html
+    assert 'id="count-changes">0<' in html
 
 
 # --- live, through the real ASGI application ------------------------------------------------------
