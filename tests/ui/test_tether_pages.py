@@ -120,6 +120,20 @@ def test_it_lists_pending_reachings_in_queue_order_with_deadlines(viewer_client,
         assert needle not in html, needle
 
 
+def test_the_pages_read_in_a_fixed_number_of_queries(
+    op_client, ask, drift, django_assert_max_num_queries
+):
+    for n in range(5):
+        ask(f"Question {n}?")
+        a_drift = ask(f"Drifting {n}?", timeout_s=1)
+        reaching_expire(reaching_id=a_drift.pk, now=timezone.now() + timedelta(seconds=5))
+    with django_assert_max_num_queries(12):
+        response = op_client.get(reverse("tether"))
+    assert len(response.context["reachings"]) == 5 and len(response.context["drifts"]) == 6
+    with django_assert_max_num_queries(12):
+        assert op_client.get(reverse("grounding")).status_code == 200
+
+
 def test_an_operator_sees_the_forms(op_client, ask, drift):
     reaching = ask()
     html = op_client.get(reverse("tether")).content.decode()
