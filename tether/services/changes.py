@@ -123,6 +123,8 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
     existing = ChangeReview.objects.filter(quantum_run_id=quantum_run_id).first()
     if existing is not None:
         return existing
+    if not (_repo() / ".git").exists():
+        return None  # no target repository (an executor that writes no code)
     run = QuantumRun.objects.only("quantum_id", "branch").get(pk=quantum_run_id)
     branch = run.branch or branch_for(run.quantum_id)
     head = _sha(branch)
