@@ -17,6 +17,7 @@ from annihilation.models import Event
 from annihilation.redis import get_redis
 from bursts.forms import WaveStartForm
 from bursts.selectors import dashboard_summary
+from tether.selectors import tether_counts
 
 RECENT_EVENTS = 20
 
@@ -76,7 +77,7 @@ def dashboard_render(
         "annihilation/dashboard.html",
         {
             "summary": dashboard_summary(),
-            "tether_counts": _tether_counts(),
+            "tether_counts": tether_counts(),
             "events": events_recent(),
             "start_form": start_form or WaveStartForm(),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
@@ -96,11 +97,5 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     if event["topic"] == "burst:events":
         return {"summary": dashboard_summary()}
     if event["topic"].startswith("tether:"):
-        return {"tether_counts": _tether_counts()}
+        return {"tether_counts": tether_counts()}
     return {}
-
-
-def _tether_counts() -> Mapping[str, object]:
-    from tether.views import tether_counts  # tether.views imports this module
-
-    return tether_counts()

@@ -36,7 +36,7 @@ from quanta.selectors import (
     quantum_neighbourhood,
     quantum_why_not_ready,
 )
-from tether.views import quantum_changes, quantum_drifts
+from tether.selectors import quantum_changes, quantum_drifts
 
 # The neighbourhood picture: waits-on column, the quantum, waited-on-by column.
 NODE_W, NODE_H, GAP, COL = 210, 34, 12, 300

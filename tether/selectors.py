@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
 import yaml
+from django.db import connection
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from quanta.pipeline_models import Pipeline
@@ -19,6 +20,7 @@ from tether.models import (
     ChangeReview,
     ChangeStatus,
     Drift,
+    DriftStatus,
     PipelineMutation,
     Reaching,
     ReachingStatus,
@@ -194,3 +196,37 @@ def mutations_list(*, status: str | None = None, limit: int = 100) -> list[Mutat
         )
         views.append(MutationView(m, p.version if p else None, current))
     return views
+
+
+class TetherCounts(TypedDict):
+    reachings: int
+    drifts: int
+    changes: int
+
+
+def tether_counts() -> TetherCounts:
+    """What waits for the operator, in one round trip (the dashboard re-reads it on every tether
+    event): three counts served by the partial pending index and the status indexes."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT (SELECT count(*) FROM {Reaching._meta.db_table} WHERE status = %s),
+                       (SELECT count(*) FROM {Drift._meta.db_table} WHERE status = %s),
+                       (SELECT count(*) FROM {ChangeReview._meta.db_table} WHERE status = %s)""",
+            [ReachingStatus.PENDING.value, DriftStatus.OPEN.value, ChangeStatus.PENDING.value],
+        )
+        reachings, drifts, changes = cursor.fetchone() or (0, 0, 0)
+    return {"reachings": reachings, "drifts": drifts, "changes": changes}
+
+
+def quantum_drifts(*, quantum_id: int) -> QuerySet[Drift]:
+    """A quantum's drifts, newest first (the quantum detail page)."""
+    return (
+        Drift.objects.filter(quantum_id=quantum_id)
+        .select_related("reaching", "correction")
+        .order_by("-created_at")
+    )
+
+
+def quantum_changes(*, quantum_id: int) -> QuerySet[ChangeReview]:
+    """A quantum's change reviews, newest first, without their diffs."""
+    return ChangeReview.objects.filter(quantum_id=quantum_id).defer("diff").order_by("-created_at")

@@ -7,12 +7,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import messages
-from django.db import connection
-from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -51,6 +49,7 @@ from tether.selectors import (
     mutations_list,
     reaching_get,
     reachings_pending,
+    tether_counts,
 )
 from tether.services import (
     AnswerResult,
@@ -69,43 +68,6 @@ GROUNDING_TOPICS = ["tether:drifts", "tether:questions"]
 RECENT_DRIFTS = 50
 
 T = TypeVar("T")
-
-
-# --- reads the pages need beyond tether.selectors ------------------------------------------------
-
-
-class TetherCounts(TypedDict):
-    reachings: int
-    drifts: int
-    changes: int
-
-
-def tether_counts() -> TetherCounts:
-    """What waits for the operator, in one round trip (the dashboard re-reads it on every tether
-    event): three counts served by the partial pending index and the status indexes."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""SELECT (SELECT count(*) FROM {Reaching._meta.db_table} WHERE status = %s),
-                       (SELECT count(*) FROM {Drift._meta.db_table} WHERE status = %s),
-                       (SELECT count(*) FROM {ChangeReview._meta.db_table} WHERE status = %s)""",
-            [ReachingStatus.PENDING.value, DriftStatus.OPEN.value, ChangeStatus.PENDING.value],
-        )
-        reachings, drifts, changes = cursor.fetchone() or (0, 0, 0)
-    return {"reachings": reachings, "drifts": drifts, "changes": changes}
-
-
-def quantum_drifts(*, quantum_id: int) -> QuerySet[Drift]:
-    """A quantum's drifts, newest first (the quantum detail page)."""
-    return (
-        Drift.objects.filter(quantum_id=quantum_id)
-        .select_related("reaching", "correction")
-        .order_by("-created_at")
-    )
-
-
-def quantum_changes(*, quantum_id: int) -> QuerySet[ChangeReview]:
-    """A quantum's change reviews, newest first, without their diffs."""
-    return ChangeReview.objects.filter(quantum_id=quantum_id).defer("diff").order_by("-created_at")
 
 
 # --- presentation helpers -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ ANTHROPIC_API_KEY is set), and prints what every agent did and changed.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
+from annihilation.access import operator_ensure
 from annihilation.cli import shorten, table
 from annihilation.demo_worker import worker_for_command
 from bursts.models import QuantumRun, RunStatus
@@ -37,6 +39,8 @@ DEMO_LABEL = "demo"
 # Quanta with this label ask the Tether (psychonauts/scripts/tether.yaml); the demo answers them.
 ANSWERED_LABEL = "ask"
 DEMO_ANSWER = "Keep the old API: other teams still call it."
+# The control room's demo operator (loopback only; override the password with the env variable).
+DEMO_OPERATOR = "operator"
 
 
 class Command(BaseCommand):
@@ -82,8 +86,22 @@ class Command(BaseCommand):
             w(
                 "Try: .venv/bin/python manage.py quanta ready | quanta show ID | quanta search 'todo*'"
             )
-            return
-        self.run_wave(ids, timeout=options["timeout"])
+        else:
+            self.run_wave(ids, timeout=options["timeout"])
+        self.print_login()
+
+    def print_login(self) -> None:
+        password = os.environ.get("ANNIHILATION_DEMO_PASSWORD", "annihilation")
+        operator_ensure(username=DEMO_OPERATOR, password=password)
+        w = self.stdout.write
+        w("")
+        w("The control room: run `make dev`, open http://127.0.0.1:8000/ and log in as")
+        w(
+            f"  user {DEMO_OPERATOR!r}, password {password!r} (an operator: may start waves, answer, ground)"
+        )
+        w(
+            "  Django admin: http://127.0.0.1:8000/admin/ (`manage.py createsuperuser`); Flower: http://127.0.0.1:5555/"
+        )
 
     def run_wave(self, ids: list[int], *, timeout: float) -> None:
         w = self.stdout.write
