@@ -9,7 +9,7 @@ from psychonauts.errors import SuspendRun, ToolFailure
 from psychonauts.tools import Tool, ToolContext
 from tether.errors import TetherError
 from tether.models import Priority, ReachingStatus
-from tether.services import mutation_propose, reaching_ask
+from tether.services import mutation_propose, reaching_ask, reaching_expire
 
 
 def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -27,6 +27,12 @@ def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
         )
     except TetherError as exc:
         raise ToolFailure(str(exc)) from None
+    if ctx.depth > 0 and reaching.status == ReachingStatus.PENDING:
+        # A sub-agent runs in a thread of its parent's task, which waits for its result: it
+        # cannot be suspended alone. It goes on at once on its assumption (a drift the operator
+        # reviews), and the question stays answerable as a late answer.
+        reaching_expire(reaching_id=reaching.pk, now=reaching.deadline)
+        reaching.refresh_from_db()
     if reaching.status == ReachingStatus.ANSWERED:  # re-executed after the answer was recorded
         return f"The Tether answered: {reaching.answer}"
     if reaching.status == ReachingStatus.TIMED_OUT:
@@ -63,7 +69,8 @@ ASK_TETHER = Tool(
     "ask_tether",
     "Ask the human operator (the Tether) a question. You wait without holding a worker until "
     "the answer comes, or until timeout_s passes: then you proceed on your stated assumption, "
-    "which is recorded for the operator to review.",
+    "which is recorded for the operator to review. A sub-agent (spawned) proceeds on its "
+    "assumption at once.",
     {
         "type": "object",
         "properties": {

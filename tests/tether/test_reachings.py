@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from annihilation.celery import app
 from annihilation.models import Event
-from bursts.models import AgentStatus
+from bursts.models import AgentRun, AgentStatus
 from psychonauts.models import Role, ToolCall
+from psychonauts.services import agent_run_execute
 from quanta.models import Dependency, Quantum
 from tests.tether.conftest import active_tasks, agent_status, wait_for
 from tether.errors import AlreadyDecided, NotFound
@@ -294,3 +295,51 @@ def test_it_does_not_count_the_wait_against_the_role_timeout(
 
     wait_for(lambda: agent_status(run_id) in ("done", "error"), what="the agent to end")
     assert agent_status(run_id) == AgentStatus.DONE
+
+
+SUB_AGENT_ASKS = {
+    "sub-planner": """
+name: sub-planner
+match: {roles: [planner], labels: [sub-ask]}
+turns:
+  - tools:
+      - spawn: {agents: [{role: coder, task: "decide"}]}
+  - text: "planner done"
+""",
+    "sub-coder": """
+name: sub-coder
+match: {roles: [coder], labels: [sub-ask]}
+turns:
+  - tools:
+      - ask_tether: {question: "Which format?", assumption: "use JSON", timeout_s: 300}
+  - text: "coder went on"
+""",
+}
+
+
+def test_it_lets_a_sub_agent_go_on_at_once_on_its_assumption(
+    tether_settings, scripts, make_quantum, make_run, redis_client
+):
+    # A spawned child runs in its parent's thread: suspending it would hand the parent a
+    # "waiting" result. It drifts at once instead, and the question takes a late answer.
+    for name, text in SUB_AGENT_ASKS.items():
+        scripts(name, text)
+    run = make_run("planner", quantum=make_quantum(labels=["sub-ask"]))
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    child = AgentRun.objects.get(parent=run)
+    assert child.status == AgentStatus.DONE
+    reaching = Reaching.objects.get(agent_run=child)
+    assert reaching.status == ReachingStatus.TIMED_OUT
+    drift = Drift.objects.get(reaching=reaching)
+    assert (drift.status, drift.assumption) == (DriftStatus.OPEN, "use JSON")
+    call = ToolCall.objects.get(agent_run=child, name="ask_tether")
+    assert call.completed and "use JSON" in call.output
+    assert "[done]" in ToolCall.objects.get(agent_run=run, name="spawn").output
+
+    late = reaching_answer(reaching_id=reaching.pk, text="YAML, please", by="op")
+
+    assert late.kind == "late_superseded"
+    assert AgentRun.objects.get(pk=child.pk).status == AgentStatus.DONE  # nothing re-run
