@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_BURSTS_EXECUTOR"] = "noop"
+# The tether reviews each finished run's branch after the wave drains it (a Celery task running
+# git): give it an empty repository, as if the agents changed nothing, rather than a missing
+# one whose retries would pollute the next measurement.
+if "ANNIHILATION_REPO" not in os.environ:
+    _repo = tempfile.mkdtemp(prefix="bench-repo-")
+    subprocess.run(["git", "init", "-q", _repo], check=True)
+    os.environ["ANNIHILATION_REPO"] = _repo
 
 from annihilation.celery import app
 
@@ -68,6 +76,16 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(15)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def settle(timeout: float = 60) -> None:
+    """Wait until the queue is empty (what the last measurement left behind has run)."""
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        deadline = time.monotonic() + timeout
+        while client.llen("celery") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    time.sleep(0.5)
 
 
 def make_quanta(n: int, label: str) -> None:
@@ -172,6 +190,7 @@ def main() -> None:
     procs = start_workers(args.workers, args.pool)
     try:
         run_wave(1)  # warm-up: imports, connections
+        settle()
         small = sorted(run_wave(1)[1] for _ in range(5))
         print(
             f"start_wave -> first agent running (1-quantum wave, median of 5): {small[2] * 1000:.0f} ms"
@@ -180,11 +199,14 @@ def main() -> None:
             f"{'N':>6} {'manager stages/s':>17} {'raw celery stages/s':>20} {'ratio':>6} {'first agent':>12}"
         )
         for n in args.sizes:
+            settle()
             raw = run_raw(n)
+            settle()
             managed, first = run_wave(n)
             print(
                 f"{n:>6} {managed:>17.0f} {raw:>20.0f} {raw / managed:>5.2f}x {first * 1000:>9.0f} ms"
             )
+        settle(timeout=120)  # leave no review tasks behind for the next run
     finally:
         stop_workers(procs)
 

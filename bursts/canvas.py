@@ -2,8 +2,13 @@
 
 Signatures are built by task name, so the services that call this never import the tasks.
 
-    sequential: stage_agent(None, run, k, 0) | stage_agent(run, k, 1) | ... (last one evaluates)
-    fan_out:    chord([stage_agent(None, run, k, p) for p], stage_done(run, k))
+    sequential: stage_agent(None, run, k, 0, ..) | stage_agent(run, k, 1, ..) | ... (last evaluates)
+    fan_out:    chord([stage_agent(None, run, k, p, ..) for p], stage_done(run, k))
+
+A dispatch that knows the AgentRun ids it just created passes them along: the task then starts
+its agent in one statement instead of looking the slot up (the fast path of `slot_run`).
+Sequential links store no result (the chain hands each return value to the next link in the
+message); chord headers must, for the join.
 """
 
 from __future__ import annotations
@@ -31,24 +36,35 @@ class StageDispatch:
     stage_index: int
     mode: str
     positions: tuple[int, ...]
+    # The first attempt's AgentRun id per position, when the dispatcher just created them.
+    agent_run_ids: tuple[int, ...] = ()
 
 
 def stage_canvas(d: StageDispatch) -> Signature:
     run, k = d.quantum_run_id, d.stage_index
+    ids: list[int | None] = list(d.agent_run_ids) or [None] * len(d.positions)
     if d.mode == StageMode.FAN_OUT:
         header = [
-            app.signature(STAGE_AGENT, args=(None, run, k, p, False), immutable=True)
-            for p in d.positions
+            app.signature(STAGE_AGENT, args=(None, run, k, p, False, i), immutable=True)
+            for p, i in zip(d.positions, ids, strict=True)
         ]
-        return chord(group(header), app.signature(STAGE_DONE, args=(run, k), immutable=True))
+        return chord(
+            group(header),
+            app.signature(STAGE_DONE, args=(run, k), immutable=True, ignore_result=True),
+        )
     last = len(d.positions) - 1
     links: list[Signature] = [
-        app.signature(STAGE_AGENT, args=(None, run, k, d.positions[0], last == 0), immutable=True)
+        app.signature(
+            STAGE_AGENT,
+            args=(None, run, k, d.positions[0], last == 0, ids[0]),
+            immutable=True,
+            ignore_result=True,
+        )
     ]
     # Each later link receives the previous link's SlotResult as its first argument.
     links += [
-        app.signature(STAGE_AGENT, args=(run, k, p, n == last))
-        for n, p in enumerate(d.positions[1:], start=1)
+        app.signature(STAGE_AGENT, args=(run, k, p, n == last, i), ignore_result=True)
+        for n, (p, i) in enumerate(zip(d.positions[1:], ids[1:], strict=True), start=1)
     ]
     return links[0] if len(links) == 1 else chain(*links)
 

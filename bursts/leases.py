@@ -1,16 +1,18 @@
 """Agent leases in Redis: who is executing an agent run right now, kept alive by a heartbeat.
 
 A stage task takes the lease (SET NX) before it executes an agent run, so a redelivered or
-re-dispatched task never runs the same agent twice at once. A thread renews it every third of
-the TTL and also stamps AgentRun.heartbeat_at, so that losing Redis (a restart empties it) is
+re-dispatched task never runs the same agent twice at once. One thread per process renews the
+leases it holds every third of the TTL and also stamps AgentRun.heartbeat_at, so that losing Redis (a restart empties it) is
 not mistaken for a dead worker: the safety net needs both signs gone before it takes over.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
+import time
 import uuid
 from types import TracebackType
 
@@ -47,6 +49,73 @@ def lease_alive(agent_run_ids: list[int]) -> set[int]:
     return {i for i, v in zip(agent_run_ids, values, strict=True) if v is not None}
 
 
+class _Heartbeat:
+    """One thread per process renews every lease the process holds (a thread per lease cost
+    more than a no-op agent: ~1 ms to start and join). Each beat renews the Redis keys in one
+    pipeline and stamps heartbeat_at for all of them in one UPDATE."""
+
+    _lock = threading.Lock()
+    current: _Heartbeat | None = None
+
+    def __init__(self, ttl_ms: int) -> None:
+        self.pid = os.getpid()
+        self.ttl_ms = ttl_ms
+        self.held: dict[str, tuple[str, int]] = {}  # key -> (token, agent_run_id)
+        # Held during a renewal pass and while a lease is dropped, so a pass never takes back
+        # (SET NX) a key its holder has just released.
+        self.renewing = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="agent-leases", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def get(cls, ttl_ms: int) -> _Heartbeat:
+        beat = cls.current
+        if beat is not None and beat.pid == os.getpid() and beat.ttl_ms == ttl_ms:
+            return beat
+        with cls._lock:
+            # A forked child inherits the object but not its thread: start anew.
+            if (
+                cls.current is None
+                or cls.current.pid != os.getpid()
+                or cls.current.ttl_ms != ttl_ms
+            ):
+                cls.current = _Heartbeat(ttl_ms)
+            return cls.current
+
+    def _run(self) -> None:
+        interval = max(self.ttl_ms / 3000, 0.1)
+        while True:
+            time.sleep(interval)
+            held = dict(self.held)
+            if not held:
+                continue
+            try:
+                with self.renewing:
+                    self._renew(held)
+            except redis.RedisError:
+                logger.warning("lease heartbeat: Redis unavailable")
+            try:
+                AgentRun.objects.filter(pk__in=[i for _, i in held.values()]).update(
+                    heartbeat_at=timezone.now()
+                )
+            except Exception:
+                logger.warning("lease heartbeat: database unavailable", exc_info=True)
+                connections.close_all()  # this thread's own connection: reopen next beat
+
+    def _renew(self, held: dict[str, tuple[str, int]]) -> None:
+        client = get_redis()
+        keys = list(held)
+        for key, current in zip(keys, client.mget(keys), strict=True):
+            token = held[key][0]
+            if key not in self.held:
+                continue  # released meanwhile
+            if current == token:
+                client.pexpire(key, self.ttl_ms)
+            elif current is None:
+                # Redis lost it (restart): take it back unless someone else already has.
+                client.set(key, token, nx=True, px=self.ttl_ms)
+
+
 class AgentLease:
     """`with AgentLease(id) as lease: if lease.held: ...` — renewed until the block ends."""
 
@@ -56,15 +125,12 @@ class AgentLease:
         self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
         self.ttl_ms = int(settings.BURSTS_HEARTBEAT_TTL_S * 1000)
         self.held = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> AgentLease:
         # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
         self.held = bool(get_redis().set(self.key, self.token, nx=True, px=self.ttl_ms))
         if self.held:
-            self._thread = threading.Thread(target=self._run, name=f"lease-{self.key}", daemon=True)
-            self._thread.start()
+            _Heartbeat.get(self.ttl_ms).held[self.key] = (self.token, self.agent_run_id)
         return self
 
     def __exit__(
@@ -75,37 +141,10 @@ class AgentLease:
     ) -> None:
         if not self.held:
             return
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        beat = _Heartbeat.get(self.ttl_ms)
+        with beat.renewing:
+            beat.held.pop(self.key, None)
         try:
             get_redis().eval(_RELEASE, 1, self.key, self.token)
         except redis.RedisError:
             logger.warning("cannot release lease %s: Redis unavailable", self.key)
-
-    def _beat_db(self) -> None:
-        AgentRun.objects.filter(pk=self.agent_run_id).update(heartbeat_at=timezone.now())
-
-    def _run(self) -> None:
-        interval = max(self.ttl_ms / 3000, 0.1)
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    client = get_redis()
-                    current = client.get(self.key)
-                    if current == self.token:
-                        client.pexpire(self.key, self.ttl_ms)
-                    elif current is None:
-                        # Redis lost it (restart): take it back unless someone else already has.
-                        client.set(self.key, self.token, nx=True, px=self.ttl_ms)
-                except redis.RedisError:
-                    logger.warning("heartbeat for %s: Redis unavailable", self.key)
-                try:
-                    self._beat_db()
-                except Exception:
-                    logger.warning(
-                        "heartbeat for %s: database unavailable", self.key, exc_info=True
-                    )
-        finally:
-            # This thread's own database connection.
-            connections.close_all()

@@ -6,20 +6,44 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from celery.signals import task_postrun
+from django.db import connections
 
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
 
 logger = logging.getLogger(__name__)
 
 
+@task_postrun.connect
+def _drop_broken_connections(**_: Any) -> None:
+    """Workers reuse their database connection across tasks (CELERY_DB_REUSE_MAX); one that
+    saw an error and no longer answers (Postgres restarted) is closed so the next task opens a
+    fresh one instead of failing. Django's own check would also close a healthy one (max age 0)."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+
+
 @shared_task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
 def stage_agent(
-    prior: SlotResult | None, quantum_run_id: int, stage_index: int, position: int, final: bool
+    prior: SlotResult | None,
+    quantum_run_id: int,
+    stage_index: int,
+    position: int,
+    final: bool,
+    agent_run_id: int | None = None,
 ) -> SlotResult:
     """One agent of a stage. The last link of a chain, or a link that broke it, evaluates the
     stage at once; a fan-out stage is evaluated by its chord callback."""
     result = slot_run(
-        quantum_run_id=quantum_run_id, stage_index=stage_index, position=position, prior=prior
+        quantum_run_id=quantum_run_id,
+        stage_index=stage_index,
+        position=position,
+        prior=prior,
+        agent_run_id=agent_run_id,
     )
     broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
         "error",

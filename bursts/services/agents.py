@@ -11,13 +11,13 @@ import logging
 import socket
 from typing import Literal, TypedDict
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from bursts.executor import Outcome, execute_agent
 from bursts.leases import AgentLease
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
-from bursts.services.stages import LIVE_AGENT, agent_context, stage_spec
+from bursts.services.stages import LIVE_AGENT, agent_context, prior_results_context, stage_spec
 
 logger = logging.getLogger(__name__)
 
@@ -83,11 +83,79 @@ def _next_attempt(agent: AgentRun) -> None:
         pass  # another delivery of this link created it first
 
 
+# Pending -> running for a first attempt whose id the dispatcher passed, in one statement that
+# also checks the run is still at this stage: the compare-and-set of the general path below,
+# without its three look-ups. No row back means "not that simple": the general path decides.
+_START = """
+UPDATE bursts_agentrun AS a
+SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s, worker = %(worker)s,
+    context = COALESCE(%(context)s, a.context)
+FROM bursts_quantumrun AS r
+WHERE a.id = %(id)s AND a.status = 'pending' AND r.id = a.quantum_run_id
+  AND r.status = 'running' AND r.current_stage = a.stage_index
+RETURNING a.agent_id
+"""
+
+
+def _slot_fast(
+    quantum_run_id: int,
+    stage_index: int,
+    position: int,
+    prior: SlotResult | None,
+    agent_run_id: int,
+) -> SlotResult | None:
+    with AgentLease(agent_run_id) as lease:
+        if not lease.held:
+            return None
+        # A fan-out agent or a chain's first link got its context when its stage began; a later
+        # link adds the earlier links of its own stage.
+        context = (
+            None
+            if prior is None
+            else prior_results_context(quantum_run_id, stage_index, before_position=position)
+        )
+        now = timezone.now()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _START,
+                {
+                    "now": now,
+                    "worker": socket.gethostname(),
+                    "context": context,
+                    "id": agent_run_id,
+                },
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        agent = AgentRun(
+            pk=agent_run_id,
+            agent_id=row[0],
+            quantum_run_id=quantum_run_id,
+            stage_index=stage_index,
+            position=position,
+            status=AgentStatus.RUNNING,
+        )
+        agent = _record(agent, execute_agent(agent_run_id))
+    if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
+        return _result(agent, agent.status)  # type: ignore[arg-type]
+    return None  # error or cancelled: the general path retries or gives up
+
+
 def slot_run(
-    *, quantum_run_id: int, stage_index: int, position: int, prior: SlotResult | None
+    *,
+    quantum_run_id: int,
+    stage_index: int,
+    position: int,
+    prior: SlotResult | None,
+    agent_run_id: int | None = None,
 ) -> SlotResult:
     """Run one slot to an end: done, error (retries spent), cancelled, waiting (on the Tether),
     busy (another worker has it) or stale (the run moved on or ended)."""
+    if agent_run_id is not None and (prior is None or prior["status"] == "done"):
+        fast = _slot_fast(quantum_run_id, stage_index, position, prior, agent_run_id)
+        if fast is not None:
+            return fast
     run = (
         QuantumRun.objects.filter(pk=quantum_run_id)
         .only("status", "current_stage", "pipeline_snapshot")

@@ -1,8 +1,10 @@
 """The burst manager: collect -> run -> drain, burst after burst, until nothing is ready.
 
-Every step runs with the wave's row locked (`SELECT ... FOR UPDATE`), so exactly one manager
-acts on a wave at a time whichever worker, command or beat tick triggered it; and every step
-reads the state it acts on after taking the lock, so a double trigger finds nothing to do.
+Every wave-level step (collect, drain, close a burst, end or cancel the wave) runs with the
+wave's row locked (`SELECT ... FOR UPDATE`), so exactly one manager acts on a wave at a time
+whichever worker, command or beat tick triggered it; and every step reads the state it acts on
+after taking the lock, so a double trigger finds nothing to do. A run advancing from stage to
+stage only locks its own row (lock order: wave, then runs).
 """
 
 from __future__ import annotations
@@ -105,27 +107,52 @@ def wave_advance(*, wave_id: int) -> None:
 # --- the run step: a stage finished ---------------------------------------------------------
 
 
-@transaction.atomic
 def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageStatus | None:
-    """Evaluate the run's current stage and act: wait, advance, finish, and on a finished run
-    drain (continuous) or close the burst barrier. A stale or repeated trigger does nothing."""
-    wave_id = QuantumRun.objects.filter(pk=quantum_run_id).values_list("wave_id", flat=True).first()
-    if wave_id is None:
-        return None
-    wave = _lock_wave(wave_id)
-    run = QuantumRun.objects.select_related("quantum").get(pk=quantum_run_id)
-    if run.status != RunStatus.RUNNING or wave.status != WaveStatus.RUNNING:
-        return None
+    """Evaluate the run's current stage and act: wait, advance, finish; a finished run then
+    lets the wave progress (drain it in continuous mode, or close the burst barrier). A stale
+    or repeated trigger does nothing.
+
+    The run advances under its own row lock, not the wave's: runs of one wave advance in
+    parallel. Only a finished run takes the wave lock, in a second transaction after the
+    first commits; if the worker dies in between, the safety net advances the wave.
+    """
+    status, finished = _run_advance(quantum_run_id, stage_index)
+    if finished is not None:
+        _wave_nudge(finished)
+    return status
+
+
+@transaction.atomic
+def _run_advance(
+    quantum_run_id: int, stage_index: int | None
+) -> tuple[StageStatus | None, QuantumRun | None]:
+    # FOR UPDATE OF the run only: two triggers of one run serialise here, and wave_cancel
+    # (wave lock, then the live runs' locks) waits for a step in flight.
+    run = (
+        QuantumRun.objects.select_for_update(of=("self",))
+        .select_related("quantum", "wave")
+        .filter(pk=quantum_run_id)
+        .first()
+    )
+    if run is None or run.status != RunStatus.RUNNING or run.wave.status != WaveStatus.RUNNING:
+        return None, None
     if stage_index is not None and run.current_stage != stage_index:
-        return None
-    verdict = stage_evaluate(run)
+        return None, None
+    agents = list(
+        AgentRun.objects.filter(quantum_run_id=run.pk, stage_index__lte=run.current_stage).defer(
+            "context"
+        )
+    )
+    verdict = stage_evaluate(run, agents)
     if verdict.status == StageStatus.IN_PROGRESS:
-        return verdict.status
+        return verdict.status, None
     index = run.current_stage
     name = stage_spec(run)["name"]
     stage_record(run, index, verdict.status, verdict.reason)
     if verdict.status == StageStatus.ALL_SUCCEEDED:
-        for finished, status in stages_begin([(run, index + 1)], {run.quantum_id: run.quantum}):
+        for finished, status in stages_begin(
+            [(run, index + 1)], {run.quantum_id: run.quantum}, loaded={run.pk: agents}
+        ):
             _run_finish(finished, status, finished.error_reason)
     else:
         reason = f"stage {index} {name}: {verdict.status}: {verdict.reason}"
@@ -135,7 +162,7 @@ def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageSta
     started = run.status == RunStatus.RUNNING and run.current_stage != index
     burst_event(
         "stage_complete",
-        wave_id=wave.pk,
+        wave_id=run.wave_id,
         run_id=run.pk,
         quantum_id=run.quantum_id,
         stage=index,
@@ -145,9 +172,18 @@ def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageSta
         next_stage=stage_spec(run)["name"] if started else None,
         skipped=[e["name"] for e in run.stages if e["status"] == "skipped" and e["index"] > index],
     )
-    if run.status in RUN_TERMINAL:
-        _wave_progress(wave)
-    return verdict.status
+    return verdict.status, run if run.status in RUN_TERMINAL else None
+
+
+def _wave_nudge(run: QuantumRun) -> None:
+    """A run finished: let the wave progress, unless its burst still has live runs (batch
+    mode). Checked after the run's own commit, so of runs finishing together the last to
+    commit always sees the others finished and advances the wave."""
+    if (
+        run.wave.continuous
+        or not QuantumRun.objects.filter(burst_id=run.burst_id, status__in=LIVE_RUN).exists()
+    ):
+        wave_advance(wave_id=run.wave_id)
 
 
 def _run_finish(run: QuantumRun, status: str, reason: str = "") -> None:
@@ -445,7 +481,14 @@ def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> W
     if wave.status != WaveStatus.RUNNING:
         raise WaveNotRunning(f"wave {wave_id} is {wave.status}: nothing to cancel")
     now = timezone.now()
-    live = list(wave.runs.filter(status__in=LIVE_RUN).select_related("quantum", "burst"))
+    # Lock the live runs too (after the wave: the one lock order), so a run step in flight
+    # finishes first and we act on what it left.
+    live = list(
+        wave.runs.filter(status__in=LIVE_RUN)
+        .select_related("quantum", "burst")
+        .select_for_update(of=("self",))
+        .order_by("pk")
+    )
     AgentRun.objects.filter(quantum_run__in=live, status__in=LIVE_AGENT).update(
         status=AgentStatus.CANCELLED, error=reason, finished_at=now
     )

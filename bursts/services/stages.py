@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,14 +45,7 @@ def agent_id_for(quantum_id: int, stage_index: int, role: str, nth: int) -> str:
 
 def slots_latest(run_id: int, stage_index: int) -> tuple[dict[int, AgentRun], dict[int, int]]:
     """The latest attempt per position of a stage, and how many attempts each has had."""
-    latest: dict[int, AgentRun] = {}
-    attempts: dict[int, int] = {}
-    for agent in AgentRun.objects.filter(quantum_run_id=run_id, stage_index=stage_index).order_by(
-        "position", "attempt"
-    ):
-        latest[agent.position] = agent
-        attempts[agent.position] = attempts.get(agent.position, 0) + 1
-    return latest, attempts
+    return _latest(AgentRun.objects.filter(quantum_run_id=run_id, stage_index=stage_index))
 
 
 @dataclass(frozen=True)
@@ -61,9 +54,22 @@ class StageVerdict:
     reason: str = ""
 
 
-def stage_evaluate(run: QuantumRun) -> StageVerdict:
+def _latest(agents: Iterable[AgentRun]) -> tuple[dict[int, AgentRun], dict[int, int]]:
+    latest: dict[int, AgentRun] = {}
+    attempts: dict[int, int] = {}
+    for agent in sorted(agents, key=lambda a: (a.position, a.attempt)):
+        latest[agent.position] = agent
+        attempts[agent.position] = attempts.get(agent.position, 0) + 1
+    return latest, attempts
+
+
+def stage_evaluate(run: QuantumRun, agents: Sequence[AgentRun] | None = None) -> StageVerdict:
+    """Where the run's current stage stands; `agents` are the stage's rows if already loaded."""
     spec = stage_spec(run)
-    latest, attempts = slots_latest(run.pk, run.current_stage)
+    if agents is None:
+        latest, attempts = slots_latest(run.pk, run.current_stage)
+    else:
+        latest, attempts = _latest(a for a in agents if a.stage_index == run.current_stage)
     allowed = 1 + spec["retries"]
     failures: list[str] = []
     for position in range(len(spec["agents"])):
@@ -108,12 +114,15 @@ def stages_begin(
     quanta: dict[int, Quantum],
     *,
     create: Sequence[QuantumRun] = (),
+    loaded: Mapping[int, Sequence[AgentRun]] | None = None,
 ) -> list[tuple[QuantumRun, str]]:
     """Start each run at the first stage from the given index whose condition holds.
 
     Creates the stage's AgentRuns, saves the runs and sends the stages after commit. Runs not
     yet in the database are passed in `create` too: they are inserted with their first stage
-    already set (one INSERT instead of an UPDATE per run).
+    already set (one INSERT instead of an UPDATE per run). The agents that can know their
+    context now (all of a fan-out stage, a chain's first link) get it in that INSERT, from the
+    runs' agent rows in `loaded` (run id -> rows) or one query.
     Returns the runs that have no stage left to run, with `done` or `error` (a condition that
     cannot be evaluated), for the caller to finish. Call with the wave locked.
     """
@@ -168,7 +177,12 @@ def stages_begin(
         .annotate(top=Max("attempt"))
         .values_list("agent_id", "top")
     )
+    contexts = _contexts(
+        [(run, spec["index"]) for run, spec in planned if spec["index"] > 0 and not create],
+        loaded,
+    )
     for run, spec, position, aid, settings in wanted:
+        known = spec["mode"] == StageMode.FAN_OUT or position == 0
         new_agents.append(
             AgentRun(
                 agent_id=aid,
@@ -180,11 +194,21 @@ def stages_begin(
                 role=spec["agents"][position]["role"],
                 provider=str(settings.get("provider", "")),
                 model=str(settings.get("model", "")),
+                context=contexts.get(run.pk, "") if known else "",
             )
         )
     AgentRun.objects.bulk_create(new_agents)
+    ids: dict[int, list[int]] = {}
+    for created in new_agents:  # in position order per run
+        ids.setdefault(created.quantum_run_id or 0, []).append(created.pk)
     dispatches = [
-        StageDispatch(run.pk, spec["index"], spec["mode"], tuple(range(len(spec["agents"]))))
+        StageDispatch(
+            run.pk,
+            spec["index"],
+            spec["mode"],
+            tuple(range(len(spec["agents"]))),
+            tuple(ids[run.pk]),
+        )
         for run, spec in planned
     ]
     stages_send(dispatches)
@@ -194,24 +218,59 @@ def stages_begin(
 _RUN_FIELDS = ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"]
 
 
-def agent_context(agent: AgentRun, mode: str) -> str:
-    """Earlier stages' results, plus (sequential) the earlier agents of this stage."""
-    if agent.stage_index == 0 and (mode != StageMode.SEQUENTIAL or agent.position == 0):
-        return ""  # nothing came before: spare the query
+def _thread(rows: Iterable[tuple[int, int, str, str]], stage_index: int, before: int) -> str:
+    """Context from done (stage, position, agent_id, result) rows in (stage, position, attempt)
+    order: earlier stages, plus this stage's positions before `before`; the last done attempt
+    of each slot."""
+    last: dict[tuple[int, int], PriorResult] = {}
+    for stage, position, agent_id, result in rows:
+        if stage > stage_index or (stage == stage_index and position >= before):
+            continue
+        last[(stage, position)] = PriorResult(stage, agent_id, result)
+    return context_thread(last[key] for key in sorted(last))
+
+
+def _contexts(
+    items: Sequence[tuple[QuantumRun, int]], loaded: Mapping[int, Sequence[AgentRun]] | None
+) -> dict[int, str]:
+    """run id -> the context of a stage about to begin (the earlier stages' results)."""
+    if not items:
+        return {}
+    rows: dict[int, list[tuple[int, int, str, str]]] = {}
+    if loaded is not None and all(run.pk in loaded for run, _ in items):
+        for run, _ in items:
+            done = [a for a in loaded[run.pk] if a.status == AgentStatus.DONE]
+            done.sort(key=lambda a: (a.stage_index, a.position, a.attempt))
+            rows[run.pk] = [(a.stage_index, a.position, a.agent_id, a.result) for a in done]
+    else:
+        for run_id, *row in (
+            AgentRun.objects.filter(
+                quantum_run_id__in=[run.pk for run, _ in items], status=AgentStatus.DONE
+            )
+            .order_by("stage_index", "position", "attempt")
+            .values_list("quantum_run_id", "stage_index", "position", "agent_id", "result")
+        ):
+            rows.setdefault(run_id, []).append(tuple(row))  # type: ignore[arg-type]
+    return {run.pk: _thread(rows.get(run.pk, []), index, before=0) for run, index in items}
+
+
+def prior_results_context(run_id: int, stage_index: int, *, before_position: int) -> str:
+    """Earlier stages' results and this stage's results before the position (a chain link)."""
     rows = (
         AgentRun.objects.filter(
-            quantum_run_id=agent.quantum_run_id,
-            stage_index__lte=agent.stage_index,
-            status=AgentStatus.DONE,
+            quantum_run_id=run_id, stage_index__lte=stage_index, status=AgentStatus.DONE
         )
         .order_by("stage_index", "position", "attempt")
         .values_list("stage_index", "position", "agent_id", "result")
     )
-    last: dict[tuple[int, int], PriorResult] = {}
-    for stage_index, position, agent_id, result in rows:
-        if stage_index == agent.stage_index and (
-            mode != StageMode.SEQUENTIAL or position >= agent.position
-        ):
-            continue
-        last[(stage_index, position)] = PriorResult(stage_index, agent_id, result)
-    return context_thread(last[key] for key in sorted(last))
+    return _thread(rows, stage_index, before_position)
+
+
+def agent_context(agent: AgentRun, mode: str) -> str:
+    """Earlier stages' results, plus (sequential) the earlier agents of this stage."""
+    if agent.stage_index == 0 and (mode != StageMode.SEQUENTIAL or agent.position == 0):
+        return ""  # nothing came before: spare the query
+    if agent.quantum_run_id is None:
+        return ""  # a standalone agent (CLI): no stages
+    before = agent.position if mode == StageMode.SEQUENTIAL else 0
+    return prior_results_context(agent.quantum_run_id, agent.stage_index, before_position=before)
