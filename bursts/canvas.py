@@ -36,17 +36,21 @@ class StageDispatch:
     stage_index: int
     mode: str
     positions: tuple[int, ...]
-    # The first attempt's AgentRun id per position, when the dispatcher just created them.
+    # The first attempt's AgentRun id per position, when the dispatcher just created them, and
+    # the Celery task id recorded on each (so that cancelling the wave can revoke them).
     agent_run_ids: tuple[int, ...] = ()
+    task_ids: tuple[str, ...] = ()
 
 
 def stage_canvas(d: StageDispatch) -> Signature:
     run, k = d.quantum_run_id, d.stage_index
     ids: list[int | None] = list(d.agent_run_ids) or [None] * len(d.positions)
+    # No recorded id: Celery makes one up.
+    opts: list[dict[str, str]] = [{"task_id": t} for t in d.task_ids] or [{}] * len(d.positions)
     if d.mode == StageMode.FAN_OUT:
         header = [
-            app.signature(STAGE_AGENT, args=(None, run, k, p, False, i), immutable=True)
-            for p, i in zip(d.positions, ids, strict=True)
+            app.signature(STAGE_AGENT, args=(None, run, k, p, False, i), immutable=True, **o)
+            for p, i, o in zip(d.positions, ids, opts, strict=True)
         ]
         return chord(
             group(header),
@@ -59,12 +63,13 @@ def stage_canvas(d: StageDispatch) -> Signature:
             args=(None, run, k, d.positions[0], last == 0, ids[0]),
             immutable=True,
             ignore_result=True,
+            **opts[0],
         )
     ]
     # Each later link receives the previous link's SlotResult as its first argument.
     links += [
-        app.signature(STAGE_AGENT, args=(run, k, p, n == last, i), ignore_result=True)
-        for n, (p, i) in enumerate(zip(d.positions[1:], ids[1:], strict=True), start=1)
+        app.signature(STAGE_AGENT, args=(run, k, p, n == last, i), ignore_result=True, **o)
+        for n, (p, i, o) in enumerate(zip(d.positions[1:], ids[1:], opts[1:], strict=True), start=1)
     ]
     return links[0] if len(links) == 1 else chain(*links)
 
@@ -89,3 +94,14 @@ def stages_send(dispatches: Sequence[StageDispatch]) -> None:
     if dispatches:
         items = list(dispatches)
         transaction.on_commit(lambda: stages_send_unsafe(items))
+
+
+def tasks_revoke_unsafe(task_ids: Sequence[str]) -> None:
+    """Tell the workers to drop these queued tasks (one broadcast). Best effort: a worker that
+    is down misses it, and a task that runs anyway finds its agent cancelled and returns."""
+    if not task_ids:
+        return
+    try:
+        app.control.revoke(list(task_ids))
+    except Exception:
+        logger.warning("could not revoke %s queued stage tasks", len(task_ids), exc_info=True)

@@ -192,6 +192,11 @@ class AgentRun(models.Model):
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    task_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="the Celery task sent for this attempt (revoked if the wave is cancelled)",
+    )
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)

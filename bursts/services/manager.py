@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from bursts.canvas import tasks_revoke_unsafe
 from bursts.errors import WaveNotFound, WaveNotRunning
 from bursts.events import burst_event
 from bursts.hooks import ON_RUN_DRAINED
@@ -475,8 +476,9 @@ def _wave_finish(wave: Wave, status: str, *, error: str = "") -> None:
 @transaction.atomic
 def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> Wave:
     """Stop dispatching; cancel live runs and agents (a running agent stops at its next turn);
-    give every claimed quantum back as open with a comment. Queued stage tasks find their
-    agents cancelled and return without running."""
+    give every claimed quantum back as open with a comment. The stage tasks of agents that had
+    not started are revoked (a chain's later links too: workers drop them when they arrive);
+    one that runs anyway (a worker that missed the broadcast) finds its agent cancelled."""
     wave = _lock_wave(wave_id)
     if wave.status != WaveStatus.RUNNING:
         raise WaveNotRunning(f"wave {wave_id} is {wave.status}: nothing to cancel")
@@ -489,9 +491,16 @@ def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> W
         .select_for_update(of=("self",))
         .order_by("pk")
     )
+    # Queued stage tasks are revoked after commit; a running agent stops at its next turn.
+    queued = list(
+        AgentRun.objects.filter(quantum_run__in=live, status=AgentStatus.PENDING)
+        .exclude(task_id="")
+        .values_list("task_id", flat=True)
+    )
     AgentRun.objects.filter(quantum_run__in=live, status__in=LIVE_AGENT).update(
         status=AgentStatus.CANCELLED, error=reason, finished_at=now
     )
+    transaction.on_commit(lambda: tasks_revoke_unsafe(queued))
     for run in live:
         if run.stages:
             stage_record(run, run.current_stage, "cancelled", reason)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -195,19 +196,21 @@ def stages_begin(
                 provider=str(settings.get("provider", "")),
                 model=str(settings.get("model", "")),
                 context=contexts.get(run.pk, "") if known else "",
+                task_id=str(uuid.uuid4()),
             )
         )
     AgentRun.objects.bulk_create(new_agents)
-    ids: dict[int, list[int]] = {}
+    sent: dict[int, list[AgentRun]] = {}
     for created in new_agents:  # in position order per run
-        ids.setdefault(created.quantum_run_id or 0, []).append(created.pk)
+        sent.setdefault(created.quantum_run_id or 0, []).append(created)
     dispatches = [
         StageDispatch(
             run.pk,
             spec["index"],
             spec["mode"],
             tuple(range(len(spec["agents"]))),
-            tuple(ids[run.pk]),
+            tuple(a.pk for a in sent[run.pk]),
+            tuple(a.task_id for a in sent[run.pk]),
         )
         for run, spec in planned
     ]

@@ -86,6 +86,30 @@ def test_it_cancels_a_wave_and_leaves_every_quantum_truthful(worker: Worker) -> 
     ).exists()
 
 
+def test_it_revokes_the_stage_tasks_still_queued_when_a_wave_is_cancelled(
+    worker: Worker,
+) -> None:
+    # Six fan-out agents on a worker of four threads: four run, two wait in the queue.
+    pipeline("wide", ("fan_out", ["coder"] * 6), default=True)
+    busy = quantum_create(title="busy", body="sleep coder 20")
+    wave = wave_start()
+    wait_for(lambda: AgentRun.objects.filter(quantum=busy, status="running").count() == 4)
+    queued = list(
+        AgentRun.objects.filter(quantum=busy, status="pending").values_list("task_id", flat=True)
+    )
+    assert len(queued) == 2 and all(queued)
+
+    wave_cancel(wave_id=wave.pk)
+
+    # The running four stop at their next check; the worker then takes the queued two and
+    # drops them unrun: the result backend says so.
+    wait_for(lambda: all(app.AsyncResult(t).state == "REVOKED" for t in queued))
+    assert not AgentRun.objects.filter(quantum=busy, task_id__in=queued, started_at__isnull=False)
+    assert set(AgentRun.objects.filter(quantum=busy).values_list("status", flat=True)) == {
+        AgentStatus.CANCELLED
+    }
+
+
 def test_it_changes_nothing_when_every_step_is_delivered_twice(worker: Worker) -> None:
     pipeline(
         "shape",
