@@ -97,6 +97,28 @@ RETURNING a.agent_id
 """
 
 
+_FINISH = """
+UPDATE bursts_agentrun SET status = %s, result = %s, error = %s, finished_at = %s
+WHERE id = %s AND status = 'running'
+"""
+
+
+def _finish(agent: AgentRun, outcome: Outcome) -> bool:
+    """running -> done | error, as `_record` does, in one plain statement (the hot path)."""
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH, [outcome.status, outcome.result, outcome.error, now, agent.pk])
+        if cursor.rowcount != 1:
+            return False  # cancelled meanwhile: `_record` reads what is there
+    agent.status, agent.result, agent.error, agent.finished_at = (
+        outcome.status,
+        outcome.result,
+        outcome.error,
+        now,
+    )
+    return True
+
+
 def _slot_fast(
     quantum_run_id: int,
     stage_index: int,
@@ -136,7 +158,11 @@ def _slot_fast(
             position=position,
             status=AgentStatus.RUNNING,
         )
-        agent = _record(agent, execute_agent(agent_run_id))
+        outcome = execute_agent(agent_run_id)
+        if outcome.status not in (AgentStatus.DONE, AgentStatus.ERROR) or not _finish(
+            agent, outcome
+        ):
+            agent = _record(agent, outcome)
     if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
         return _result(agent, agent.status)  # type: ignore[arg-type]
     return None  # error or cancelled: the general path retries or gives up

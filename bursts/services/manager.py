@@ -123,25 +123,64 @@ def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageSta
     return status
 
 
+# A run step reads its run (locked: two triggers of one run serialise here, and wave_cancel,
+# which takes the wave lock and then the live runs' locks, waits for a step in flight), the
+# wave's status, what conditions read of the quantum, and whether the quantum ran before (its
+# agent attempts then continue from there). One statement: compiling the ORM's version with
+# select_related, only and an Exists annotation cost more than the whole round trip.
+_RUN_FOR_STEP = """
+SELECT r.id, r.status, r.current_stage, r.pipeline_snapshot, r.stages, r.started_at,
+       r.dispatched_at, r.error_reason, r.wave_id, r.burst_id, r.quantum_id, r.pipeline_name,
+       w.status AS wave_status, w.continuous AS wave_continuous,
+       q.labels AS q_labels, q.kind AS q_kind, q.complexity AS q_complexity,
+       q.priority AS q_priority, q.title AS q_title,
+       EXISTS (SELECT 1 FROM bursts_quantumrun o
+               WHERE o.quantum_id = r.quantum_id AND o.id <> r.id) AS earlier
+FROM bursts_quantumrun r
+JOIN bursts_wave w ON w.id = r.wave_id
+JOIN quanta_quantum q ON q.id = r.quantum_id
+WHERE r.id = %s
+FOR UPDATE OF r
+"""
+
+
+def _run_locked(quantum_run_id: int) -> QuantumRun | None:
+    run = next(iter(QuantumRun.objects.raw(_RUN_FOR_STEP, [quantum_run_id])), None)
+    if run is None:
+        return None
+    extra = run.__dict__
+    run.wave = Wave(
+        pk=run.wave_id, status=extra["wave_status"], continuous=extra["wave_continuous"]
+    )
+    run.quantum = Quantum(
+        pk=run.quantum_id,
+        labels=extra["q_labels"],
+        kind=extra["q_kind"],
+        complexity=extra["q_complexity"],
+        priority=extra["q_priority"],
+        title=extra["q_title"],
+    )
+    return run
+
+
+_STEP_AGENT_FIELDS = (
+    *("quantum_run_id", "agent_id", "attempt", "stage_index", "position", "status", "error"),
+    "result",
+)
+
+
 @transaction.atomic
 def _run_advance(
     quantum_run_id: int, stage_index: int | None
 ) -> tuple[StageStatus | None, QuantumRun | None]:
-    # FOR UPDATE OF the run only: two triggers of one run serialise here, and wave_cancel
-    # (wave lock, then the live runs' locks) waits for a step in flight.
-    run = (
-        QuantumRun.objects.select_for_update(of=("self",))
-        .select_related("quantum", "wave")
-        .filter(pk=quantum_run_id)
-        .first()
-    )
+    run = _run_locked(quantum_run_id)
     if run is None or run.status != RunStatus.RUNNING or run.wave.status != WaveStatus.RUNNING:
         return None, None
     if stage_index is not None and run.current_stage != stage_index:
         return None, None
     agents = list(
-        AgentRun.objects.filter(quantum_run_id=run.pk, stage_index__lte=run.current_stage).defer(
-            "context"
+        AgentRun.objects.filter(quantum_run_id=run.pk, stage_index__lte=run.current_stage).only(
+            *_STEP_AGENT_FIELDS
         )
     )
     verdict = stage_evaluate(run, agents)
@@ -152,7 +191,10 @@ def _run_advance(
     stage_record(run, index, verdict.status, verdict.reason)
     if verdict.status == StageStatus.ALL_SUCCEEDED:
         for finished, status in stages_begin(
-            [(run, index + 1)], {run.quantum_id: run.quantum}, loaded={run.pk: agents}
+            [(run, index + 1)],
+            {run.quantum_id: run.quantum},
+            loaded={run.pk: agents},
+            first_runs=() if run.__dict__["earlier"] else (run.pk,),
         ):
             _run_finish(finished, status, finished.error_reason)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +116,7 @@ def stages_begin(
     *,
     create: Sequence[QuantumRun] = (),
     loaded: Mapping[int, Sequence[AgentRun]] | None = None,
+    first_runs: Collection[int] = (),
 ) -> list[tuple[QuantumRun, str]]:
     """Start each run at the first stage from the given index whose condition holds.
 
@@ -123,7 +124,8 @@ def stages_begin(
     yet in the database are passed in `create` too: they are inserted with their first stage
     already set (one INSERT instead of an UPDATE per run). The agents that can know their
     context now (all of a fan-out stage, a chain's first link) get it in that INSERT, from the
-    runs' agent rows in `loaded` (run id -> rows) or one query.
+    runs' agent rows in `loaded` (run id -> rows) or one query. `first_runs` are runs known to
+    be their quantum's only one (no earlier attempts to number after).
     Returns the runs that have no stage left to run, with `done` or `error` (a condition that
     cannot be evaluated), for the caller to finish. Call with the wave locked.
     """
@@ -160,7 +162,8 @@ def stages_begin(
     if create:
         QuantumRun.objects.bulk_create(create, batch_size=500)
     elif len(items) == 1:
-        items[0][0].save(update_fields=_RUN_FIELDS)
+        run = items[0][0]
+        QuantumRun.objects.filter(pk=run.pk).update(**{f: getattr(run, f) for f in _RUN_FIELDS})
     else:
         QuantumRun.objects.bulk_update([run for run, _ in items], _RUN_FIELDS, batch_size=100)
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
@@ -172,11 +175,17 @@ def stages_begin(
             seen[agent["role"]] = seen.get(agent["role"], 0) + 1
             aid = agent_id_for(run.quantum_id, spec["index"], agent["role"], seen[agent["role"]])
             wanted.append((run, spec, position, aid, agent["settings"]))
-    previous = dict(
-        AgentRun.objects.filter(agent_id__in=[w[3] for w in wanted])
-        .values("agent_id")
-        .annotate(top=Max("attempt"))
-        .values_list("agent_id", "top")
+    # A quantum on its first run has no earlier attempts: spare the query.
+    asked = [w[3] for w in wanted if w[0].pk not in first_runs]
+    previous = (
+        dict(
+            AgentRun.objects.filter(agent_id__in=asked)
+            .values("agent_id")
+            .annotate(top=Max("attempt"))
+            .values_list("agent_id", "top")
+        )
+        if asked
+        else {}
     )
     contexts = _contexts(
         [(run, spec["index"]) for run, spec in planned if spec["index"] > 0 and not create],
