@@ -92,9 +92,30 @@ def wave_start(
             continuous=continuous,
             max_bursts=wave.max_bursts,
         )
-        _wave_progress(_lock_wave(wave.pk))
+        _wave_progress(_lock_wave(wave.pk), first_collect=FIRST_COLLECT)
+    # The first agents are running; now collect the rest of the first burst.
+    _collect_rest(wave.pk)
     wave.refresh_from_db()
     return wave
+
+
+# The first burst's first transaction claims at most this many quanta, so the first agents
+# start within tens of milliseconds however large the backlog (1,000 runs and their agents
+# take ~0.7 s to record); the rest joins the same burst in a second transaction.
+FIRST_COLLECT = 32
+
+
+@transaction.atomic
+def _collect_rest(wave_id: int) -> None:
+    wave = _lock_wave(wave_id)
+    if wave.status != WaveStatus.RUNNING:
+        return
+    burst = wave.bursts.order_by("-number").first()
+    if not wave.continuous and burst is not None and burst.phase == BurstPhase.RUNNING:
+        _collect(wave, burst, announce=False)
+    # Then as any trigger would (continuous: collect the rest; a burst whose runs all ended
+    # already: drain it and go on).
+    _wave_progress(wave)
 
 
 @transaction.atomic
@@ -261,14 +282,14 @@ def _run_complete_event(run: QuantumRun) -> None:
 # --- wave progress (wave locked) ----------------------------------------------------------------
 
 
-def _wave_progress(wave: Wave) -> None:
+def _wave_progress(wave: Wave, *, first_collect: int | None = None) -> None:
     if wave.continuous:
-        _progress_continuous(wave)
+        _progress_continuous(wave, first_collect=first_collect)
     else:
-        _progress_bursts(wave)
+        _progress_bursts(wave, first_collect=first_collect)
 
 
-def _progress_bursts(wave: Wave) -> None:
+def _progress_bursts(wave: Wave, *, first_collect: int | None = None) -> None:
     # Each pass closes one burst barrier or collects one burst; a burst whose runs all end at
     # collection (nothing to run) lets the loop go round again. Bounded by max_bursts.
     while wave.status == WaveStatus.RUNNING:
@@ -288,10 +309,11 @@ def _progress_bursts(wave: Wave) -> None:
             )
             return
         burst = _burst_open(wave)
-        _collect(wave, burst)
+        _collect(wave, burst, limit=first_collect)
+        first_collect = None
 
 
-def _progress_continuous(wave: Wave) -> None:
+def _progress_continuous(wave: Wave, *, first_collect: int | None = None) -> None:
     # One rolling burst: a finished run is drained at once, and whatever that unblocked starts.
     burst = wave.bursts.order_by("-number").first() or _burst_open(wave)
     while True:
@@ -299,7 +321,10 @@ def _progress_continuous(wave: Wave) -> None:
             status__in=RUN_TERMINAL, drained_at__isnull=True
         ).select_related("quantum", "burst"):
             _drain_run(wave, run)
-        if _collect(wave, burst) == 0 or wave.runs.filter(status__in=LIVE_RUN).exists():
+        collected = _collect(wave, burst, limit=first_collect)
+        if first_collect and collected:
+            return  # the caller collects the rest at once, in its own transaction
+        if collected == 0 or wave.runs.filter(status__in=LIVE_RUN).exists():
             break
     if not wave.runs.filter(status__in=LIVE_RUN).exists():
         _burst_close(burst)
@@ -326,9 +351,11 @@ def _ready_ids(wave: Wave, *, limit: int | None = None) -> list[int]:
     return list(qs.values_list("pk", flat=True))
 
 
-def _collect(wave: Wave, burst: Burst) -> int:
-    """Claim ready quanta (compare-and-set), match pipelines, create runs, start stage 0."""
-    claimed = set(quanta_claim(quantum_ids=_ready_ids(wave)))
+def _collect(wave: Wave, burst: Burst, *, limit: int | None = None, announce: bool = True) -> int:
+    """Claim ready quanta (compare-and-set), match pipelines, create runs, start stage 0.
+    `limit` caps the claim (the first transaction of a wave); the burst_start event is sent
+    once per burst, with its runs so far (`announce`)."""
+    claimed = set(quanta_claim(quantum_ids=_ready_ids(wave, limit=limit)))
     if not claimed:
         if burst.phase == BurstPhase.COLLECTING:
             burst.phase = BurstPhase.RUNNING
@@ -369,17 +396,20 @@ def _collect(wave: Wave, burst: Burst) -> int:
         )
     startable = [(r, 0) for r in runs if r.status == RunStatus.PENDING]
     finished = stages_begin(startable, quanta, create=runs)
-    burst.phase = BurstPhase.RUNNING
-    burst.save(update_fields=["phase"])
-    burst_event(
-        "burst_start",
-        wave_id=wave.pk,
-        burst_id=burst.pk,
-        number=burst.number,
-        runs=[
-            {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name} for r in runs
-        ],
-    )
+    if burst.phase != BurstPhase.RUNNING:
+        burst.phase = BurstPhase.RUNNING
+        burst.save(update_fields=["phase"])
+    if announce:
+        burst_event(
+            "burst_start",
+            wave_id=wave.pk,
+            burst_id=burst.pk,
+            number=burst.number,
+            runs=[
+                {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name}
+                for r in runs
+            ],
+        )
     for run, status in finished:
         _run_finish(run, status, run.error_reason)
     for run in runs:
