@@ -75,6 +75,22 @@ def tree_rss_kb(pid: int) -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants so far."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / hz
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
 def start_worker(pool: str, concurrency: int) -> subprocess.Popen[bytes]:
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", pool,
@@ -148,7 +164,9 @@ def main() -> None:
         try:
             idle = tree_rss_kb(worker.pid)
             single, _, _ = run_batch(1, worker.pid)
+            cpu_before = tree_cpu_s(worker.pid)
             wall, peak, ids = run_batch(args.agents, worker.pid)
+            cpu = tree_cpu_s(worker.pid) - cpu_before
         finally:
             worker.terminate()
             worker.wait()
@@ -171,6 +189,11 @@ def main() -> None:
         print(f"{args.agents} agents at once   : {wall:6.2f} s wall")
         print(
             f"ratio                 : {wall / single:6.2f}x the single-agent time (target < 1.5x)"
+        )
+        print(
+            f"worker CPU            : {cpu:6.2f} s for {args.agents} agents = "
+            f"{cpu / args.agents * 1000:.0f} ms per agent, "
+            f"{cpu / args.agents / args.turns * 1000:.0f} ms per turn (one process: the GIL)"
         )
         print(f"worker RSS idle / peak: {idle / 1024:6.1f} MB / {peak / 1024:.1f} MB")
         print(f"memory per agent      : {(peak - idle) / 1024 / args.agents:6.2f} MB")

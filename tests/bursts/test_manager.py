@@ -13,6 +13,7 @@ from annihilation.models import Event
 from bursts.canvas import StageDispatch, stages_send_unsafe
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
 from bursts.services import run_step, wave_advance, wave_cancel, wave_start
+from bursts.services.manager import FIRST_COLLECT
 from quanta.models import Comment, QuantumStatus
 from quanta.services import dependency_add, quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
@@ -59,6 +60,24 @@ def test_it_waits_for_the_burst_barrier_in_burst_mode(worker: Worker) -> None:
     follower = QuantumRun.objects.get(quantum=after_quick)
     assert follower.started_at is not None and slow_run.finished_at is not None
     assert follower.started_at > slow_run.finished_at
+
+
+def test_it_collects_a_backlog_larger_than_its_first_transaction_into_one_burst(
+    worker: Worker,
+) -> None:
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    quanta = [quantum_create(title=f"q{i}") for i in range(FIRST_COLLECT + 8)]
+
+    wave = wait_wave(wave_start().pk)
+
+    assert wave.status == WaveStatus.DONE and wave.burst_count == 1
+    runs = QuantumRun.objects.filter(wave=wave)
+    assert runs.count() == len(quanta)
+    assert set(runs.values_list("status", flat=True)) == {RunStatus.DONE}
+    starts = Event.objects.filter(
+        topic="burst:events", type="burst_start", payload__wave_id=wave.pk
+    )
+    assert starts.count() == 1
 
 
 def test_it_cancels_a_wave_and_leaves_every_quantum_truthful(worker: Worker) -> None:
