@@ -122,7 +122,7 @@ def test_it_revokes_the_stage_tasks_still_queued_when_a_wave_is_cancelled(
 
     # The running four stop at their next check; the worker then takes the queued two and
     # drops them unrun: the result backend says so.
-    wait_for(lambda: all(app.AsyncResult(t).state == "REVOKED" for t in queued))
+    wait_for(lambda: all(str(app.AsyncResult(t).state) == "REVOKED" for t in queued))
     assert not AgentRun.objects.filter(quantum=busy, task_id__in=queued, started_at__isnull=False)
     assert set(AgentRun.objects.filter(quantum=busy).values_list("status", flat=True)) == {
         AgentStatus.CANCELLED
