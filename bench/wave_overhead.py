@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
@@ -80,11 +82,10 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def settle(timeout: float = 60) -> None:
     """Wait until the queue is empty (what the last measurement left behind has run)."""
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        deadline = time.monotonic() + timeout
-        while client.llen("celery") and time.monotonic() < deadline:
-            time.sleep(0.1)
+    client = redis.Redis.from_url(app.conf.broker_url)
+    deadline = time.monotonic() + timeout
+    while client.llen("celery") and time.monotonic() < deadline:
+        time.sleep(0.1)
     time.sleep(0.5)
 
 

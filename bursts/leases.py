@@ -117,10 +117,14 @@ class _Heartbeat:
 
 
 class AgentLease:
-    """`with AgentLease(id) as lease: if lease.held: ...` — renewed until the block ends."""
+    """`with AgentLease(id) as lease: if lease.held: ...` — renewed until the block ends.
 
-    def __init__(self, agent_run_id: int) -> None:
+    `wait_s`: how long to keep trying when another holder has it (a resumed agent's task may
+    arrive while the worker it suspended on is still letting go of the lease)."""
+
+    def __init__(self, agent_run_id: int, *, wait_s: float = 0.0) -> None:
         self.agent_run_id = agent_run_id
+        self.wait_s = wait_s
         self.key = lease_key(agent_run_id)
         self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
         self.ttl_ms = int(settings.BURSTS_HEARTBEAT_TTL_S * 1000)
@@ -128,7 +132,12 @@ class AgentLease:
 
     def __enter__(self) -> AgentLease:
         # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
-        self.held = bool(get_redis().set(self.key, self.token, nx=True, px=self.ttl_ms))
+        client, deadline = get_redis(), time.monotonic() + self.wait_s
+        while True:
+            self.held = bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))
+            if self.held or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
         if self.held:
             _Heartbeat.get(self.ttl_ms).held[self.key] = (self.token, self.agent_run_id)
         return self

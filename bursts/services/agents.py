@@ -21,6 +21,10 @@ from bursts.services.stages import LIVE_AGENT, agent_context, prior_results_cont
 
 logger = logging.getLogger(__name__)
 
+# A resumed agent (agent_resume: running, no worker yet) may reach a worker before the one it
+# suspended on has released its lease: wait that long for the lease instead of giving up "busy".
+RESUME_LEASE_WAIT_S = 5.0
+
 SlotStatus = Literal["done", "error", "cancelled", "waiting", "busy", "stale"]
 
 
@@ -48,7 +52,13 @@ def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
     now = timezone.now()
     if outcome.status == "waiting":
         fields: dict[str, object] = {"status": AgentStatus.WAITING}
-        updated = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(**fields)
+        # An answer may already have resumed it (agent_resume: running, worker cleared): then
+        # it must stay running, or its resumed task would find it waiting and stop.
+        updated = (
+            AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING)
+            .exclude(worker="")
+            .update(**fields)
+        )
     else:
         fields = {
             "status": outcome.status,
@@ -165,6 +175,8 @@ def _slot_fast(
             agent = _record(agent, outcome)
     if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
         return _result(agent, agent.status)  # type: ignore[arg-type]
+    if agent.status == AgentStatus.RUNNING:
+        return _result(agent, "waiting")  # answered meanwhile: the resumed task carries on
     return None  # error or cancelled: the general path retries or gives up
 
 
@@ -229,7 +241,8 @@ def slot_run(
                 _next_attempt(agent)
                 continue
             return _result(agent, agent.status)  # type: ignore[arg-type]
-        with AgentLease(agent.pk) as lease:
+        resumed = agent.status == AgentStatus.RUNNING and not agent.worker
+        with AgentLease(agent.pk, wait_s=RESUME_LEASE_WAIT_S if resumed else 0.0) as lease:
             if not lease.held:
                 return _result(agent, "busy")
             now = timezone.now()
@@ -251,4 +264,6 @@ def slot_run(
             agent = _record(agent, outcome)
         if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
             return _result(agent, agent.status)  # type: ignore[arg-type]
+        if agent.status == AgentStatus.RUNNING:
+            return _result(agent, "waiting")  # answered meanwhile: the resumed task carries on
         # error or cancelled: the loop decides between a retry and giving up.
