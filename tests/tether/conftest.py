@@ -72,11 +72,12 @@ def tether_worker(
     connection.close()
 
 
-def active_tasks(worker: Worker) -> int:
-    """Tasks the worker is executing right now (its occupied slots)."""
+def active_tasks(worker: Worker, name: str = "psychonauts.tasks.execute_agent_run") -> int:
+    """Agent tasks the worker is executing right now (the slots agents occupy; the embedded
+    beat's sweeps come and go and are not counted)."""
     with Celery(broker=worker.env["REDIS_URL"]) as probe:
         replies = probe.control.inspect(
             destination=[f"{worker.name}@{os.uname().nodename}"], timeout=1.0
         ).active()
     assert replies, "the worker did not answer"
-    return sum(len(tasks) for tasks in replies.values())
+    return sum(1 for tasks in replies.values() for task in tasks if task.get("name") == name)

@@ -85,7 +85,8 @@ def test_it_frees_the_worker_while_waiting_and_resumes_with_the_answer(
     run_id = start_agent(make_run, make_quantum, "asky")
     reaching = pending_reaching(run_id)
 
-    assert active_tasks(tether_worker) == 0
+    # The task returns right after the agent is marked waiting: its slot is free.
+    wait_for(lambda: active_tasks(tether_worker) == 0, timeout=5, what="the slot to be freed")
     assert [r.pk for r in reachings_pending()] == [reaching.pk]
 
     result = reaching_answer(reaching_id=reaching.pk, text="drop it, nobody uses it")
