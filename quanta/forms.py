@@ -75,3 +75,7 @@ class CloseForm(forms.Form):
 
 class DependencyForm(forms.Form):
     depends_on = forms.IntegerField(min_value=1, label="waits on quantum #")
+
+
+class DependencyRemoveForm(forms.Form):
+    depends_on = forms.IntegerField(min_value=1, label="stop waiting on quantum #")

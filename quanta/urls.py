@@ -18,5 +18,10 @@ urlpatterns = [
         views.quantum_dependency_add,
         name="quantum_dependency_add",
     ),
+    path(
+        "quanta/<int:quantum_id>/dependencies/remove/",
+        views.quantum_dependency_remove,
+        name="quantum_dependency_remove",
+    ),
     path("pipelines/", views.pipelines, name="pipelines"),
 ]

@@ -21,6 +21,7 @@ from quanta.forms import (
     CloseForm,
     CommentForm,
     DependencyForm,
+    DependencyRemoveForm,
     QuantaFilterForm,
     QuantumCreateForm,
     QuantumForm,
@@ -136,6 +137,7 @@ def quantum_detail(request: HttpRequest, quantum_id: int) -> HttpResponse:
             "comment_form": CommentForm(),
             "close_form": CloseForm(),
             "dependency_form": DependencyForm(),
+            "dependency_remove_form": DependencyRemoveForm(),
             "drifts": quantum_drifts(quantum_id=quantum_id),
             "changes": quantum_changes(quantum_id=quantum_id),
             **live_attrs(["quanta", "burst:events"], "quantum", quantum_id=quantum_id),
@@ -306,6 +308,23 @@ def quantum_dependency_add(request: HttpRequest, quantum_id: int) -> HttpRespons
             quantum_id=quantum_id, depends_on_id=form.cleaned_data["depends_on"]
         ),
         f"#{quantum_id} now waits on #{form.cleaned_data['depends_on']}.",
+    )
+
+
+@require_POST
+@operator_required
+def quantum_dependency_remove(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    form = DependencyRemoveForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the id of the quantum it should stop waiting on.")
+        return redirect("quantum", quantum_id=quantum_id)
+    return _action_done(
+        request,
+        quantum_id,
+        lambda: services.dependency_remove(
+            quantum_id=quantum_id, depends_on_id=form.cleaned_data["depends_on"]
+        ),
+        f"#{quantum_id} no longer waits on #{form.cleaned_data['depends_on']}.",
     )
 
 
