@@ -79,3 +79,12 @@ class DependencyForm(forms.Form):
 
 class DependencyRemoveForm(forms.Form):
     depends_on = forms.IntegerField(min_value=1, label="stop waiting on quantum #")
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(help_text="YAML (a list of quanta) or JSON lines; all or nothing")
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[("yaml", "YAML"), ("jsonl", "JSON lines")], required=False)
+    status = forms.ChoiceField(choices=[("", "any status"), *QuantumStatus.choices], required=False)

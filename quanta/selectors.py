@@ -325,3 +325,36 @@ def quanta_browse(
 
 def quantum_comments(*, quantum_id: int) -> QuerySet[Comment]:
     return Comment.objects.filter(quantum_id=quantum_id).order_by("created_at", "id")
+
+
+EXPORT_FORMATS = ("yaml", "jsonl")
+
+
+def quanta_export(*, status: str | None = None, fmt: str = "yaml") -> str:
+    """Quanta (all, or those in `status`) as the text of an import file (`quanta.importer`).
+
+    Shared by `manage.py quanta export` and the control room's download, so both write the same.
+    """
+    import json
+    from collections import defaultdict
+
+    import yaml
+
+    # quanta.serializers imports this module (WhyNotReady): imported here to avoid the cycle.
+    from quanta.models import Dependency
+    from quanta.serializers import export_record
+
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format: must be one of {', '.join(EXPORT_FORMATS)}")
+    quanta = list(quanta_list(status=status).order_by("id"))
+    ids = {q.pk for q in quanta}
+    edges: dict[int, list[Dependency]] = defaultdict(list)
+    for d in Dependency.objects.filter(quantum_id__in=ids).order_by("id"):
+        edges[d.quantum_id].append(d)
+    comments: dict[int, list[Comment]] = defaultdict(list)
+    for c in Comment.objects.filter(quantum_id__in=ids).order_by("created_at", "id"):
+        comments[c.quantum_id].append(c)
+    records = [export_record(q, edges[q.pk], comments[q.pk], ids) for q in quanta]
+    if fmt == "jsonl":
+        return "".join(json.dumps(record) + "\n" for record in records)
+    return str(yaml.safe_dump(records, sort_keys=False, allow_unicode=True))

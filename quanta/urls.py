@@ -6,6 +6,8 @@ from quanta import views
 
 urlpatterns = [
     path("quanta/", views.quanta_index, name="quanta"),
+    path("quanta/import/", views.quanta_import_upload, name="quanta_import"),
+    path("quanta/export/", views.quanta_export_download, name="quanta_export"),
     path("quanta/new/", views.quantum_create, name="quantum_create"),
     path("quanta/<int:quantum_id>/", views.quantum_detail, name="quantum"),
     path("quanta/<int:quantum_id>/edit/", views.quantum_edit, name="quantum_edit"),

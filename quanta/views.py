@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -16,22 +18,27 @@ from annihilation.live import LivePageError, live_page
 from annihilation.views import live_attrs
 from bursts.selectors import pipeline_versions_used, quantum_runs
 from quanta import services
-from quanta.errors import BadSearchQuery, QuantaError, QuantumNotFound
+from quanta.errors import BadSearchQuery, ImportFailed, QuantaError, QuantumNotFound
 from quanta.forms import (
     CloseForm,
     CommentForm,
     DependencyForm,
     DependencyRemoveForm,
+    ExportForm,
+    ImportForm,
     QuantaFilterForm,
     QuantumCreateForm,
     QuantumForm,
     service_error_to_form,
 )
+from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.pipelines.services import pipelines_list
 from quanta.selectors import (
+    EXPORT_FORMATS,
     Neighbourhood,
     quanta_browse,
+    quanta_export,
     quantum_comments,
     quantum_get,
     quantum_neighbourhood,
@@ -50,7 +57,9 @@ def _quantum_or_404(quantum_id: int) -> Quantum:
         raise Http404(f"no quantum #{quantum_id}") from None
 
 
-def quanta_index(request: HttpRequest) -> HttpResponse:
+def _index(
+    request: HttpRequest, import_form: ImportForm | None = None, status: int = 200
+) -> HttpResponse:
     form = QuantaFilterForm(request.GET or None)
     filters: dict[str, Any] = {}
     if form.is_valid():
@@ -73,8 +82,67 @@ def quanta_index(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "quanta/list.html",
-        {"form": form, "page": page, "query": query.urlencode()},
+        {
+            "form": form,
+            "page": page,
+            "query": query.urlencode(),
+            "import_form": import_form or ImportForm(),
+            "export_formats": EXPORT_FORMATS,
+        },
+        status=status,
     )
+
+
+def quanta_index(request: HttpRequest) -> HttpResponse:
+    return _index(request)
+
+
+@require_POST
+@operator_required
+def quanta_import_upload(request: HttpRequest) -> HttpResponse:
+    """All or nothing, like `manage.py quanta import`: every problem is listed under the field."""
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _index(request, form, status=400)
+    upload = form.cleaned_data["file"]
+    # The importer reads a path and names it in its messages (`file:line: field: why`): the
+    # upload is written under its own base name in a private directory, removed afterwards.
+    name = Path(upload.name or "").name or "upload.yaml"
+    with tempfile.TemporaryDirectory(prefix="annihilation-import-") as tmp:
+        path = Path(tmp) / name
+        with path.open("wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+        try:
+            ids = quanta_import(path=path)
+        except ImportFailed as exc:
+            form.add_error(None, f"import failed, nothing written ({len(exc.problems)} problems):")
+            for problem in exc.problems:
+                form.add_error("file", problem)
+            return _index(request, form, status=400)
+        except QuantaError as exc:
+            form.add_error("file", str(exc))
+            return _index(request, form, status=400)
+    span = f" (#{ids[0]}..#{ids[-1]})" if ids else ""
+    messages.success(request, f"Imported {len(ids)} quanta{span}.")
+    return redirect("quanta")
+
+
+def quanta_export_download(request: HttpRequest) -> HttpResponse:
+    """The file `manage.py quanta export [--status S] [--format F]` writes, as a download."""
+    form = ExportForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(
+            "; ".join(f"{k}: {' '.join(str(m) for m in v)}" for k, v in form.errors.items()),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    fmt = form.cleaned_data["format"] or "yaml"
+    text = quanta_export(status=form.cleaned_data["status"] or None, fmt=fmt)
+    content_type = "application/x-ndjson" if fmt == "jsonl" else "application/yaml"
+    response = HttpResponse(text, content_type=f"{content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="quanta.{fmt}"'
+    return response
 
 
 def neighbourhood_svg(hood: Neighbourhood) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from quanta.models import Dependency, Quantum
@@ -34,3 +38,74 @@ def test_a_viewer_cannot_remove_a_dependency(viewer_client):
     assert Dependency.objects.filter(quantum=second, depends_on=first).exists()
     page = viewer_client.get(reverse("quantum", args=[second.pk]))
     assert b"dependency-remove" not in page.content
+
+
+GOOD = b"""\
+- ref: schema
+  title: Design the schema
+  labels: [backend]
+- title: Build the API
+  depends_on: [schema]
+"""
+BAD = b"""\
+- title: ""
+- title: fine
+  priority: 9
+- title: also fine
+  prority: 1
+"""
+
+
+def upload(name, content):
+    return {"file": SimpleUploadedFile(name, content)}
+
+
+def test_it_imports_a_file_and_exports_it_in_the_command_format(op_client):
+    done = op_client.post(reverse("quanta_import"), upload("plan.yaml", GOOD), follow=True)
+    assert b"Imported 2 quanta" in done.content
+    schema = Quantum.objects.get(title="Design the schema")
+    api = Quantum.objects.get(title="Build the API")
+    assert schema.labels == ["backend"] and api.open_blockers == 1
+    page = op_client.get(reverse("quanta"))
+    assert b"quanta-import" in page.content and b"quanta-export" in page.content
+    exported = op_client.get(reverse("quanta_export"), {"format": "yaml"})
+    assert exported.status_code == 200
+    assert exported["Content-Disposition"] == 'attachment; filename="quanta.yaml"'
+    records = yaml.safe_load(exported.content)
+    assert [r["title"] for r in records] == ["Design the schema", "Build the API"]
+    assert records[1]["depends_on"] == [f"q{schema.pk}"]
+    lines = op_client.get(reverse("quanta_export"), {"format": "jsonl"}).content.splitlines()
+    assert [json.loads(line)["title"] for line in lines] == ["Design the schema", "Build the API"]
+    # What the download holds imports again (export -> import round-trips).
+    again = op_client.post(reverse("quanta_import"), upload("quanta.yaml", exported.content))
+    assert again.status_code == 302
+    assert Quantum.objects.filter(title="Build the API").count() == 2
+    assert op_client.get(reverse("quanta_export"), {"format": "xml"}).status_code == 400
+
+
+def test_a_bad_import_lists_every_problem_and_writes_nothing(op_client):
+    bad = op_client.post(reverse("quanta_import"), upload("bad.yaml", BAD))
+    assert bad.status_code == 400
+    errors = bad.context["import_form"].errors["file"]
+    assert "bad.yaml:1: title: must not be empty" in errors
+    assert "bad.yaml:3: priority: must be 0..4 (0 = critical), got 9" in errors
+    assert "bad.yaml:5: prority: unknown field" in errors
+    assert b"bad.yaml:5: prority: unknown field" in bad.content
+    assert b"nothing written" in bad.content
+    broken = op_client.post(reverse("quanta_import"), upload("x.jsonl", b'{"title": "a"}\n{oops'))
+    assert broken.status_code == 400
+    assert any(
+        "x.jsonl:2: not valid JSON" in e for e in broken.context["import_form"].errors["file"]
+    )
+    empty = op_client.post(reverse("quanta_import"), {})
+    assert empty.status_code == 400 and "file" in empty.context["import_form"].errors
+    assert not Quantum.objects.exists()
+
+
+def test_a_viewer_cannot_import_but_may_download(viewer_client):
+    assert (
+        viewer_client.post(reverse("quanta_import"), upload("plan.yaml", GOOD)).status_code == 403
+    )
+    assert not Quantum.objects.exists()
+    assert b"quanta-import" not in viewer_client.get(reverse("quanta")).content
+    assert viewer_client.get(reverse("quanta_export")).status_code == 200
