@@ -6,4 +6,5 @@ from psychonauts import views
 
 urlpatterns = [
     path("<int:agent_run_id>/", views.focus, name="focus"),
+    path("run/<int:quantum_id>/", views.agent_run_start, name="agent_run_start"),
 ]

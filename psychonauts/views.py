@@ -3,14 +3,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from annihilation.access import operator_required
 from annihilation.events import EventMessage
 from annihilation.live import LivePageError, live_page
 from annihilation.views import live_attrs
 from bursts.selectors import agent_run_find
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
+from psychonauts.selectors import roles_list
+from psychonauts.services import agent_run_create
+from psychonauts.tasks import execute_agent_run
+from quanta.errors import QuantumNotFound
+from quanta.forms import AgentRunForm
+from quanta.selectors import quantum_get
 
 
 def diff_files(diff: str) -> list[dict[str, Any]]:
@@ -26,6 +36,36 @@ def diff_files(diff: str) -> list[dict[str, Any]]:
         files[-1]["adds" if tag == "add" else "dels"] += tag in ("add", "del")
         files[-1]["lines"].append({"tag": tag, "text": line})
     return files
+
+
+def role_names() -> list[str]:
+    return list(roles_list().values_list("name", flat=True))
+
+
+@require_POST
+@operator_required
+def agent_run_start(request: HttpRequest, quantum_id: int) -> HttpResponse:
+    """`manage.py psychonaut run --role R --quantum ID`, but on a worker: then watch it on Focus."""
+    try:
+        quantum_get(quantum_id=quantum_id)
+    except QuantumNotFound:
+        raise Http404(f"no quantum #{quantum_id}") from None
+    form = AgentRunForm(request.POST, roles=role_names())
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+        return redirect("quantum", quantum_id=quantum_id)
+    with transaction.atomic():
+        run = agent_run_create(
+            quantum_id=quantum_id,
+            role=form.cleaned_data["role"],
+            context=form.cleaned_data["context"],
+        )
+        # Sent once the row is committed, so the worker always finds the run it is given.
+        run_id = run.pk
+        transaction.on_commit(lambda: execute_agent_run.delay(run_id))
+    messages.success(request, f"Agent {run.agent_id} (attempt {run.attempt}) queued.")
+    return redirect("focus", agent_run_id=run.pk)
 
 
 def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:

@@ -3,6 +3,8 @@ messages name the field they are about (`title: must not be empty`), so they lan
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from quanta.errors import QuantaError
@@ -88,3 +90,16 @@ class ImportForm(forms.Form):
 class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=[("yaml", "YAML"), ("jsonl", "JSON lines")], required=False)
     status = forms.ChoiceField(choices=[("", "any status"), *QuantumStatus.choices], required=False)
+
+
+class AgentRunForm(forms.Form):
+    """One agent outside a wave (`manage.py psychonaut run`); roles are read from the DB."""
+
+    role = forms.ChoiceField(choices=[])
+    context = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, help_text="extra for the prompt"
+    )
+
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["role"].choices = [(name, name) for name in roles]  # type: ignore[attr-defined]

@@ -17,9 +17,11 @@ from annihilation.events import EventMessage
 from annihilation.live import LivePageError, live_page
 from annihilation.views import live_attrs
 from bursts.selectors import pipeline_versions_used, quantum_runs
+from psychonauts.selectors import roles_list
 from quanta import services
 from quanta.errors import BadSearchQuery, ImportFailed, QuantaError, QuantumNotFound
 from quanta.forms import (
+    AgentRunForm,
     CloseForm,
     CommentForm,
     DependencyForm,
@@ -206,6 +208,7 @@ def quantum_detail(request: HttpRequest, quantum_id: int) -> HttpResponse:
             "close_form": CloseForm(),
             "dependency_form": DependencyForm(),
             "dependency_remove_form": DependencyRemoveForm(),
+            "agent_run_form": AgentRunForm(roles=list(roles_list().values_list("name", flat=True))),
             "drifts": quantum_drifts(quantum_id=quantum_id),
             "changes": quantum_changes(quantum_id=quantum_id),
             **live_attrs(["quanta", "burst:events"], "quantum", quantum_id=quantum_id),

@@ -9,6 +9,9 @@ import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from bursts.models import AgentRun
+from psychonauts.selectors import roles_list
+from psychonauts.services import roles_sync_defaults
 from quanta.models import Dependency, Quantum
 from tests.factories import make_chain
 
@@ -109,3 +112,54 @@ def test_a_viewer_cannot_import_but_may_download(viewer_client):
     assert not Quantum.objects.exists()
     assert b"quanta-import" not in viewer_client.get(reverse("quanta")).content
     assert viewer_client.get(reverse("quanta_export")).status_code == 200
+
+
+@pytest.fixture
+def roles(db):
+    roles_sync_defaults()
+    return list(roles_list().values_list("name", flat=True))
+
+
+def queued_tasks(redis_client):
+    """(task name, args) of the messages waiting in the broker's default queue."""
+    out = []
+    for raw in redis_client.lrange("celery", 0, -1):
+        headers = json.loads(raw)["headers"]
+        out.append((headers["task"], headers["argsrepr"]))
+    return out
+
+
+def test_it_runs_one_agent_from_the_quantum_page(
+    op_client, roles, redis_client, django_capture_on_commit_callbacks
+):
+    quantum = make_chain(1, prefix="agent")[0]
+    page = op_client.get(reverse("quantum", args=[quantum.pk]))
+    assert b'id="agent-run"' in page.content and f'value="{roles[0]}"'.encode() in page.content
+    url = reverse("agent_run_start", args=[quantum.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        response = op_client.post(url, {"role": roles[0], "context": "be brief"})
+    run = AgentRun.objects.get(quantum=quantum)
+    assert response.status_code == 302 and response["Location"] == reverse("focus", args=[run.pk])
+    assert run.role == roles[0] and run.context == "be brief" and run.quantum_run_id is None
+    assert op_client.get(response["Location"]).status_code == 200
+    assert run.agent_id == f"{quantum.pk}_cli_{roles[0]}" and run.attempt == 1
+    assert queued_tasks(redis_client) == [("psychonauts.tasks.execute_agent_run", f"({run.pk},)")]
+
+
+def test_a_bad_role_or_a_viewer_runs_nothing(
+    op_client, viewer, roles, redis_client, django_capture_on_commit_callbacks
+):
+    quantum = make_chain(1, prefix="agent")[0]
+    url = reverse("agent_run_start", args=[quantum.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        bad = op_client.post(url, {"role": "no-such-role"}, follow=True)
+    assert b"role: Select a valid choice" in bad.content
+    assert (
+        op_client.post(reverse("agent_run_start", args=[99999]), {"role": roles[0]}).status_code
+        == 404
+    )
+    op_client.force_login(viewer)
+    assert op_client.post(url, {"role": roles[0]}).status_code == 403
+    assert b'id="agent-run"' not in op_client.get(reverse("quantum", args=[quantum.pk])).content
+    assert not AgentRun.objects.exists()
+    assert queued_tasks(redis_client) == []
