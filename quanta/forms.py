@@ -103,3 +103,11 @@ class AgentRunForm(forms.Form):
     def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["role"].choices = [(name, name) for name in roles]  # type: ignore[attr-defined]
+
+
+class PipelineLoadForm(forms.Form):
+    yaml = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 10, "spellcheck": "false"}),
+        label="pipeline YAML",
+        help_text="one pipeline, a list, or `pipelines:` and a list (the files in pipelines/)",
+    )

@@ -26,4 +26,5 @@ urlpatterns = [
         name="quantum_dependency_remove",
     ),
     path("pipelines/", views.pipelines, name="pipelines"),
+    path("pipelines/load/", views.pipelines_load_pasted, name="pipelines_load"),
 ]

@@ -28,6 +28,7 @@ from quanta.forms import (
     DependencyRemoveForm,
     ExportForm,
     ImportForm,
+    PipelineLoadForm,
     QuantaFilterForm,
     QuantumCreateForm,
     QuantumForm,
@@ -35,7 +36,8 @@ from quanta.forms import (
 )
 from quanta.importer import quanta_import
 from quanta.models import Quantum
-from quanta.pipelines.services import pipelines_list
+from quanta.pipelines.loader import PipelineInvalid, pipelines_read
+from quanta.pipelines.services import known_roles, pipelines_list, pipelines_save
 from quanta.selectors import (
     EXPORT_FORMATS,
     Neighbourhood,
@@ -399,7 +401,47 @@ def quantum_dependency_remove(request: HttpRequest, quantum_id: int) -> HttpResp
     )
 
 
-def pipelines(request: HttpRequest) -> HttpResponse:
+def _pipelines_page(
+    request: HttpRequest, load_form: PipelineLoadForm | None = None, status: int = 200
+) -> HttpResponse:
     used = pipeline_versions_used()
     rows = [{"pipeline": p, "versions": used.get(p.name, [])} for p in pipelines_list()]
-    return render(request, "quanta/pipelines.html", {"rows": rows})
+    return render(
+        request,
+        "quanta/pipelines.html",
+        {"rows": rows, "load_form": load_form or PipelineLoadForm()},
+        status=status,
+    )
+
+
+def pipelines(request: HttpRequest) -> HttpResponse:
+    return _pipelines_page(request)
+
+
+PASTED = "pasted.yaml"
+
+
+@require_POST
+@operator_required
+def pipelines_load_pasted(request: HttpRequest) -> HttpResponse:
+    """`manage.py pipelines load FILE` for pasted YAML: all or nothing, every problem listed."""
+    form = PipelineLoadForm(request.POST)
+    if not form.is_valid():
+        return _pipelines_page(request, form, status=400)
+    # The loader reads files (and checks duplicate names and defaults across them): the text is
+    # written to a private temporary file; its path is replaced by a readable name in the
+    # problems and in the pipelines' recorded source.
+    source = f"{PASTED} (web, {request.user.get_username()})"
+    with tempfile.TemporaryDirectory(prefix="annihilation-pipeline-") as tmp:
+        path = Path(tmp) / PASTED
+        path.write_text(form.cleaned_data["yaml"], encoding="utf-8")
+        try:
+            specs = pipelines_read([path], roles=known_roles())
+        except PipelineInvalid as exc:
+            for problem in exc.problems:
+                form.add_error("yaml", problem.replace(str(path), PASTED))
+            return _pipelines_page(request, form, status=400)
+    loaded = pipelines_save(specs=[(source, spec) for _, spec in specs])
+    summary = ", ".join(f"{x.name} v{x.version} ({x.change})" for x in loaded)
+    messages.success(request, f"Loaded {summary}.")
+    return redirect("pipelines")

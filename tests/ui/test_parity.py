@@ -13,6 +13,7 @@ from bursts.models import AgentRun
 from psychonauts.selectors import roles_list
 from psychonauts.services import roles_sync_defaults
 from quanta.models import Dependency, Quantum
+from quanta.pipeline_models import Pipeline
 from tests.factories import make_chain
 
 pytestmark = pytest.mark.django_db
@@ -163,3 +164,47 @@ def test_a_bad_role_or_a_viewer_runs_nothing(
     assert b'id="agent-run"' not in op_client.get(reverse("quantum", args=[quantum.pk])).content
     assert not AgentRun.objects.exists()
     assert queued_tasks(redis_client) == []
+
+
+DOCS_PIPELINE = """\
+name: docs
+description: documentation only
+match:
+  labels: [docs]
+stages:
+  - name: write
+    agents: [coder]
+  - name: review
+    agents: [reviewer]
+"""
+
+
+def test_it_loads_a_pasted_pipeline_and_a_change_bumps_its_version(op_client, roles):
+    assert {"coder", "reviewer"} <= set(roles)
+    page = op_client.get(reverse("pipelines"))
+    assert b'id="pipeline-load"' in page.content
+    done = op_client.post(reverse("pipelines_load"), {"yaml": DOCS_PIPELINE}, follow=True)
+    assert b"Loaded docs v1 (created)" in done.content
+    docs = Pipeline.objects.get(name="docs")
+    assert [s.name for s in docs.stages.order_by("index")] == ["write", "review"]
+    assert docs.match_labels == ["docs"] and docs.source == "pasted.yaml (web, op)"
+    changed = DOCS_PIPELINE.replace("documentation only", "docs, reviewed")
+    again = op_client.post(reverse("pipelines_load"), {"yaml": changed}, follow=True)
+    assert b"Loaded docs v2 (updated)" in again.content
+
+
+def test_a_bad_pipeline_lists_every_problem_and_loads_nothing(op_client, viewer, roles):
+    bad = DOCS_PIPELINE.replace("[coder]", "[no-such-role]").replace("name: review", "nme: x")
+    response = op_client.post(reverse("pipelines_load"), {"yaml": bad})
+    assert response.status_code == 400
+    errors = response.context["load_form"].errors["yaml"]
+    assert len(errors) >= 2 and all(e.startswith("pasted.yaml:") for e in errors), errors
+    assert any("no-such-role" in e for e in errors)
+    assert b'id="pipeline-errors"' in response.content
+    broken = op_client.post(reverse("pipelines_load"), {"yaml": "name: [unclosed"})
+    assert broken.status_code == 400 and broken.context["load_form"].errors["yaml"]
+    assert op_client.post(reverse("pipelines_load"), {"yaml": ""}).status_code == 400
+    op_client.force_login(viewer)
+    assert op_client.post(reverse("pipelines_load"), {"yaml": DOCS_PIPELINE}).status_code == 403
+    assert b'id="pipeline-load"' not in op_client.get(reverse("pipelines")).content
+    assert not Pipeline.objects.filter(name="docs").exists()
