@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import yaml
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
 from django.db.models import F, Q, QuerySet
 
 from quanta.errors import BadSearchQuery, QuantumNotFound
-from quanta.models import Comment, Quantum, QuantumStatus
+from quanta.models import Comment, Dependency, Quantum, QuantumStatus
 
 S = QuantumStatus
 
@@ -335,13 +338,7 @@ def quanta_export(*, status: str | None = None, fmt: str = "yaml") -> str:
 
     Shared by `manage.py quanta export` and the control room's download, so both write the same.
     """
-    import json
-    from collections import defaultdict
-
-    import yaml
-
     # quanta.serializers imports this module (WhyNotReady): imported here to avoid the cycle.
-    from quanta.models import Dependency
     from quanta.serializers import export_record
 
     if fmt not in EXPORT_FORMATS:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annihilation.cli import emit_json, parse_id, positive_int, shorten, subcommands, table
@@ -24,7 +21,7 @@ from quanta.models import (
     QuantumKind,
     QuantumStatus,
 )
-from quanta.serializers import comment_data, dependency_data, export_record, quantum_data, why_data
+from quanta.serializers import comment_data, dependency_data, quantum_data, why_data
 
 
 def _priority(value: str) -> int:
@@ -115,7 +112,7 @@ class Command(BaseCommand):
 
         p = add("export", "export quanta in the import format")
         p.add_argument("--status", choices=QuantumStatus.values)
-        p.add_argument("--format", choices=["yaml", "jsonl"], default="yaml")
+        p.add_argument("--format", choices=selectors.EXPORT_FORMATS, default="yaml")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, "do_" + options["subcommand"])
@@ -317,19 +314,5 @@ class Command(BaseCommand):
             self.stdout.write(f"imported {len(ids)} quanta{span}")
 
     def do_export(self, o: dict[str, Any]) -> None:
-        quanta = list(selectors.quanta_list(status=o["status"]).order_by("id"))
-        ids = {q.pk for q in quanta}
-        edges: dict[int, list[Dependency]] = defaultdict(list)
-        for d in Dependency.objects.filter(quantum_id__in=ids).order_by("id"):
-            edges[d.quantum_id].append(d)
-        comments: dict[int, list[Comment]] = defaultdict(list)
-        for c in Comment.objects.filter(quantum_id__in=ids).order_by("created_at", "id"):
-            comments[c.quantum_id].append(c)
-        records = [export_record(q, edges[q.pk], comments[q.pk], ids) for q in quanta]
-        if o["format"] == "jsonl" or o["json"]:
-            for record in records:
-                self.stdout.write(json.dumps(record))
-        else:
-            self.stdout.write(
-                yaml.safe_dump(records, sort_keys=False, allow_unicode=True), ending=""
-            )
+        fmt = "jsonl" if o["json"] else o["format"]
+        self.stdout.write(selectors.quanta_export(status=o["status"], fmt=fmt), ending="")
