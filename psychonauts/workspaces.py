@@ -39,7 +39,8 @@ def git(*args: str, cwd: Path, author: str = "") -> str:
 
 
 @contextmanager
-def _file_lock(name: str) -> Iterator[None]:
+def file_lock(name: str) -> Iterator[None]:
+    """An exclusive lock across processes on this machine (git refuses concurrent writers)."""
     folder = Path(settings.ANNIHILATION_HOME) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / f"{name}.lock").open("a") as handle:
@@ -107,7 +108,7 @@ def workspace_ensure(*, quantum_id: int) -> Path:
         return path
     # Per quantum: agents of one quantum wait for each other, other quanta go on in parallel
     # (git takes its own lock on each new branch ref).
-    with _file_lock(f"worktree-q{quantum_id}"):
+    with file_lock(f"worktree-q{quantum_id}"):
         if (path / ".git").exists():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +126,7 @@ def workspace_ensure(*, quantum_id: int) -> Path:
 def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
     """Commit everything the agent changed; returns the commit sha, or "" when nothing changed."""
     key = hashlib.sha1(str(workspace.resolve()).encode()).hexdigest()[:16]
-    with _file_lock(f"commit-{key}"):
+    with file_lock(f"commit-{key}"):
         git("add", "-A", cwd=workspace)
         changed = subprocess.run(
             ["git", "diff", "--cached", "--quiet"], cwd=workspace, check=False

@@ -3,12 +3,10 @@ into the base branch), reject (reopen the quantum) or a conflict (a correction q
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from django.conf import settings
@@ -18,7 +16,7 @@ from django.utils import timezone
 from annihilation.events import publish
 from bursts.models import QuantumRun
 from psychonauts.errors import WorkspaceError
-from psychonauts.workspaces import branch_for, git
+from psychonauts.workspaces import branch_for, file_lock, git
 from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
@@ -35,18 +33,9 @@ def _repo() -> Path:
     return Path(settings.ANNIHILATION_REPO)
 
 
-@contextmanager
-def _repo_lock() -> Iterator[None]:
+def _repo_lock() -> AbstractContextManager[None]:
     """Merges into the target repository one at a time (git's index lock would refuse)."""
-    key = hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"merge-{key}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock("merge-" + hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16])
 
 
 def _sha(ref: str) -> str:
