@@ -211,7 +211,7 @@ BURSTS_DISPATCH_GRACE_S = env_float("ANNIHILATION_DISPATCH_GRACE_S", 120.0, mini
 BURSTS_SAFETY_NET_INTERVAL_S = env_float("ANNIHILATION_SAFETY_NET_INTERVAL_S", 5.0, minimum=0.1)
 # Celery's Django fixup closes the database connection after every task unless told to reuse
 # it: a new connection costs ~8 ms (a Postgres backend fork), more than a no-op stage. Workers
-# keep theirs for this many tasks; bursts.tasks drops one that broke.
+# keep theirs for this many tasks; annihilation/celery.py drops one that broke.
 CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 1000, minimum=0)
 # A lost worker's unacknowledged task comes back after this long (Redis broker); the safety net
 # usually re-dispatches first, and a redelivered task finds its work done and returns.

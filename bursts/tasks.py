@@ -6,25 +6,10 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_postrun
-from django.db import connections
 
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
 
 logger = logging.getLogger(__name__)
-
-
-@task_postrun.connect
-def _drop_broken_connections(**_: Any) -> None:
-    """Workers reuse their database connection across tasks (CELERY_DB_REUSE_MAX); one that
-    saw an error and no longer answers (Postgres restarted) is closed so the next task opens a
-    fresh one instead of failing. Django's own check would also close a healthy one (max age 0)."""
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and conn.errors_occurred:
-            if conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
 
 
 @shared_task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
