@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -91,6 +91,34 @@ def publish(
     message = event_message(event)
     transaction.on_commit(lambda: send_live_unsafe(message))
     return event
+
+
+def publish_many(
+    topic: str,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    session_id: int | None = None,
+) -> list[Event]:
+    """`publish` for several events of one topic: one multi-row INSERT, sends in order.
+
+    For a writer that publishes several events per step (an agent's turn): the rows go in with
+    the step's checkpoint instead of one round trip each.
+    """
+    check_topic(topic)
+    events = Event.objects.bulk_create(
+        [
+            Event(topic=topic, type=event_type, payload=dict(payload), session_id=session_id)
+            for event_type, payload in items
+        ]
+    )
+    messages = [event_message(event) for event in events]
+
+    def send() -> None:
+        for message in messages:
+            send_live_unsafe(message)
+
+    transaction.on_commit(send)
+    return events
 
 
 def send_live_unsafe(message: EventMessage) -> None:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 
 from annihilation.errors import UnknownTopic
-from annihilation.events import group_for_topic, publish
+from annihilation.events import group_for_topic, publish, publish_many
 from annihilation.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,6 +51,32 @@ async def test_it_sends_the_event_after_commit(redis_client):
     assert message["type"] == "event.message"
     assert message["event"]["id"] == event.pk
     assert message["event"]["payload"] == {"phase": "thinking"}
+
+
+async def test_it_publishes_many_events_in_one_insert_and_sends_them_in_order(redis_client):
+    layer, channel = await _subscribe("agent:7_s1_coder")
+
+    def work():
+        with transaction.atomic():
+            return publish_many(
+                "agent:7_s1_coder",
+                [("usage", {"tokens_in": 3}), ("phase", {"phase": "tool_use"}), ("tool_call", {})],
+                session_id=None,
+            )
+
+    events = await database_sync_to_async(work)()
+    ids = [e.pk for e in events]
+    assert ids == sorted(ids) and all(ids)
+    received = [await _receive(layer, channel, 2) for _ in ids]
+    assert [m["event"]["id"] for m in received] == ids
+    assert [m["event"]["type"] for m in received] == ["usage", "phase", "tool_call"]
+    assert received[0]["event"]["created_at"]
+
+
+def test_publish_many_refuses_unknown_topics():
+    with pytest.raises(UnknownTopic):
+        publish_many("nope", [("x", {})])
+    assert Event.objects.count() == 0
 
 
 async def test_it_sends_nothing_and_keeps_nothing_on_rollback(redis_client):
