@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection
-from django.db.models import F, Sum
+from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annihilation.events import publish
+from annihilation.events import publish, publish_many
 from annihilation.models import Session
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus
 from psychonauts import registry, semaphore
@@ -178,59 +178,74 @@ def cost_usd(model: str, tokens_in: int, tokens_out: int) -> Decimal:
     return Decimal(str(round((tokens_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
 
 
-def _spent(**filters: Any) -> Decimal:
-    total = Usage.objects.filter(**filters).aggregate(s=Sum("cost_usd"))["s"]
-    return total or Decimal(0)
+@dataclass(frozen=True)
+class Spend:
+    """What the budgets have spent so far: the quantum run's (or the lone agent run's), and the
+    wave's when the wave has a budget."""
+
+    run: Decimal
+    wave: Decimal | None = None
 
 
-def budget_check(run: AgentRun, *, model: str, estimate_tokens_in: int) -> None:
+def budget_check(run: AgentRun, *, spend: Spend, model: str, estimate_tokens_in: int) -> None:
     """Refuse the next call if it would take the quantum run (or the wave) over budget."""
     estimate = cost_usd(model, estimate_tokens_in, 0)
     limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
-    scope, spent = (
-        ("quantum run", _spent(quantum_run_id=run.quantum_run_id))
-        if run.quantum_run_id
-        else ("agent run", _spent(agent_run__agent_id=run.agent_id, agent_run__attempt=run.attempt))
-    )
-    if spent + estimate > limit:
+    scope = "quantum run" if run.quantum_run_id else "agent run"
+    if spend.run + estimate > limit:
         raise BudgetExceeded(
-            f"budget: the {scope} has spent ${spent:.4f} of ${limit:.4f}; "
+            f"budget: the {scope} has spent ${spend.run:.4f} of ${limit:.4f}; "
             f"the next call (about ${estimate:.4f}) would exceed it"
         )
-    if run.quantum_run_id is not None:
-        wave = run.quantum_run.wave  # type: ignore[union-attr]
-        if wave.budget_usd is not None:
-            wave_spent = _spent(wave_id=wave.pk)
-            if wave_spent + estimate > wave.budget_usd:
-                raise BudgetExceeded(
-                    f"budget: wave {wave.pk} has spent ${wave_spent:.4f} of "
-                    f"${wave.budget_usd:.4f}; the next call would exceed it"
-                )
+    wave = run.quantum_run.wave if run.quantum_run_id else None  # type: ignore[union-attr]
+    limit_wave = wave.budget_usd if wave is not None else None
+    if spend.wave is not None and limit_wave is not None and spend.wave + estimate > limit_wave:
+        raise BudgetExceeded(
+            f"budget: wave {wave.pk} has spent ${spend.wave:.4f} of "  # type: ignore[union-attr]
+            f"${limit_wave:.4f}; the next call would exceed it"
+        )
+
+
+# Opening a turn is one round trip: the phase and heartbeat go in, and the status (has the
+# manager cancelled the run?) and the spend the budgets need come back.
+_SPEND_RUN = (
+    "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
+)
+_SPEND_ALONE = (
+    "(SELECT COALESCE(SUM(u.cost_usd), 0) FROM psychonauts_usage u"
+    " JOIN bursts_agentrun r ON r.id = u.agent_run_id"
+    " WHERE r.agent_id = %(agent_id)s AND r.attempt = %(attempt)s)"
+)
+_SPEND_WAVE = "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE wave_id = %(wave)s)"
+_TURN_OPEN = """
+UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
+WHERE id = %(id)s AND status = 'running'
+RETURNING {run}, {wave}
+"""
 
 
 class _Runner:
-    """One execution of one agent run (a process may execute the same run again later)."""
+    """One execution of one agent run (a process may execute the same run again later).
 
-    def __init__(self, run: AgentRun, role: Role, observer: Observer | None) -> None:
+    Writes are grouped per step of a turn, because a worker runs a hundred agents on one core:
+    opening a turn is one statement (`_TURN_OPEN`), the provider's answer is one transaction
+    (turn, usage, counters, pending tool calls, events), and each finished tool call is one
+    UPDATE. Events are buffered by `emit` and written with the next of these steps; streamed
+    text during a long call goes out on its own, throttled.
+    """
+
+    def __init__(
+        self, run: AgentRun, role: Role, route: tuple[Provider, str], observer: Observer | None
+    ) -> None:
         self.run = run
         self.role = role
         self.observer = observer
         self.topic = f"agent:{run.agent_id}"
         self.session_id = self._session()
-        complexity = run.quantum.complexity
-        name = run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider
-        self.provider: Provider = provider_get(name)
-        if (
-            complexity == "trivial"
-            and settings.PSYCHONAUTS_TRIVIAL_NO_LLM
-            and self.provider.uses_llm
-        ):
-            self.provider = provider_get("noop")
-        self.model = run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
-        if not self.provider.uses_llm:
-            self.model = self.provider.name
+        self.provider, self.model = route
         self.workspace: Path = workspace_ensure(quantum_id=run.quantum_id)
         self.tools = tools_for(list(role.allowed_tools))
+        self._events: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
         self._flushed_at = time.monotonic()
 
@@ -244,15 +259,21 @@ class _Runner:
 
     # events -------------------------------------------------------------------------------
     def emit(self, event_type: str, **payload: Any) -> None:
+        """Buffer an event (the observer sees it now); `flush_events` writes the buffer."""
         data = {"agent_run_id": self.run.pk, "attempt": self.run.attempt, **payload}
-        publish(self.topic, event_type, data, session_id=self.session_id)
+        self._events.append((event_type, data))
         if self.observer is not None and event_type != "text":
             self.observer(event_type, data)
 
+    def flush_events(self) -> None:
+        if self._events:
+            publish_many(self.topic, self._events, session_id=self.session_id)
+            self._events = []
+
     def phase(self, phase: str) -> None:
-        now = timezone.now()
-        AgentRun.objects.filter(pk=self.run.pk).update(phase=phase, heartbeat_at=now)
-        self.run.phase, self.run.heartbeat_at = phase, now
+        """The phase in memory, the registry and the event buffer; the row is written by the
+        step that follows (`open_turn`, `checkpoint`, `finish_tools`)."""
+        self.run.phase, self.run.heartbeat_at = phase, timezone.now()
         registry.registry_sync(self.run)
         self.emit("phase", phase=phase)
 
@@ -263,6 +284,7 @@ class _Runner:
         # Throttled: one event per flush interval, not one per token.
         if time.monotonic() - self._flushed_at >= settings.PSYCHONAUTS_TEXT_FLUSH_S:
             self.flush_text()
+            self.flush_events()  # live while the model is still writing
 
     def flush_text(self) -> None:
         if self._text:
@@ -279,9 +301,30 @@ class _Runner:
                 messages.append({"role": "user", "content": turn.tool_results})
         return messages
 
-    def cancelled(self) -> bool:
-        status = AgentRun.objects.filter(pk=self.run.pk).values_list("status", flat=True).first()
-        return status == AgentStatus.CANCELLED
+    def open_turn(self) -> Spend | None:
+        """Phase `thinking` and the buffered events in; the spend out, or None when the run is
+        no longer running (the burst manager cancelled it)."""
+        self.phase(AgentPhase.THINKING)
+        run = self.run
+        wave = run.quantum_run.wave if run.quantum_run_id else None  # type: ignore[union-attr]
+        sql = _TURN_OPEN.format(
+            run=_SPEND_RUN if run.quantum_run_id else _SPEND_ALONE,
+            wave=_SPEND_WAVE if wave is not None and wave.budget_usd is not None else "NULL",
+        )
+        params = {
+            "phase": run.phase,
+            "now": run.heartbeat_at,
+            "id": run.pk,
+            "qr": run.quantum_run_id,
+            "agent_id": run.agent_id,
+            "attempt": run.attempt,
+            "wave": wave.pk if wave is not None else None,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        self.flush_events()
+        return None if row is None else Spend(row[0], row[1])
 
     def loop(self) -> AgentOutcome:
         turns = list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
@@ -290,6 +333,11 @@ class _Runner:
         if turns and turns[-1].complete and not turns[-1].tool_results:
             return self.done(turns[-1])  # the final answer was saved before a crash
         started = self.run.started_at or timezone.now()
+        system = (
+            self.role.system_prompt
+            + "\n\nYou work in a git workspace; use paths relative to its root."
+        )
+        tools = [t.spec() for t in self.tools]
         while True:
             index = len(turns)
             if index >= self.role.max_turns:
@@ -297,26 +345,26 @@ class _Runner:
             elapsed = (timezone.now() - started).total_seconds()
             if elapsed > self.role.timeout_s:
                 raise _Stop(f"timeout: {elapsed:.0f}s > {self.role.timeout_s}s")
-            if self.cancelled():
-                self.emit("cancelled", reason="cancelled by the burst manager")
+            spend = self.open_turn()
+            if spend is None:  # someone else ended it: the burst manager cancelled it
+                self.run.refresh_from_db(fields=["status", "result", "error"])
                 registry.registry_remove(self.run.pk)
-                return AgentOutcome("cancelled", error="cancelled")
+                if self.run.status == AgentStatus.CANCELLED:
+                    self.emit("cancelled", reason="cancelled by the burst manager")
+                self.flush_events()
+                return _stored_outcome(self.run)
             messages = self.messages(turns)
-            system = (
-                self.role.system_prompt
-                + "\n\nYou work in a git workspace; use paths relative to its root."
-            )
             budget_check(
                 self.run,
+                spend=spend,
                 model=self.model,
                 estimate_tokens_in=(len(system) + len(json.dumps(messages))) // 4,
             )
-            self.phase(AgentPhase.THINKING)
             request = ProviderRequest(
                 model=self.model,
                 system=system,
                 messages=messages,
-                tools=[t.spec() for t in self.tools],
+                tools=tools,
                 max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
                 run=RunInfo(
                     agent_run_id=self.run.pk,
@@ -336,24 +384,27 @@ class _Runner:
                 response = self.provider.complete(request, self.on_text)
             finally:
                 self.flush_text()
-            self.record_usage(response)
-            turn = AgentTurn.objects.create(
-                agent_run=self.run,
-                index=index,
-                assistant=list(response.content),
-                stop_reason=response.stop_reason,
-                complete=not response.tool_uses,
-                tokens_in=response.tokens_in,
-                tokens_out=response.tokens_out,
-            )
+            turn = self.checkpoint(index, response)
             turns.append(turn)
             if not response.tool_uses:
                 return self.done(turn)
             self.finish_tools(turn)
 
-    def record_usage(self, response: ProviderResponse) -> None:
+    @transaction.atomic
+    def checkpoint(self, index: int, response: ProviderResponse) -> AgentTurn:
+        """The provider's answer, durable in one transaction: the turn, its usage and cost, the
+        run's counters and phase, its tool calls (pending) and the buffered events."""
         model = response.model or self.model
         cost = cost_usd(model, response.tokens_in, response.tokens_out)
+        turn = AgentTurn.objects.create(
+            agent_run=self.run,
+            index=index,
+            assistant=list(response.content),
+            stop_reason=response.stop_reason,
+            complete=not response.tool_uses,
+            tokens_in=response.tokens_in,
+            tokens_out=response.tokens_out,
+        )
         Usage.objects.create(
             agent_run=self.run,
             quantum_run_id=self.run.quantum_run_id,
@@ -364,11 +415,6 @@ class _Runner:
             tokens_out=response.tokens_out,
             cost_usd=cost,
         )
-        AgentRun.objects.filter(pk=self.run.pk).update(
-            tokens_in=F("tokens_in") + response.tokens_in,
-            tokens_out=F("tokens_out") + response.tokens_out,
-            cost_usd=F("cost_usd") + cost,
-        )
         self.emit(
             "usage",
             provider=self.provider.name,
@@ -377,11 +423,36 @@ class _Runner:
             tokens_out=response.tokens_out,
             cost_usd=str(cost),
         )
+        if response.tool_uses:
+            self.phase(AgentPhase.TOOL_USE)
+            ToolCall.objects.bulk_create(
+                [
+                    ToolCall(
+                        agent_run=self.run,
+                        turn_index=index,
+                        tool_use_id=use["id"],
+                        name=use["name"],
+                        input=use["input"],
+                    )
+                    for use in response.tool_uses
+                ],
+                ignore_conflicts=True,  # a resumed turn may have recorded them already
+            )
+        AgentRun.objects.filter(pk=self.run.pk).update(
+            tokens_in=F("tokens_in") + response.tokens_in,
+            tokens_out=F("tokens_out") + response.tokens_out,
+            cost_usd=F("cost_usd") + cost,
+            phase=self.run.phase,
+            heartbeat_at=timezone.now(),
+        )
+        self.flush_events()
+        return turn
 
     def finish_tools(self, turn: AgentTurn) -> None:
         """Run the turn's tool calls that have not completed yet, then complete the turn."""
-        self.phase(AgentPhase.TOOL_USE)
-        done = {
+        if self.run.phase != AgentPhase.TOOL_USE:  # resuming a turn a crash interrupted
+            self.phase(AgentPhase.TOOL_USE)
+        calls = {
             c.tool_use_id: c
             for c in ToolCall.objects.filter(agent_run=self.run, turn_index=turn.index)
         }
@@ -390,7 +461,7 @@ class _Runner:
             if block.get("type") != "tool_use":
                 continue
             use: ToolUseBlock = block
-            call = done.get(use["id"])
+            call = calls.get(use["id"])
             if call is None or not call.completed:
                 call = self.run_tool(turn.index, use, call)
             results.append(
@@ -403,6 +474,8 @@ class _Runner:
             )
         turn.tool_results = list(results)
         turn.complete = True
+        # Without a transaction: each completed call is durable on its own, and a turn left
+        # incomplete by a crash here is completed on resume from those rows.
         turn.save(update_fields=["tool_results", "complete"])
 
     def run_tool(self, turn_index: int, use: ToolUseBlock, call: ToolCall | None) -> ToolCall:
@@ -415,7 +488,7 @@ class _Runner:
                 input=use["input"],
             )
         self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
-        AgentRun.objects.filter(pk=self.run.pk).update(heartbeat_at=timezone.now())
+        self.flush_events()  # the operator sees a long command start, not only end
         ctx = ToolContext(
             agent_run_id=self.run.pk,
             agent_id=self.run.agent_id,
@@ -459,20 +532,40 @@ class _Runner:
         return _finish(self, AgentStatus.DONE, result=text.strip())
 
 
+def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
+    """The provider and model for a run: its own, the setting, the role's; a trivial quantum
+    may skip the LLM; the model follows the quantum's complexity unless one is named."""
+    complexity = run.quantum.complexity
+    provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
+    if complexity == "trivial" and settings.PSYCHONAUTS_TRIVIAL_NO_LLM and provider.uses_llm:
+        provider = provider_get("noop")
+    if not provider.uses_llm:
+        return provider, provider.name
+    return provider, run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
+
+
 def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
     run = runner.run
     now = timezone.now()
     phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
-    updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
-        status=status, phase=phase, result=result, error=error, finished_at=now, heartbeat_at=now
-    )
+    with transaction.atomic():
+        updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
+            status=status,
+            phase=phase,
+            result=result,
+            error=error,
+            finished_at=now,
+            heartbeat_at=now,
+        )
+        if updated == 1:
+            runner.emit(status, result=result[:2000], error=error)
+            Session.objects.filter(pk=runner.session_id).update(ended_at=now)
+        runner.flush_events()
     registry.registry_remove(run.pk)
     if updated != 1:
         # Someone else decided first (the burst manager cancelled it): their word stands.
         run.refresh_from_db()
         return _stored_outcome(run)
-    runner.emit(status, result=result[:2000], error=error)
-    Session.objects.filter(pk=runner.session_id).update(ended_at=now)
     return AgentOutcome(status, result, error)  # type: ignore[arg-type]
 
 
@@ -487,26 +580,37 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
     if run.status in AGENT_TERMINAL:
         return _stored_outcome(run)
+    role = Role.objects.filter(name=run.role).first()
+    if role is None:
+        roles_sync_defaults()
+        role = Role.objects.filter(name=run.role).first()
+    route: tuple[Provider, str] | None = None
+    refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
+    if role is not None:
+        try:
+            route = _route(run, role)
+        except PsychonautError as exc:
+            refusal = exc
     now = timezone.now()
     claimed = AgentRun.objects.filter(pk=run.pk, status__in=_LIVE).update(
         status=AgentStatus.RUNNING,
         worker=worker_name(),
         started_at=Coalesce(F("started_at"), now),
         heartbeat_at=now,
+        **({"provider": route[0].name, "model": route[1]} if route else {}),
     )
-    run.refresh_from_db(fields=["status", "worker", "started_at", "heartbeat_at", "phase"])
     if claimed != 1:
+        run.refresh_from_db()
         return _stored_outcome(run)
-    role = Role.objects.filter(name=run.role).first()
-    if role is None:
-        roles_sync_defaults()
-        role = Role.objects.filter(name=run.role).first()
+    run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker_name(), now
+    run.started_at = run.started_at or now
+    if route is not None:
+        run.provider, run.model = route[0].name, route[1]
     runner: _Runner | None = None
     try:
-        if role is None:
-            raise RoleNotFound(f"unknown role {run.role!r}")
-        runner = _Runner(run, role, observer)
-        AgentRun.objects.filter(pk=run.pk).update(provider=runner.provider.name, model=runner.model)
+        if role is None or route is None:
+            raise refusal
+        runner = _Runner(run, role, route, observer)
         runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
         return runner.loop()
     except SuspendRun as exc:
@@ -517,6 +621,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         registry.registry_sync(run)
         if runner is not None:
             runner.emit("waiting", reason=str(exc))
+            runner.flush_events()
         return AgentOutcome("waiting", error=str(exc))
     except PsychonautError as exc:
         return _fail(run, runner, str(exc))

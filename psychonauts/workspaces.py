@@ -114,10 +114,11 @@ def workspace_ensure(*, quantum_id: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         branch = branch_for(quantum_id)
         try:
-            git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
+            # The common case in one subprocess: a new branch from HEAD.
+            git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
         except WorkspaceError:
-            # A worktree folder deleted by hand is still registered, or the first attempt
-            # created the branch and then failed: prune, look at the branch again, retry once.
+            # The branch exists (an earlier run of the quantum), or a worktree folder deleted by
+            # hand is still registered: prune, look at the branch, retry once.
             git("worktree", "prune", cwd=repo)
             git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
     return path
@@ -128,19 +129,23 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
     key = hashlib.sha1(str(workspace.resolve()).encode()).hexdigest()[:16]
     with file_lock(f"commit-{key}"):
         git("add", "-A", cwd=workspace)
-        changed = subprocess.run(
-            ["git", "diff", "--cached", "--quiet"], cwd=workspace, check=False
-        ).returncode
-        if changed == 0:
-            return ""
-        git(
-            "commit",
-            "-q",
-            "-m",
-            f"q-{quantum_id}: {agent_id} ({role})",
-            cwd=workspace,
-            author=f"psychonaut {agent_id}",
-        )
+        try:
+            git(
+                "commit",
+                "-q",
+                "-m",
+                f"q-{quantum_id}: {agent_id} ({role})",
+                cwd=workspace,
+                author=f"psychonaut {agent_id}",
+            )
+        except WorkspaceError:
+            # Asking first would cost a subprocess on every commit; ask only when it failed.
+            unchanged = subprocess.run(
+                ["git", "diff", "--cached", "--quiet"], cwd=workspace, check=False
+            ).returncode
+            if unchanged == 0:
+                return ""
+            raise
         return git("rev-parse", "HEAD", cwd=workspace)
 
 

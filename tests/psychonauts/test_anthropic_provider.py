@@ -123,3 +123,63 @@ def test_it_stops_before_a_call_that_would_exceed_the_budget(repo, make_run, fak
     assert outcome.error.startswith("budget:")
     assert len(fake.requests) == 1, "the second call was never made"
     assert Usage.objects.filter(agent_run=run).count() == 1
+
+
+def _run_in_a_wave(make_run, make_quantum, *, wave_budget=None):
+    from bursts.models import Burst, QuantumRun, Wave
+
+    wave = Wave.objects.create(budget_usd=wave_budget)
+    burst = Burst.objects.create(wave=wave, number=1)
+    quantum = make_quantum()
+    qrun = QuantumRun.objects.create(wave=wave, burst=burst, quantum=quantum, pipeline_name="p")
+    run = make_run("coder", quantum=quantum, provider="anthropic")
+    run.quantum_run = qrun
+    run.save(update_fields=["quantum_run"])
+    return wave, qrun, run
+
+
+def _spent_elsewhere(run, *, quantum_run=None, wave=None, usd="0.5"):
+    """Another agent's usage row (a sibling in the fan-out, or another run of the wave)."""
+    Usage.objects.create(
+        agent_run=run, quantum_run=quantum_run, wave=wave, provider="anthropic", model="m",
+        cost_usd=usd,
+    )  # fmt: skip
+
+
+def test_the_budget_counts_what_other_agents_of_the_quantum_run_spent(
+    repo, make_run, make_quantum, fake_env, settings
+):
+    settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 0.4
+    wave, qrun, run = _run_in_a_wave(make_run, make_quantum)
+    _spent_elsewhere(run, quantum_run=qrun, wave=wave)
+    with fake_anthropic_server([FakeReply(text="never sent")]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("budget: the quantum run has spent $0.5000")
+    assert fake.requests == []
+
+
+def test_the_wave_budget_counts_the_whole_wave(repo, make_run, make_quantum, fake_env, settings):
+    settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 100
+    wave, _qrun, run = _run_in_a_wave(make_run, make_quantum, wave_budget="1.0")
+    _spent_elsewhere(run, wave=wave, usd="1.0")  # another quantum run of the same wave
+    with fake_anthropic_server([FakeReply(text="never sent")]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith(f"budget: wave {wave.pk} has spent $1.0000 of $1.0000")
+    assert fake.requests == []
+
+
+def test_a_wave_under_budget_runs(repo, make_run, make_quantum, fake_env, settings):
+    wave, _qrun, run = _run_in_a_wave(make_run, make_quantum, wave_budget="1.0")
+    _spent_elsewhere(run, wave=wave, usd="0.2")
+    with fake_anthropic_server([FakeReply(text="fine")]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert len(fake.requests) == 1
