@@ -29,6 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_BURSTS_EXECUTOR"] = "noop"
+# Production settings for both sides (this process and the workers it starts inherit them):
+# DEBUG on wraps every query in Django's debug cursor, which logs it. `DEBUG=true` in the
+# environment measures the development settings instead.
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use")
 # The tether reviews each finished run's branch after the wave drains it (a Celery task running
 # git): give it an empty repository, as if the agents changed nothing, rather than a missing
 # one whose retries would pollute the next measurement.
@@ -193,6 +198,9 @@ def main() -> None:
     from _setup import django_bench_db  # type: ignore[import-not-found]
 
     django_bench_db("annihilation_bench_waves")
+    from django.conf import settings
+
+    print(f"DEBUG={settings.DEBUG} workers={args.workers} pool={args.pool}")
     ensure_pipeline()
     procs = start_workers(args.workers, args.pool)
     try:
