@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from annihilation.events import publish
+from annihilation.events import publish, publish_many
 
 TOPIC = "burst:events"
 
@@ -24,3 +25,15 @@ BurstEventType = Literal[
 def burst_event(event_type: BurstEventType, **payload: Any) -> None:
     """Record the event now; it goes live after the transaction commits."""
     publish(TOPIC, event_type, payload)
+
+
+BurstEvent = tuple[BurstEventType, dict[str, Any]]
+
+
+def burst_events(events: Sequence[BurstEvent]) -> None:
+    """Several events of one step in one INSERT (a round trip each cost more than the step's
+    own writes); they go live in order after the transaction commits."""
+    if len(events) == 1:
+        burst_event(events[0][0], **events[0][1])
+    elif events:
+        publish_many(TOPIC, events)

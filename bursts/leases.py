@@ -129,6 +129,15 @@ class AgentLease:
         self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
         self.ttl_ms = int(settings.BURSTS_HEARTBEAT_TTL_S * 1000)
         self.held = False
+        self.expire = False
+
+    def let_expire(self) -> None:
+        """Stop renewing at the end of the block but leave the key to its TTL instead of
+        deleting it: for an attempt that ended (done or error) nobody waits for this lease
+        again (a retry is a new row with its own key, only a waiting agent is resumed), so the
+        round trip of the release buys nothing. A redelivered task that meets the key goes to
+        the general path, which reads the ended attempt before it looks at leases."""
+        self.expire = True
 
     def __enter__(self) -> AgentLease:
         # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
@@ -153,6 +162,8 @@ class AgentLease:
         beat = _Heartbeat.get(self.ttl_ms)
         with beat.renewing:
             beat.held.pop(self.key, None)
+        if self.expire:
+            return
         try:
             get_redis().eval(_RELEASE, 1, self.key, self.token)
         except redis.RedisError:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from annihilation.events import publish
+from annihilation.events import publish, publish_many
 from quanta.errors import (
     DependencyCycle,
     DependencyNotFound,
@@ -209,6 +209,61 @@ def quantum_close(
     )
     _quantum_event("quantum_closed", quantum, reason=quantum.close_reason)
     return quantum
+
+
+# `quantum_close` for many quanta in one statement: each row compares its status and takes its
+# own reason (the arrays are zipped by unnest).
+_CLOSE_MANY = """
+UPDATE quanta_quantum AS q
+SET status = 'closed', updated_at = %(now)s, close_reason = v.reason, closed_at = %(now)s
+FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
+WHERE q.id = v.id AND q.status = ANY(%(allowed)s)
+RETURNING q.id, q.title
+"""
+
+
+@transaction.atomic
+def quanta_close(
+    *, reasons: Mapping[int, str], allowed_from: frozenset[str] = OPERATOR_CLOSABLE
+) -> list[int]:
+    """Close many quanta, each with its reason (the burst manager's drain: one UPDATE and one
+    INSERT of events instead of three statements per quantum). Returns the ids closed; one not
+    in an allowed status is left as it is and missing from the list, for the caller to say so."""
+    if any(not reason.strip() for reason in reasons.values()):
+        raise InvalidQuantum("reason: say why the quantum is closed")
+    if not reasons:
+        return []
+    ids = list(reasons)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLOSE_MANY,
+            {
+                "now": timezone.now(),
+                "ids": ids,
+                "reasons": [reasons[i].strip() for i in ids],
+                "allowed": sorted(allowed_from),
+            },
+        )
+        closed = dict(cursor.fetchall())
+    if not closed:
+        return []
+    publish_many(
+        "quanta",
+        [
+            (
+                "quantum_closed",
+                {
+                    "quantum_id": pk,
+                    "title": closed[pk],
+                    "status": S.CLOSED,
+                    "reason": reasons[pk].strip(),
+                },
+            )
+            for pk in ids
+            if pk in closed
+        ],
+    )
+    return [pk for pk in ids if pk in closed]
 
 
 @transaction.atomic
@@ -421,4 +476,4 @@ def quantum_release(*, quantum_id: int, to: str, reason: str) -> Quantum:
     return quantum
 
 
-__all__ += ["quanta_claim", "quantum_release"]
+__all__ += ["quanta_claim", "quanta_close", "quantum_release"]

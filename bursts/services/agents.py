@@ -169,9 +169,9 @@ def _slot_fast(
             status=AgentStatus.RUNNING,
         )
         outcome = execute_agent(agent_run_id)
-        if outcome.status not in (AgentStatus.DONE, AgentStatus.ERROR) or not _finish(
-            agent, outcome
-        ):
+        if outcome.status in (AgentStatus.DONE, AgentStatus.ERROR) and _finish(agent, outcome):
+            lease.let_expire()
+        else:
             agent = _record(agent, outcome)
     if agent.status in (AgentStatus.DONE, AgentStatus.WAITING):
         return _result(agent, agent.status)  # type: ignore[arg-type]

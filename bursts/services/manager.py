@@ -13,13 +13,13 @@ import logging
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from bursts.canvas import tasks_revoke_unsafe
 from bursts.errors import WaveNotFound, WaveNotRunning
-from bursts.events import burst_event
+from bursts.events import BurstEvent, burst_event, burst_events
 from bursts.hooks import ON_RUN_DRAINED
 from bursts.models import (
     RUN_TERMINAL,
@@ -52,7 +52,7 @@ from quanta.pipelines.services import (
 )
 from quanta.pipelines.spec import PipelineSnapshot
 from quanta.selectors import quanta_ready
-from quanta.services import comment_add, quanta_claim, quantum_close, quantum_release
+from quanta.services import comment_add, quanta_claim, quanta_close, quantum_release
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +146,13 @@ def run_step(*, quantum_run_id: int, stage_index: int | None = None) -> StageSta
 
 # A run step reads its run (locked: two triggers of one run serialise here, and wave_cancel,
 # which takes the wave lock and then the live runs' locks, waits for a step in flight), the
-# wave's status, what conditions read of the quantum, and whether the quantum ran before (its
-# agent attempts then continue from there). One statement: compiling the ORM's version with
-# select_related, only and an Exists annotation cost more than the whole round trip.
+# wave's status, what conditions read of the quantum, whether the quantum ran before (its
+# agent attempts then continue from there) and the agent rows of the stages so far. One
+# statement: compiling the ORM's version with select_related, only and an Exists annotation
+# cost more than the whole round trip. The agent rows come from the statement's snapshot: one
+# that waited for the lock may miss what the holder wrote, but that holder was a step of this
+# same run (the row then shows its new stage, and this trigger is stale), and every agent
+# finish that triggered this step committed before the trigger was sent.
 _RUN_FOR_STEP = """
 SELECT r.id, r.status, r.current_stage, r.pipeline_snapshot, r.stages, r.started_at,
        r.dispatched_at, r.error_reason, r.wave_id, r.burst_id, r.quantum_id, r.pipeline_name,
@@ -156,7 +160,11 @@ SELECT r.id, r.status, r.current_stage, r.pipeline_snapshot, r.stages, r.started
        q.labels AS q_labels, q.kind AS q_kind, q.complexity AS q_complexity,
        q.priority AS q_priority, q.title AS q_title,
        EXISTS (SELECT 1 FROM bursts_quantumrun o
-               WHERE o.quantum_id = r.quantum_id AND o.id <> r.id) AS earlier
+               WHERE o.quantum_id = r.quantum_id AND o.id <> r.id) AS earlier,
+       (SELECT COALESCE(json_agg(json_build_array(a.id, a.agent_id, a.attempt, a.stage_index,
+                                                  a.position, a.status, a.error, a.result)), '[]')
+        FROM bursts_agentrun a
+        WHERE a.quantum_run_id = r.id AND a.stage_index <= r.current_stage) AS agent_rows
 FROM bursts_quantumrun r
 JOIN bursts_wave w ON w.id = r.wave_id
 JOIN quanta_quantum q ON q.id = r.quantum_id
@@ -165,11 +173,27 @@ FOR UPDATE OF r
 """
 
 
-def _run_locked(quantum_run_id: int) -> QuantumRun | None:
+def _run_locked(quantum_run_id: int) -> tuple[QuantumRun, list[AgentRun]] | None:
     run = next(iter(QuantumRun.objects.raw(_RUN_FOR_STEP, [quantum_run_id])), None)
     if run is None:
         return None
     extra = run.__dict__
+    agents = [
+        AgentRun(
+            pk=pk,
+            quantum_run_id=run.pk,
+            agent_id=agent_id,
+            attempt=attempt,
+            stage_index=stage_index,
+            position=position,
+            status=status,
+            error=error,
+            result=result,
+        )
+        for pk, agent_id, attempt, stage_index, position, status, error, result in extra.pop(
+            "agent_rows"
+        )
+    ]
     run.wave = Wave(
         pk=run.wave_id, status=extra["wave_status"], continuous=extra["wave_continuous"]
     )
@@ -181,35 +205,28 @@ def _run_locked(quantum_run_id: int) -> QuantumRun | None:
         priority=extra["q_priority"],
         title=extra["q_title"],
     )
-    return run
-
-
-_STEP_AGENT_FIELDS = (
-    *("quantum_run_id", "agent_id", "attempt", "stage_index", "position", "status", "error"),
-    "result",
-)
+    return run, agents
 
 
 @transaction.atomic
 def _run_advance(
     quantum_run_id: int, stage_index: int | None
 ) -> tuple[StageStatus | None, QuantumRun | None]:
-    run = _run_locked(quantum_run_id)
-    if run is None or run.status != RunStatus.RUNNING or run.wave.status != WaveStatus.RUNNING:
+    locked = _run_locked(quantum_run_id)
+    if locked is None:
+        return None, None
+    run, agents = locked
+    if run.status != RunStatus.RUNNING or run.wave.status != WaveStatus.RUNNING:
         return None, None
     if stage_index is not None and run.current_stage != stage_index:
         return None, None
-    agents = list(
-        AgentRun.objects.filter(quantum_run_id=run.pk, stage_index__lte=run.current_stage).only(
-            *_STEP_AGENT_FIELDS
-        )
-    )
     verdict = stage_evaluate(run, agents)
     if verdict.status == StageStatus.IN_PROGRESS:
         return verdict.status, None
     index = run.current_stage
     name = stage_spec(run)["name"]
     stage_record(run, index, verdict.status, verdict.reason)
+    ended: list[tuple[QuantumRun, str, str]] = []
     if verdict.status == StageStatus.ALL_SUCCEEDED:
         for finished, status in stages_begin(
             [(run, index + 1)],
@@ -217,25 +234,36 @@ def _run_advance(
             loaded={run.pk: agents},
             first_runs=() if run.__dict__["earlier"] else (run.pk,),
         ):
-            _run_finish(finished, status, finished.error_reason)
+            ended.append((finished, status, finished.error_reason))
     else:
-        reason = f"stage {index} {name}: {verdict.status}: {verdict.reason}"
-        run.save(update_fields=["stages"])
-        _run_finish(run, RunStatus.ERROR, reason)
-    # One event per transition: the stage that ended and the one that started (if any).
+        ended.append(
+            (run, RunStatus.ERROR, f"stage {index} {name}: {verdict.status}: {verdict.reason}")
+        )
+    # One event per transition: the stage that ended and the one that started (if any), then
+    # the run's end; written together.
     started = run.status == RunStatus.RUNNING and run.current_stage != index
-    burst_event(
-        "stage_complete",
-        wave_id=run.wave_id,
-        run_id=run.pk,
-        quantum_id=run.quantum_id,
-        stage=index,
-        name=name,
-        status=str(verdict.status),
-        reason=verdict.reason,
-        next_stage=stage_spec(run)["name"] if started else None,
-        skipped=[e["name"] for e in run.stages if e["status"] == "skipped" and e["index"] > index],
-    )
+    events: list[BurstEvent] = [
+        (
+            "stage_complete",
+            {
+                "wave_id": run.wave_id,
+                "run_id": run.pk,
+                "quantum_id": run.quantum_id,
+                "stage": index,
+                "name": name,
+                "status": str(verdict.status),
+                "reason": verdict.reason,
+                "next_stage": stage_spec(run)["name"] if started else None,
+                "skipped": [
+                    e["name"] for e in run.stages if e["status"] == "skipped" and e["index"] > index
+                ],
+            },
+        )
+    ]
+    for finished, status, reason in ended:
+        if _run_finish(finished, status, reason, announce=False):
+            events.append(_run_complete_event(finished))
+    burst_events(events)
     return verdict.status, run if run.status in RUN_TERMINAL else None
 
 
@@ -250,32 +278,40 @@ def _wave_nudge(run: QuantumRun) -> None:
         wave_advance(wave_id=run.wave_id)
 
 
-def _run_finish(run: QuantumRun, status: str, reason: str = "") -> None:
+def _run_finish(run: QuantumRun, status: str, reason: str = "", *, announce: bool = True) -> bool:
+    """Live -> terminal (compare-and-set), with the stages recorded so far; False if another
+    step finished it first. `announce=False`: the caller publishes `_run_complete_event`
+    together with its own events."""
+    now = timezone.now()
     updated = QuantumRun.objects.filter(pk=run.pk, status__in=LIVE_RUN).update(
-        status=status, error_reason=reason, finished_at=timezone.now()
+        status=status, error_reason=reason, finished_at=now, stages=run.stages
     )
     if updated != 1:
         logger.info("run %s already finished; leaving it", run.pk)
-        return
-    run.status, run.error_reason = status, reason
+        return False
+    run.status, run.error_reason, run.finished_at = status, reason, now
     if status != RunStatus.DONE:
         # Agents that never started will not: say so instead of leaving them pending.
         AgentRun.objects.filter(quantum_run_id=run.pk, status=AgentStatus.PENDING).update(
-            status=AgentStatus.CANCELLED, error=f"not run: {reason}", finished_at=timezone.now()
+            status=AgentStatus.CANCELLED, error=f"not run: {reason}", finished_at=now
         )
-    _run_complete_event(run)
+    if announce:
+        burst_events([_run_complete_event(run)])
+    return True
 
 
-def _run_complete_event(run: QuantumRun) -> None:
-    burst_event(
+def _run_complete_event(run: QuantumRun) -> BurstEvent:
+    return (
         "run_complete",
-        wave_id=run.wave_id,
-        burst_id=run.burst_id,
-        run_id=run.pk,
-        quantum_id=run.quantum_id,
-        status=run.status,
-        pipeline=run.pipeline_name,
-        reason=run.error_reason,
+        {
+            "wave_id": run.wave_id,
+            "burst_id": run.burst_id,
+            "run_id": run.pk,
+            "quantum_id": run.quantum_id,
+            "status": run.status,
+            "pipeline": run.pipeline_name,
+            "reason": run.error_reason,
+        },
     )
 
 
@@ -317,10 +353,14 @@ def _progress_continuous(wave: Wave, *, first_collect: int | None = None) -> Non
     # One rolling burst: a finished run is drained at once, and whatever that unblocked starts.
     burst = wave.bursts.order_by("-number").first() or _burst_open(wave)
     while True:
-        for run in wave.runs.filter(
-            status__in=RUN_TERMINAL, drained_at__isnull=True
-        ).select_related("quantum", "burst"):
-            _drain_run(wave, run)
+        _drain_runs(
+            wave,
+            list(
+                wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True).select_related(
+                    "burst"
+                )
+            ),
+        )
         collected = _collect(wave, burst, limit=first_collect)
         if first_collect and collected:
             return  # the caller collects the rest at once, in its own transaction
@@ -414,7 +454,9 @@ def _collect(wave: Wave, burst: Burst, *, limit: int | None = None, announce: bo
         _run_finish(run, status, run.error_reason)
     for run in runs:
         if run.status == RunStatus.ERROR and run.finished_at is not None and not run.stages:
-            _run_complete_event(run)  # failed before any stage (e.g. no pipeline): never live
+            burst_events(
+                [_run_complete_event(run)]
+            )  # failed before any stage (e.g. no pipeline): never live
     return len(runs)
 
 
@@ -424,8 +466,7 @@ def _collect(wave: Wave, burst: Burst, *, limit: int | None = None, announce: bo
 def _burst_drain(wave: Wave, burst: Burst) -> None:
     burst.phase = BurstPhase.DRAINING
     burst.save(update_fields=["phase"])
-    for run in burst.runs.filter(drained_at__isnull=True).select_related("quantum"):
-        _drain_run(wave, run)
+    _drain_runs(wave, list(burst.runs.filter(drained_at__isnull=True)))
     _burst_close(burst)
 
 
@@ -458,67 +499,110 @@ def _consecutive_failures(quantum_id: int, limit: int) -> int:
     return n
 
 
-def _drain_run(wave: Wave, run: QuantumRun) -> None:
-    """Apply a finished run to its quantum, once: done -> closed; error -> a comment and back to
-    open (or blocked after N consecutive failed runs); cancelled -> back to open."""
-    if (
-        QuantumRun.objects.filter(pk=run.pk, drained_at__isnull=True).update(
-            drained_at=timezone.now()
-        )
-        != 1
-    ):
+_MARK_DRAINED = """
+UPDATE bursts_quantumrun SET drained_at = %s
+WHERE id = ANY(%s) AND drained_at IS NULL
+RETURNING id
+"""
+
+
+def _drain_runs(wave: Wave, runs: Sequence[QuantumRun]) -> None:
+    """Apply finished runs to their quanta, each once: done -> closed; error -> a comment and
+    back to open (or blocked after N consecutive failed runs); cancelled -> back to open.
+
+    A burst of a thousand runs drains while the wave waits, on one worker: the runs are marked
+    drained (compare-and-set), their quanta closed and the events written in a few set-wide
+    statements instead of a handful per run; only failures, rare, go one by one."""
+    if not runs:
         return
-    where = f"wave {wave.pk} burst {run.burst.number}"
-    outcome = run.status
-    try:
-        if run.status == RunStatus.DONE:
-            quantum_close(
-                quantum_id=run.quantum_id,
-                reason=f"completed by {where} through pipeline {run.pipeline_name} v{run.pipeline_version}",
-                allowed_from=frozenset({QuantumStatus.IN_PROGRESS}),
+    with connection.cursor() as cursor:
+        cursor.execute(_MARK_DRAINED, [timezone.now(), [r.pk for r in runs]])
+        mine = {row[0] for row in cursor.fetchall()}
+    runs = [r for r in runs if r.pk in mine]
+    outcomes: dict[int, str] = {}
+    done = [r for r in runs if r.status == RunStatus.DONE]
+    if done:
+        reasons = {
+            r.quantum_id: f"completed by {_where(wave, r)} through pipeline "
+            f"{r.pipeline_name} v{r.pipeline_version}"
+            for r in done
+        }
+        closed = set(
+            quanta_close(reasons=reasons, allowed_from=frozenset({QuantumStatus.IN_PROGRESS}))
+        )
+        for run in done:
+            if run.quantum_id in closed:
+                outcomes[run.pk] = "done"
+            else:
+                # Someone changed the quantum while it ran (an operator, say): say so.
+                outcomes[run.pk] = _untouched(wave, run, "it is no longer in progress")
+    for run in runs:
+        if run.status != RunStatus.DONE:
+            outcomes[run.pk] = _drain_failed(wave, run)
+    burst_events(
+        [
+            (
+                "run_drained",
+                {
+                    "wave_id": wave.pk,
+                    "run_id": run.pk,
+                    "quantum_id": run.quantum_id,
+                    "status": run.status,
+                    "quantum_outcome": outcomes[run.pk],
+                },
             )
-        elif run.status == RunStatus.ERROR:
+            for run in runs
+        ]
+    )
+    for run in runs:
+        for hook in ON_RUN_DRAINED:
+            hook(run, outcomes[run.pk])
+
+
+def _where(wave: Wave, run: QuantumRun) -> str:
+    return f"wave {wave.pk} burst {run.burst.number}"
+
+
+def _untouched(wave: Wave, run: QuantumRun, why: object) -> str:
+    logger.warning("draining run %s: %s", run.pk, why)
+    comment_add(
+        quantum_id=run.quantum_id,
+        body=f"Run {run.pk} ended {run.status} in {_where(wave, run)} but the quantum could not be updated: {why}",
+        author="burst-manager",
+        author_kind="system",
+    )
+    return "untouched"
+
+
+def _drain_failed(wave: Wave, run: QuantumRun) -> str:
+    """An errored or cancelled run: its quantum back to open (or blocked) with a comment."""
+    where = _where(wave, run)
+    try:
+        if run.status == RunStatus.ERROR:
             limit = settings.QUANTUM_MAX_CONSECUTIVE_FAILURES
             failures = _consecutive_failures(run.quantum_id, limit)
             message = (
                 f"Run {run.pk} failed in {where} (pipeline {run.pipeline_name}): {run.error_reason}"
             )
             if failures >= limit:
-                outcome = "blocked"
                 quantum_release(
                     quantum_id=run.quantum_id,
                     to=QuantumStatus.BLOCKED,
                     reason=f"{message}\nBlocked after {failures} consecutive failed runs: "
                     "the Tether decides what happens next.",
                 )
-            else:
-                quantum_release(quantum_id=run.quantum_id, to=QuantumStatus.OPEN, reason=message)
-        else:
-            quantum_release(
-                quantum_id=run.quantum_id,
-                to=QuantumStatus.OPEN,
-                reason=f"Run {run.pk} was cancelled in {where}: {run.error_reason or 'cancelled'}",
-            )
+                return "blocked"
+            quantum_release(quantum_id=run.quantum_id, to=QuantumStatus.OPEN, reason=message)
+            return str(run.status)
+        quantum_release(
+            quantum_id=run.quantum_id,
+            to=QuantumStatus.OPEN,
+            reason=f"Run {run.pk} was cancelled in {where}: {run.error_reason or 'cancelled'}",
+        )
+        return str(run.status)
     except QuantaError as exc:
         # Someone changed the quantum while it ran (an operator, say): say so, do not crash.
-        logger.warning("draining run %s: %s", run.pk, exc)
-        comment_add(
-            quantum_id=run.quantum_id,
-            body=f"Run {run.pk} ended {run.status} in {where} but the quantum could not be updated: {exc}",
-            author="burst-manager",
-            author_kind="system",
-        )
-        outcome = "untouched"
-    burst_event(
-        "run_drained",
-        wave_id=wave.pk,
-        run_id=run.pk,
-        quantum_id=run.quantum_id,
-        status=run.status,
-        quantum_outcome=outcome,
-    )
-    for hook in ON_RUN_DRAINED:
-        hook(run, outcome)
+        return _untouched(wave, run, exc)
 
 
 # --- ending -------------------------------------------------------------------------------------
@@ -576,12 +660,15 @@ def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> W
     for run in live:
         if run.stages:
             stage_record(run, run.current_stage, "cancelled", reason)
-            run.save(update_fields=["stages"])
         _run_finish(run, RunStatus.CANCELLED, reason)
-    for run in wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True).select_related(
-        "quantum", "burst"
-    ):
-        _drain_run(wave, run)
+    _drain_runs(
+        wave,
+        list(
+            wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True).select_related(
+                "burst"
+            )
+        ),
+    )
     for burst in wave.bursts.exclude(phase=BurstPhase.DONE):
         _burst_close(burst)
     _wave_finish(wave, WaveStatus.CANCELLED, error=reason)

@@ -127,7 +127,8 @@ def stages_begin(
     runs' agent rows in `loaded` (run id -> rows) or one query. `first_runs` are runs known to
     be their quantum's only one (no earlier attempts to number after).
     Returns the runs that have no stage left to run, with `done` or `error` (a condition that
-    cannot be evaluated), for the caller to finish. Call with the wave locked.
+    cannot be evaluated), for the caller to finish: their skipped stages are recorded in
+    `run.stages` but saved (unless in `create`) only by that finish. Call with the run locked.
     """
     now = timezone.now()
     finished: list[tuple[QuantumRun, str]] = []
@@ -159,13 +160,14 @@ def stages_begin(
         run.status = RunStatus.RUNNING
         run.started_at = run.started_at or now
         run.dispatched_at = now
+    # A run with no stage left is saved by the caller's finish (one UPDATE instead of two).
     if create:
         QuantumRun.objects.bulk_create(create, batch_size=500)
-    elif len(items) == 1:
-        run = items[0][0]
+    elif len(planned) == 1:
+        run = planned[0][0]
         QuantumRun.objects.filter(pk=run.pk).update(**{f: getattr(run, f) for f in _RUN_FIELDS})
-    else:
-        QuantumRun.objects.bulk_update([run for run, _ in items], _RUN_FIELDS, batch_size=100)
+    elif planned:
+        QuantumRun.objects.bulk_update([run for run, _ in planned], _RUN_FIELDS, batch_size=100)
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
     new_agents: list[AgentRun] = []
     wanted: list[tuple[QuantumRun, StageSpec, int, str, dict[str, Any]]] = []
