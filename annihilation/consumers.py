@@ -91,11 +91,12 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         for topic in getattr(self, "topics", []):
             await self.channel_layer.group_discard(group_for_topic(topic), self.channel_name)
 
-    async def event_message(self, message: ChannelEvent) -> None:
-        if message["event"]["id"] in self.caught_up:
-            self.caught_up.discard(message["event"]["id"])
-            return
-        await self.send_event(message["event"])
+    async def event_batch(self, message: ChannelEvent) -> None:
+        for event in message["events"]:
+            if event["id"] in self.caught_up:
+                self.caught_up.discard(event["id"])
+                continue
+            await self.send_event(event)
 
     async def send_event(self, event: EventMessage) -> None:
         html = ""

@@ -48,12 +48,12 @@ async def test_it_sends_the_event_after_commit(redis_client):
     release.set()
     event = await pending
     message = await _receive(layer, channel, 2)
-    assert message["type"] == "event.message"
-    assert message["event"]["id"] == event.pk
-    assert message["event"]["payload"] == {"phase": "thinking"}
+    assert message["type"] == "event.batch"
+    assert [e["id"] for e in message["events"]] == [event.pk]
+    assert message["events"][0]["payload"] == {"phase": "thinking"}
 
 
-async def test_it_publishes_many_events_in_one_insert_and_sends_them_in_order(redis_client):
+async def test_it_publishes_many_events_in_one_insert_and_sends_them_together(redis_client):
     layer, channel = await _subscribe("agent:7_s1_coder")
 
     def work():
@@ -64,13 +64,22 @@ async def test_it_publishes_many_events_in_one_insert_and_sends_them_in_order(re
                 session_id=None,
             )
 
-    events = await database_sync_to_async(work)()
-    ids = [e.pk for e in events]
+    published = await database_sync_to_async(work)()
+    ids = [m["id"] for m in published]
     assert ids == sorted(ids) and all(ids)
-    received = [await _receive(layer, channel, 2) for _ in ids]
-    assert [m["event"]["id"] for m in received] == ids
-    assert [m["event"]["type"] for m in received] == ["usage", "phase", "tool_call"]
-    assert received[0]["event"]["created_at"]
+    message = await _receive(layer, channel, 2)
+    assert [e["id"] for e in message["events"]] == ids
+    assert [e["type"] for e in message["events"]] == ["usage", "phase", "tool_call"]
+    rows = await database_sync_to_async(
+        lambda: list(Event.objects.filter(pk__in=ids).order_by("pk").values("type", "payload"))
+    )()
+    assert rows == [
+        {"type": "usage", "payload": {"tokens_in": 3}},
+        {"type": "phase", "payload": {"phase": "tool_use"}},
+        {"type": "tool_call", "payload": {}},
+    ]
+    assert message["events"][0]["payload"] == {"tokens_in": 3}
+    assert message["events"][0]["created_at"]
 
 
 def test_publish_many_refuses_unknown_topics():
@@ -126,5 +135,7 @@ async def test_live_sends_keep_publication_order(redis_client):
         return flush_live(timeout=5)
 
     assert await database_sync_to_async(work)()
-    received = [(await _receive(layer, channel, 2))["event"]["payload"]["n"] for _ in range(50)]
+    received = [
+        (await _receive(layer, channel, 2))["events"][0]["payload"]["n"] for _ in range(50)
+    ]
     assert received == list(range(50))
