@@ -14,7 +14,9 @@ message); chord headers must, for the join.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from celery import chain, chord, group
@@ -93,7 +95,40 @@ def stages_send(dispatches: Sequence[StageDispatch]) -> None:
     """Send the stages once the current transaction commits (workers must see the rows)."""
     if dispatches:
         items = list(dispatches)
-        transaction.on_commit(lambda: stages_send_unsafe(items))
+        transaction.on_commit(lambda: _send_or_keep(items))
+
+
+_in_place = threading.local()
+
+
+@contextmanager
+def stage_in_place(quantum_run_id: int) -> Iterator[list[StageDispatch]]:
+    """Within the block, a later stage of this run that is one sequential agent, once its
+    rows commit, is handed back instead of sent: a fan-out stage's chord callback runs it in
+    place, as the chord body of the raw Celery DAG would, instead of sending a message to a
+    worker to run one task. Nothing is lost if the worker dies there: the agent row is pending
+    (or running with a lapsing lease), and the safety net sends it again after the grace."""
+    kept: list[StageDispatch] = []
+    _in_place.slot = (quantum_run_id, kept)
+    try:
+        yield kept
+    finally:
+        _in_place.slot = None
+
+
+def _send_or_keep(items: list[StageDispatch]) -> None:
+    slot: tuple[int, list[StageDispatch]] | None = getattr(_in_place, "slot", None)
+    if slot is not None and not slot[1] and len(items) == 1:
+        d = items[0]
+        if (
+            d.quantum_run_id == slot[0]
+            and d.mode == StageMode.SEQUENTIAL
+            and len(d.positions) == 1
+            and d.agent_run_ids
+        ):
+            slot[1].append(d)
+            return
+    stages_send_unsafe(items)
 
 
 def tasks_revoke_unsafe(task_ids: Sequence[str]) -> None:

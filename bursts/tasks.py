@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
+from bursts.canvas import stage_in_place
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,17 @@ def stage_agent(
 ) -> SlotResult:
     """One agent of a stage. The last link of a chain, or a link that broke it, evaluates the
     stage at once; a fan-out stage is evaluated by its chord callback."""
+    return _agent_slot(prior, quantum_run_id, stage_index, position, final, agent_run_id)
+
+
+def _agent_slot(
+    prior: SlotResult | None,
+    quantum_run_id: int,
+    stage_index: int,
+    position: int,
+    final: bool,
+    agent_run_id: int | None,
+) -> SlotResult:
     result = slot_run(
         quantum_run_id=quantum_run_id,
         stage_index=stage_index,
@@ -41,8 +53,12 @@ def stage_agent(
 
 @shared_task(name="bursts.stage_done", acks_late=True, ignore_result=True)
 def stage_done(quantum_run_id: int, stage_index: int) -> None:
-    """A fan-out stage's chord callback."""
-    run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+    """A fan-out stage's chord callback. A next stage of one sequential agent runs here, as
+    the raw DAG's chord body would (see `stage_in_place`)."""
+    with stage_in_place(quantum_run_id) as kept:
+        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+    for d in kept:
+        _agent_slot(None, d.quantum_run_id, d.stage_index, d.positions[0], True, d.agent_run_ids[0])
 
 
 @shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
