@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from annihilation.models import Event
 from bursts.models import AgentRun, AgentStatus, Burst, QuantumRun, RunStatus, WaveStatus
 from bursts.services import wave_start
 from quanta.models import Comment, Quantum, QuantumStatus
@@ -35,6 +36,63 @@ def test_it_runs_a_three_stage_pipeline_and_closes_every_quantum(worker: Worker)
     assert wave.stats["runs"] == {"done": 3}
     run = QuantumRun.objects.get(quantum=quanta[0])
     assert [s["status"] for s in run.stages] == ["all_succeeded"] * 3
+
+
+def test_it_runs_a_single_agent_stage_after_a_fan_out_in_the_chord_callback(
+    worker: Worker,
+) -> None:
+    # The callback runs the `verify` agent in place: nothing is left for the safety net to
+    # send again (its grace is 1.5 s here), and each run's events come in transition order.
+    pipeline(
+        "in-place",
+        ("fan_out", ["reviewer", "tester"]),
+        ("sequential", ["coder"]),
+        ("fan_out", ["reviewer", "security"]),
+        ("sequential", ["tester"]),
+        default=True,
+    )
+    quanta = [quantum_create(title=f"in place {n}") for n in range(3)]
+
+    wave = wait_wave(wave_start().pk)
+
+    assert wave.status == WaveStatus.DONE
+    assert AgentRun.objects.filter(status=AgentStatus.DONE).count() == 3 * 6
+    for q in quanta:
+        run = QuantumRun.objects.get(quantum=q)
+        assert [s["status"] for s in run.stages] == ["all_succeeded"] * 4
+        coder = AgentRun.objects.get(quantum=q, role="coder")
+        assert f"### Agent: {q.pk}_s0_tester" in coder.context
+        types = list(
+            Event.objects.filter(topic="burst:events", payload__run_id=run.pk)
+            .order_by("pk")
+            .values_list("type", flat=True)
+        )
+        assert types == ["stage_complete"] * 4 + ["run_complete", "run_drained"]
+    assert not Event.objects.filter(type="stage_redispatched").exists()
+
+
+def test_it_leaves_a_quantum_someone_changed_meanwhile_and_says_so(worker: Worker) -> None:
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    moved = quantum_create(title="moved", body="sleep coder 1")
+    fine = quantum_create(title="fine")
+    wave = wave_start()
+    # An operator (here: straight in the table) decides while the agent works.
+    Quantum.objects.filter(pk=moved.pk).update(status=QuantumStatus.DEFERRED)
+
+    wave = wait_wave(wave.pk)
+
+    moved.refresh_from_db()
+    fine.refresh_from_db()
+    assert (moved.status, fine.status) == (QuantumStatus.DEFERRED, QuantumStatus.CLOSED)
+    comment = Comment.objects.get(quantum=moved)
+    assert "ended done" in comment.body and "could not be updated" in comment.body
+    outcomes = dict(
+        Event.objects.filter(type="run_drained").values_list(
+            "payload__quantum_id", "payload__quantum_outcome"
+        )
+    )
+    assert outcomes == {moved.pk: "untouched", fine.pk: "done"}
+    assert wave.status == WaveStatus.DONE
 
 
 def test_it_threads_each_agent_the_results_before_it(worker: Worker) -> None:
