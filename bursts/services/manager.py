@@ -9,8 +9,10 @@ stage only locks its own row (lock order: wave, then runs).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from functools import cache
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -173,11 +175,44 @@ FOR UPDATE OF r
 """
 
 
+_STEP_RUN_COLUMNS = (
+    *("id", "status", "current_stage", "pipeline_snapshot", "stages", "started_at"),
+    *("dispatched_at", "error_reason", "wave_id", "burst_id", "quantum_id", "pipeline_name"),
+)
+
+
+@cache
+def _step_run_attnames() -> tuple[str, ...]:
+    """The step's run columns in model field order, as `Model.from_db` wants them."""
+    return tuple(
+        f.attname for f in QuantumRun._meta.concrete_fields if f.attname in _STEP_RUN_COLUMNS
+    )
+
+
 def _run_locked(quantum_run_id: int) -> tuple[QuantumRun, list[AgentRun]] | None:
-    run = next(iter(QuantumRun.objects.raw(_RUN_FOR_STEP, [quantum_run_id])), None)
-    if run is None:
+    # A plain cursor: a RawQuerySet built the same objects at three times the CPU.
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_FOR_STEP, [quantum_run_id])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    extra = run.__dict__
+    got = dict(zip(_STEP_RUN_COLUMNS, row[: len(_STEP_RUN_COLUMNS)], strict=True))
+    got["pipeline_snapshot"] = json.loads(got["pipeline_snapshot"])
+    got["stages"] = json.loads(got["stages"])
+    names = _step_run_attnames()
+    run = QuantumRun.from_db(connection.alias, names, [got[n] for n in names])
+    (
+        wave_status,
+        wave_continuous,
+        q_labels,
+        q_kind,
+        q_complexity,
+        q_priority,
+        q_title,
+        earlier,
+        agent_rows,
+    ) = row[len(_STEP_RUN_COLUMNS) :]
+    run.__dict__["earlier"] = earlier
     agents = [
         AgentRun(
             pk=pk,
@@ -190,20 +225,16 @@ def _run_locked(quantum_run_id: int) -> tuple[QuantumRun, list[AgentRun]] | None
             error=error,
             result=result,
         )
-        for pk, agent_id, attempt, stage_index, position, status, error, result in extra.pop(
-            "agent_rows"
-        )
+        for pk, agent_id, attempt, stage_index, position, status, error, result in agent_rows
     ]
-    run.wave = Wave(
-        pk=run.wave_id, status=extra["wave_status"], continuous=extra["wave_continuous"]
-    )
+    run.wave = Wave(pk=run.wave_id, status=wave_status, continuous=wave_continuous)
     run.quantum = Quantum(
         pk=run.quantum_id,
-        labels=extra["q_labels"],
-        kind=extra["q_kind"],
-        complexity=extra["q_complexity"],
-        priority=extra["q_priority"],
-        title=extra["q_title"],
+        labels=q_labels,
+        kind=q_kind,
+        complexity=q_complexity,
+        priority=q_priority,
+        title=q_title,
     )
     return run, agents
 
@@ -288,14 +319,23 @@ def _burst_live(burst_id: int | None) -> bool:
     return bool(row and row[0])
 
 
+# Once per run, in its last step: plain SQL (the ORM's UPDATE compiled for longer than it ran).
+_RUN_FINISH = """
+UPDATE bursts_quantumrun SET status = %s, error_reason = %s, finished_at = %s, stages = %s::jsonb
+WHERE id = %s AND status = ANY(%s)
+"""
+
+
 def _run_finish(run: QuantumRun, status: str, reason: str = "", *, announce: bool = True) -> bool:
     """Live -> terminal (compare-and-set), with the stages recorded so far; False if another
     step finished it first. `announce=False`: the caller publishes `_run_complete_event`
     together with its own events."""
     now = timezone.now()
-    updated = QuantumRun.objects.filter(pk=run.pk, status__in=LIVE_RUN).update(
-        status=status, error_reason=reason, finished_at=now, stages=run.stages
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RUN_FINISH, [status, reason, now, json.dumps(run.stages), run.pk, sorted(LIVE_RUN)]
+        )
+        updated = cursor.rowcount
     if updated != 1:
         logger.info("run %s already finished; leaving it", run.pk)
         return False

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import json
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Max
 from django.utils import timezone
 
@@ -164,8 +166,22 @@ def stages_begin(
     if create:
         QuantumRun.objects.bulk_create(create, batch_size=500)
     elif len(planned) == 1:
+        # A run step (its row locked): plain SQL, the ORM's UPDATE compiled for longer than
+        # the round trip took.
         run = planned[0][0]
-        QuantumRun.objects.filter(pk=run.pk).update(**{f: getattr(run, f) for f in _RUN_FIELDS})
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _RUN_BEGIN,
+                [
+                    run.current_stage,
+                    json.dumps(run.stages),
+                    run.status,
+                    run.started_at,
+                    run.dispatched_at,
+                    run.error_reason,
+                    run.pk,
+                ],
+            )
     elif planned:
         QuantumRun.objects.bulk_update([run for run, _ in planned], _RUN_FIELDS, batch_size=100)
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
@@ -230,6 +246,12 @@ def stages_begin(
 
 
 _RUN_FIELDS = ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"]
+_RUN_BEGIN = """
+UPDATE bursts_quantumrun
+SET current_stage = %s, stages = %s::jsonb, status = %s, started_at = %s, dispatched_at = %s,
+    error_reason = %s
+WHERE id = %s
+"""
 
 
 def _thread(rows: Iterable[tuple[int, int, str, str]], stage_index: int, before: int) -> str:
