@@ -91,6 +91,16 @@ DATABASES = {
         "DATABASE_URL", "postgres://postgres@127.0.0.1:55432/annihilation"
     ).as_django()
 }
+# A pool of connections per process (psycopg_pool through Django). A threads worker runs a
+# hundred agents that each touch the database for milliseconds between minute-long LLM calls:
+# they hand their connection back during a call and take a warm one after it. Without the pool
+# each call meant a new Postgres backend (~10 ms of server CPU) or a hundred idle ones held.
+# 0 turns pooling off (one connection per thread, closed at the end of each request or task).
+DB_POOL_MAX = env_int("ANNIHILATION_DB_POOL_MAX", 20, minimum=0)
+if DB_POOL_MAX:
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 1, "max_size": DB_POOL_MAX, "timeout": 30}
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # One Redis for hot state, the Celery broker and the channel layer unless split explicitly.
@@ -210,9 +220,11 @@ BURSTS_HEARTBEAT_TTL_S = env_float("ANNIHILATION_HEARTBEAT_TTL_S", 30.0, minimum
 BURSTS_DISPATCH_GRACE_S = env_float("ANNIHILATION_DISPATCH_GRACE_S", 120.0, minimum=0.3)
 BURSTS_SAFETY_NET_INTERVAL_S = env_float("ANNIHILATION_SAFETY_NET_INTERVAL_S", 5.0, minimum=0.1)
 # Celery's Django fixup closes the database connection after every task unless told to reuse
-# it: a new connection costs ~8 ms (a Postgres backend fork), more than a no-op stage. Workers
-# keep theirs for this many tasks; annihilation/celery.py drops one that broke.
-CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 1000, minimum=0)
+# it. Pooled (DB_POOL_MAX), closing hands it back to the pool, which every thread of a threads
+# worker must be able to do: 0. Unpooled, a new connection costs ~8 ms (a Postgres backend
+# fork), more than a no-op stage: workers keep theirs for this many tasks, and
+# annihilation/celery.py drops one that broke.
+CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 0 if DB_POOL_MAX else 1000, minimum=0)
 # A lost worker's unacknowledged task comes back after this long (Redis broker); the safety net
 # usually re-dispatches first, and a redelivered task finds its work done and returns.
 CELERY_BROKER_TRANSPORT_OPTIONS = {

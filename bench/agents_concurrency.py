@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from bench._setup import django_bench_db  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
+from celery.result import ResultSet  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
@@ -67,28 +69,61 @@ def tree_rss_kb(pid: int) -> int:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
-            for task in Path(f"/proc/{p}/task").iterdir():
-                children = (task / "children").read_text().split()
-                todo.extend(int(c) for c in children)
+            # The pool's processes are forked by the main thread; agent threads fork only git.
+            todo.extend(int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split())
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
 
 
 def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants so far."""
+    """CPU seconds (user + system) of a process, its live descendants and the children it has
+    reaped (git subprocesses, exited Postgres backends)."""
     hz = os.sysconf("SC_CLK_TCK")
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / hz
+            total += sum(int(f) for f in fields[11:15]) / hz
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo.extend(int(c) for c in (task / "children").read_text().split())
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
+
+
+def user_sys_s(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    hz = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / hz, int(fields[12]) / hz
+
+
+def children_cpu_s(pid: int) -> float:
+    """CPU seconds of the children a process has reaped (the worker's git subprocesses)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def service_pid(name: str, port: int) -> int | None:
+    """The Postgres postmaster or Redis server listening on `port` (found by command line)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if name in cmd.split(" ", 1)[0] and (f"-p {port}" in cmd or f":{port}" in cmd):
+            return int(proc.name)
+    return None
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent busy so far (from /proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def start_worker(pool: str, concurrency: int) -> subprocess.Popen[bytes]:
@@ -121,23 +156,27 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
         q = quantum_create(title=f"bench agent {n}", labels=["bench"])
         runs.append(agent_run_create(quantum_id=q.pk, role="coder", provider="anthropic"))
     connection.close()
+    # The harness must not compete for the CPU it measures: memory is sampled four times a
+    # second, and the results arrive by the result backend's pub/sub, not by polling each one.
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], tree_rss_kb(worker_pid))
+            stop.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     started = time.monotonic()
-    results = [execute_agent_run.apply_async((r.pk,), queue=QUEUE) for r in runs]
-    peak = 0
-    pending = list(results)
-    while pending:
-        peak = max(peak, tree_rss_kb(worker_pid))
-        pending = [r for r in pending if not r.ready()]
-        time.sleep(0.05)
+    results = ResultSet([execute_agent_run.apply_async((r.pk,), queue=QUEUE) for r in runs])
+    outcomes = results.get(timeout=600, propagate=False)
     wall = time.monotonic() - started
-    bad = [
-        r.result
-        for r in results
-        if not isinstance(r.result, dict) or r.result.get("status") != "done"
-    ]
+    stop.set()
+    sampler.join()
+    bad = [o for o in outcomes if not isinstance(o, dict) or o.get("status") != "done"]
     if bad:
         raise SystemExit(f"{len(bad)} agents did not finish: {bad[:3]}")
-    return wall, peak, [r.pk for r in runs]
+    return wall, peak[0], [r.pk for r in runs]
 
 
 def main() -> None:
@@ -147,12 +186,17 @@ def main() -> None:
     parser.add_argument("--prefork", type=int, default=8, help="prefork processes to compare")
     args = parser.parse_args()
 
+    from django.conf import settings
+    from redis import Redis
+
     from bursts.models import AgentRun
     from psychonauts.models import AgentTurn, ToolCall
     from psychonauts.roles import roles_sync_defaults
     from psychonauts.workspaces import demo_repo_ensure
 
     call_command("migrate", verbosity=0)
+    pg_port = int(settings.DATABASES["default"]["PORT"])
+    redis_port = int(Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"])
     roles_sync_defaults()
     demo_repo_ensure(HOME / "repo")
 
@@ -164,9 +208,20 @@ def main() -> None:
         try:
             idle = tree_rss_kb(worker.pid)
             single, _, _ = run_batch(1, worker.pid)
-            cpu_before = tree_cpu_s(worker.pid)
+            pids = {
+                "postgres": service_pid("postgres", pg_port),
+                "redis": service_pid("redis", redis_port),
+            }
+            before = {name: tree_cpu_s(pid) for name, pid in pids.items() if pid}
+            cpu_before, git_before = tree_cpu_s(worker.pid), children_cpu_s(worker.pid)
+            us_before = user_sys_s(worker.pid)
+            bench_before, busy_before = time.process_time(), machine_busy_s()
             wall, peak, ids = run_batch(args.agents, worker.pid)
             cpu = tree_cpu_s(worker.pid) - cpu_before
+            git_cpu = children_cpu_s(worker.pid) - git_before
+            us = [a - b for a, b in zip(user_sys_s(worker.pid), us_before, strict=True)]
+            bench_cpu, busy = time.process_time() - bench_before, machine_busy_s() - busy_before
+            services_cpu = {name: tree_cpu_s(pids[name]) - v for name, v in before.items()}  # type: ignore[arg-type]
         finally:
             worker.terminate()
             worker.wait()
@@ -194,6 +249,13 @@ def main() -> None:
             f"worker CPU            : {cpu:6.2f} s for {args.agents} agents = "
             f"{cpu / args.agents * 1000:.0f} ms per agent, "
             f"{cpu / args.agents / args.turns * 1000:.0f} ms per turn (one process: the GIL)"
+        )
+        print(
+            f"CPU by process        : worker {cpu - git_cpu:.2f} s (user {us[0]:.2f}, system "
+            f"{us[1]:.2f}) + its git {git_cpu:.2f} s, "
+            + ", ".join(f"{name} {v:.2f} s" for name, v in services_cpu.items())
+            + f", fake LLM + bench {bench_cpu:.2f} s; machine busy {busy:.2f} s of "
+            f"{wall * (os.cpu_count() or 1):.2f} s ({os.cpu_count()} cores x wall)"
         )
         print(f"worker RSS idle / peak: {idle / 1024:6.1f} MB / {peak / 1024:.1f} MB")
         print(f"memory per agent      : {(peak - idle) / 1024 / args.agents:6.2f} MB")

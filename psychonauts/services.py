@@ -250,12 +250,16 @@ class _Runner:
         self._flushed_at = time.monotonic()
 
     def _session(self) -> int:
-        session, _ = Session.objects.get_or_create(
-            kind=Session.Kind.AGENT_RUN,
-            ref=str(self.run.pk),
-            defaults={"title": f"{self.run.agent_id} attempt {self.run.attempt}"},
-        )
-        return session.pk
+        # Not get_or_create (a transaction around the INSERT): the claim lets one execution of
+        # a run in at a time, so looking first cannot race.
+        sessions = Session.objects.filter(kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk))
+        found = sessions.values_list("pk", flat=True).first()
+        if found is not None:
+            return found
+        title = f"{self.run.agent_id} attempt {self.run.attempt}"
+        return Session.objects.create(
+            kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk), title=title
+        ).pk
 
     # events -------------------------------------------------------------------------------
     def emit(self, event_type: str, **payload: Any) -> None:
@@ -384,16 +388,18 @@ class _Runner:
                 response = self.provider.complete(request, self.on_text)
             finally:
                 self.flush_text()
-            turn = self.checkpoint(index, response)
+            turn, calls = self.checkpoint(index, response)
             turns.append(turn)
             if not response.tool_uses:
                 return self.done(turn)
-            self.finish_tools(turn)
+            self.finish_tools(turn, calls)
 
     @transaction.atomic
-    def checkpoint(self, index: int, response: ProviderResponse) -> AgentTurn:
+    def checkpoint(
+        self, index: int, response: ProviderResponse
+    ) -> tuple[AgentTurn, dict[str, ToolCall]]:
         """The provider's answer, durable in one transaction: the turn, its usage and cost, the
-        run's counters and phase, its tool calls (pending) and the buffered events."""
+        run's counters and phase, its tool calls (pending, announced) and the buffered events."""
         model = response.model or self.model
         cost = cost_usd(model, response.tokens_in, response.tokens_out)
         turn = AgentTurn.objects.create(
@@ -423,9 +429,11 @@ class _Runner:
             tokens_out=response.tokens_out,
             cost_usd=str(cost),
         )
+        calls: dict[str, ToolCall] = {}
         if response.tool_uses:
             self.phase(AgentPhase.TOOL_USE)
-            ToolCall.objects.bulk_create(
+            # New rows: the turn is new in this same transaction, so are its calls.
+            created = ToolCall.objects.bulk_create(
                 [
                     ToolCall(
                         agent_run=self.run,
@@ -435,9 +443,11 @@ class _Runner:
                         input=use["input"],
                     )
                     for use in response.tool_uses
-                ],
-                ignore_conflicts=True,  # a resumed turn may have recorded them already
+                ]
             )
+            for call in created:
+                calls[call.tool_use_id] = call
+                self.emit("tool_call", id=call.tool_use_id, name=call.name, input=call.input)
         AgentRun.objects.filter(pk=self.run.pk).update(
             tokens_in=F("tokens_in") + response.tokens_in,
             tokens_out=F("tokens_out") + response.tokens_out,
@@ -446,16 +456,22 @@ class _Runner:
             heartbeat_at=timezone.now(),
         )
         self.flush_events()
-        return turn
+        return turn, calls
 
-    def finish_tools(self, turn: AgentTurn) -> None:
-        """Run the turn's tool calls that have not completed yet, then complete the turn."""
-        if self.run.phase != AgentPhase.TOOL_USE:  # resuming a turn a crash interrupted
+    def finish_tools(self, turn: AgentTurn, fresh: dict[str, ToolCall] | None = None) -> None:
+        """Run the turn's tool calls that have not completed yet, then complete the turn.
+
+        `fresh`: the calls `checkpoint` has just recorded and announced. Without it (resuming a
+        turn a crash or a question interrupted) they are read back, and announced as they run.
+        """
+        if fresh is None:
             self.phase(AgentPhase.TOOL_USE)
-        calls = {
-            c.tool_use_id: c
-            for c in ToolCall.objects.filter(agent_run=self.run, turn_index=turn.index)
-        }
+            calls = {
+                c.tool_use_id: c
+                for c in ToolCall.objects.filter(agent_run=self.run, turn_index=turn.index)
+            }
+        else:
+            calls = fresh
         results: list[ToolResultBlock] = []
         for block in turn.assistant:
             if block.get("type") != "tool_use":
@@ -463,7 +479,7 @@ class _Runner:
             use: ToolUseBlock = block
             call = calls.get(use["id"])
             if call is None or not call.completed:
-                call = self.run_tool(turn.index, use, call)
+                call = self.run_tool(turn.index, use, call, announce=fresh is None)
             results.append(
                 {
                     "type": "tool_result",
@@ -478,7 +494,9 @@ class _Runner:
         # incomplete by a crash here is completed on resume from those rows.
         turn.save(update_fields=["tool_results", "complete"])
 
-    def run_tool(self, turn_index: int, use: ToolUseBlock, call: ToolCall | None) -> ToolCall:
+    def run_tool(
+        self, turn_index: int, use: ToolUseBlock, call: ToolCall | None, *, announce: bool
+    ) -> ToolCall:
         if call is None:
             call = ToolCall.objects.create(
                 agent_run=self.run,
@@ -487,8 +505,9 @@ class _Runner:
                 name=use["name"],
                 input=use["input"],
             )
-        self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
-        self.flush_events()  # the operator sees a long command start, not only end
+        if announce:
+            self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
+            self.flush_events()  # the operator sees a long command start, not only its end
         ctx = ToolContext(
             agent_run_id=self.run.pk,
             agent_id=self.run.agent_id,
@@ -571,19 +590,13 @@ def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") 
 
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> AgentOutcome:
     """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
-    run = (
-        AgentRun.objects.select_related("quantum", "quantum_run__wave")
-        .filter(pk=agent_run_id)
-        .first()
-    )
-    if run is None:
-        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
+    try:  # get(), not first(): no ORDER BY to compile for a hundred agents starting at once
+        run = AgentRun.objects.select_related("quantum", "quantum_run__wave").get(pk=agent_run_id)
+    except AgentRun.DoesNotExist:
+        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist") from None
     if run.status in AGENT_TERMINAL:
         return _stored_outcome(run)
-    role = Role.objects.filter(name=run.role).first()
-    if role is None:
-        roles_sync_defaults()
-        role = Role.objects.filter(name=run.role).first()
+    role = _role(run.role)
     route: tuple[Provider, str] | None = None
     refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
     if role is not None:
@@ -628,6 +641,14 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     except Exception as exc:
         logger.exception("agent run %s crashed", run.pk, extra={"agent_run_id": run.pk})
         return _fail(run, runner, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _role(name: str) -> Role | None:
+    try:
+        return Role.objects.get(name=name)
+    except Role.DoesNotExist:
+        roles_sync_defaults()  # a fresh database: load the shipped roles, then look again
+        return Role.objects.filter(name=name).first()
 
 
 def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,15 +125,20 @@ def workspace_ensure(*, quantum_id: int) -> Path:
     return path
 
 
+_COMMIT_SUMMARY = re.compile(r"^\[[^\]]* ([0-9a-f]{40})\]")
+
+
 def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
     """Commit everything the agent changed; returns the commit sha, or "" when nothing changed."""
     key = hashlib.sha1(str(workspace.resolve()).encode()).hexdigest()[:16]
     with file_lock(f"commit-{key}"):
         git("add", "-A", cwd=workspace)
         try:
-            git(
+            # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.
+            summary = git(
+                "-c",
+                "core.abbrev=40",
                 "commit",
-                "-q",
                 "-m",
                 f"q-{quantum_id}: {agent_id} ({role})",
                 cwd=workspace,
@@ -146,7 +152,9 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
             if unchanged == 0:
                 return ""
             raise
-        return git("rev-parse", "HEAD", cwd=workspace)
+        # "[annihilation/q-7 (root-commit) <sha>] message"
+        found = _COMMIT_SUMMARY.match(summary)
+        return found.group(1) if found else git("rev-parse", "HEAD", cwd=workspace)
 
 
 def resolve_path(workspace: Path, relative: str) -> Path:
