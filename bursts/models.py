@@ -92,9 +92,13 @@ RUN_TERMINAL: frozenset[str] = frozenset({RunStatus.DONE, RunStatus.ERROR, RunSt
 class QuantumRun(models.Model):
     """One quantum through one pipeline, with the pipeline snapshot it started with."""
 
-    wave = models.ForeignKey(Wave, on_delete=models.CASCADE, related_name="runs")
-    burst = models.ForeignKey(Burst, on_delete=models.CASCADE, related_name="runs")
-    quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="runs")
+    # No single-column indexes on the keys: the composite indexes below lead with each of them,
+    # and every index is one more write per run transition (a status change is never HOT).
+    wave = models.ForeignKey(Wave, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    burst = models.ForeignKey(Burst, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    quantum = models.ForeignKey(
+        Quantum, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     pipeline_name = models.CharField(max_length=100)
     pipeline_version = models.PositiveIntegerField(default=1)
@@ -170,8 +174,15 @@ class AgentRun(models.Model):
     agent_id = models.CharField(max_length=200)
     attempt = models.PositiveIntegerField(default=1)
     quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="agent_runs")
+    # Indexed by `agentrun_stage` (quantum_run, stage_index, position): an index of its own
+    # cost one more write per agent start and finish.
     quantum_run = models.ForeignKey(
-        QuantumRun, null=True, blank=True, on_delete=models.CASCADE, related_name="agent_runs"
+        QuantumRun,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="agent_runs",
+        db_index=False,
     )
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
