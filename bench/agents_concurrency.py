@@ -36,9 +36,7 @@ from bench._setup import django_bench_db  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
-from celery.result import ResultSet  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
 
 from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server  # noqa: E402
 
@@ -147,6 +145,7 @@ def start_worker(pool: str, concurrency: int) -> subprocess.Popen[bytes]:
 
 def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
     """Enqueue `count` agent runs at once; returns wall time, peak RSS (kB) and run ids."""
+    from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
     from psychonauts.services import agent_run_create
     from psychonauts.tasks import execute_agent_run
     from quanta.services import quantum_create
@@ -155,9 +154,10 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
     for n in range(count):
         q = quantum_create(title=f"bench agent {n}", labels=["bench"])
         runs.append(agent_run_create(quantum_id=q.pk, role="coder", provider="anthropic"))
-    connection.close()
+    ids = [r.pk for r in runs]
     # The harness must not compete for the CPU it measures: memory is sampled four times a
-    # second, and the results arrive by the result backend's pub/sub, not by polling each one.
+    # second, and the end is one query on the runs every 20 ms (the task's outcome is the
+    # AgentRun row; it keeps no Celery result).
     peak, stop = [0], threading.Event()
 
     def sample() -> None:
@@ -168,15 +168,24 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.monotonic()
-    results = ResultSet([execute_agent_run.apply_async((r.pk,), queue=QUEUE) for r in runs])
-    outcomes = results.get(timeout=600, propagate=False)
+    for run_id in ids:
+        execute_agent_run.apply_async((run_id,), queue=QUEUE)
+    finished = AgentRun.objects.filter(pk__in=ids, status__in=AGENT_TERMINAL)
+    while finished.count() < count:
+        if time.monotonic() - started > 600:
+            raise SystemExit("the agents did not finish within 10 minutes")
+        time.sleep(0.02)
     wall = time.monotonic() - started
     stop.set()
     sampler.join()
-    bad = [o for o in outcomes if not isinstance(o, dict) or o.get("status") != "done"]
+    bad = list(
+        AgentRun.objects.filter(pk__in=ids)
+        .exclude(status=AgentStatus.DONE)
+        .values_list("status", "error")
+    )
     if bad:
         raise SystemExit(f"{len(bad)} agents did not finish: {bad[:3]}")
-    return wall, peak[0], [r.pk for r in runs]
+    return wall, peak[0], ids
 
 
 def main() -> None:
@@ -207,6 +216,9 @@ def main() -> None:
         worker = start_worker("threads", args.agents)
         try:
             idle = tree_rss_kb(worker.pid)
+            # A fresh worker pays once per thread (its first task): the measured batch runs on
+            # threads that have worked before, as in a worker that has been up for a while.
+            cold, _, _ = run_batch(args.agents, worker.pid)
             single, _, _ = run_batch(1, worker.pid)
             pids = {
                 "postgres": service_pid("postgres", pg_port),
@@ -245,6 +257,8 @@ def main() -> None:
         print(
             f"ratio                 : {wall / single:6.2f}x the single-agent time (target < 1.5x)"
         )
+        print(f"  (the first batch, on a fresh worker's new threads: {cold:.2f} s = "
+              f"{cold / single:.2f}x)")  # fmt: skip
         print(
             f"worker CPU            : {cpu:6.2f} s for {args.agents} agents = "
             f"{cpu / args.agents * 1000:.0f} ms per agent, "

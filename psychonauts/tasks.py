@@ -10,9 +10,12 @@ from psychonauts.errors import AgentRunNotFound
 from psychonauts.services import AgentOutcomeDict, agent_run_execute
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=False)
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def execute_agent_run(agent_run_id: int) -> AgentOutcomeDict:
-    """Execute or resume one agent run. Idempotent: redelivery resumes from the checkpoint."""
+    """Execute or resume one agent run. Idempotent: redelivery resumes from the checkpoint.
+
+    The outcome is the AgentRun row (and its events); nobody waits on a Celery result.
+    """
     try:
         return agent_run_execute(agent_run_id=agent_run_id).as_dict()
     except AgentRunNotFound as exc:
