@@ -395,10 +395,8 @@ class _Runner:
                     depth=self.run.depth,
                 ),
             )
-            if self.provider.uses_llm and not connection.in_atomic_block:
-                # An LLM call can take a minute: do not sit on a Postgres connection meanwhile
-                # (100 concurrent agents on a threads worker would otherwise hold 100).
-                connection.close()
+            if self.provider.uses_llm:
+                _release_connection()
             try:
                 response = self.provider.complete(request, self.on_text)
             finally:
@@ -536,6 +534,8 @@ class _Runner:
             tool_use_id=use["id"],
             spawn=lambda specs: agent_spawn(parent=self.run, turn_index=turn_index, specs=specs),
         )
+        if settings.DB_POOL_MAX:
+            _release_connection()  # a shell command may run for minutes; handing back is cheap
         started = time.monotonic()
         # SuspendRun propagates: the call stays pending until tool_call_complete records it.
         result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))
@@ -564,6 +564,14 @@ class _Runner:
             text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
             self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
         return _finish(self, AgentStatus.DONE, result=text.strip())
+
+
+def _release_connection() -> None:
+    """Before a wait of seconds or minutes (an LLM call, a tool): do not sit on a Postgres
+    connection meanwhile. Pooled, it goes back to the pool for other agents' short steps; a
+    hundred agents on a threads worker would otherwise hold a hundred."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
