@@ -30,6 +30,7 @@ from annihilation.events import publish, publish_many
 from annihilation.models import Session
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
+from psychonauts.checkpoint import TurnRecord, tool_call_done, turn_complete, turn_record
 from psychonauts.errors import (
     AgentRunNotFound,
     BudgetExceeded,
@@ -38,7 +39,7 @@ from psychonauts.errors import (
     SpawnRefused,
     SuspendRun,
 )
-from psychonauts.models import AgentTurn, Role, ToolCall, Usage
+from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.providers import provider_get
 from psychonauts.providers.base import (
     Message,
@@ -415,25 +416,7 @@ class _Runner:
         run's counters and phase, its tool calls (pending, announced) and the buffered events."""
         model = response.model or self.model
         cost = cost_usd(model, response.tokens_in, response.tokens_out)
-        turn = AgentTurn.objects.create(
-            agent_run=self.run,
-            index=index,
-            assistant=list(response.content),
-            stop_reason=response.stop_reason,
-            complete=not response.tool_uses,
-            tokens_in=response.tokens_in,
-            tokens_out=response.tokens_out,
-        )
-        Usage.objects.create(
-            agent_run=self.run,
-            quantum_run_id=self.run.quantum_run_id,
-            wave_id=self.wave.wave_id if self.wave is not None else None,
-            provider=self.provider.name,
-            model=model,
-            tokens_in=response.tokens_in,
-            tokens_out=response.tokens_out,
-            cost_usd=cost,
-        )
+        now = timezone.now()
         self.emit(
             "usage",
             provider=self.provider.name,
@@ -442,32 +425,50 @@ class _Runner:
             tokens_out=response.tokens_out,
             cost_usd=str(cost),
         )
-        calls: dict[str, ToolCall] = {}
-        if response.tool_uses:
+        tool_uses = response.tool_uses
+        if tool_uses:
             self.phase(AgentPhase.TOOL_USE)
-            # New rows: the turn is new in this same transaction, so are its calls.
-            created = ToolCall.objects.bulk_create(
-                [
-                    ToolCall(
-                        agent_run=self.run,
-                        turn_index=index,
-                        tool_use_id=use["id"],
-                        name=use["name"],
-                        input=use["input"],
-                    )
-                    for use in response.tool_uses
-                ]
+        turn_id, call_ids = turn_record(
+            TurnRecord(
+                agent_run_id=self.run.pk,
+                quantum_run_id=self.run.quantum_run_id,
+                wave_id=self.wave.wave_id if self.wave is not None else None,
+                index=index,
+                assistant=list(response.content),
+                tool_uses=tool_uses,
+                stop_reason=response.stop_reason,
+                tokens_in=response.tokens_in,
+                tokens_out=response.tokens_out,
+                provider=self.provider.name,
+                model=model,
+                cost_usd=cost,
+                phase=self.run.phase,
+                now=now,
             )
-            for call in created:
-                calls[call.tool_use_id] = call
-                self.emit("tool_call", id=call.tool_use_id, name=call.name, input=call.input)
-        AgentRun.objects.filter(pk=self.run.pk).update(
-            tokens_in=F("tokens_in") + response.tokens_in,
-            tokens_out=F("tokens_out") + response.tokens_out,
-            cost_usd=F("cost_usd") + cost,
-            phase=self.run.phase,
-            heartbeat_at=timezone.now(),
         )
+        turn = AgentTurn(
+            pk=turn_id,
+            agent_run_id=self.run.pk,
+            index=index,
+            assistant=list(response.content),
+            stop_reason=response.stop_reason,
+            complete=not tool_uses,
+            tokens_in=response.tokens_in,
+            tokens_out=response.tokens_out,
+            created_at=now,
+        )
+        calls: dict[str, ToolCall] = {}
+        for use in tool_uses:
+            calls[use["id"]] = ToolCall(
+                pk=call_ids[use["id"]],
+                agent_run_id=self.run.pk,
+                turn_index=index,
+                tool_use_id=use["id"],
+                name=use["name"],
+                input=use["input"],
+                created_at=now,
+            )
+            self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
         self.flush_events()
         return turn, calls
 
@@ -505,7 +506,7 @@ class _Runner:
         turn.complete = True
         # Without a transaction: each completed call is durable on its own, and a turn left
         # incomplete by a crash here is completed on resume from those rows.
-        turn.save(update_fields=["tool_results", "complete"])
+        turn_complete(turn_id=turn.pk, tool_results=turn.tool_results)
 
     def run_tool(
         self, turn_index: int, use: ToolUseBlock, call: ToolCall | None, *, announce: bool
@@ -541,7 +542,12 @@ class _Runner:
         result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))
         call.output, call.is_error, call.completed = result.output, result.is_error, True
         call.duration_ms = int((time.monotonic() - started) * 1000)
-        call.save(update_fields=["output", "is_error", "completed", "duration_ms"])
+        tool_call_done(
+            call_id=call.pk,
+            output=call.output,
+            is_error=call.is_error,
+            duration_ms=call.duration_ms,
+        )
         self.emit(
             "tool_result",
             id=use["id"],

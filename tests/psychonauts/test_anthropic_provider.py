@@ -174,12 +174,41 @@ def test_the_wave_budget_counts_the_whole_wave(repo, make_run, make_quantum, fak
     assert fake.requests == []
 
 
-def test_a_wave_under_budget_runs(repo, make_run, make_quantum, fake_env, settings):
-    wave, _qrun, run = _run_in_a_wave(make_run, make_quantum, wave_budget="1.0")
+def test_a_wave_under_budget_runs_and_records_its_turns(
+    repo, make_run, make_quantum, fake_env, settings
+):
+    wave, qrun, run = _run_in_a_wave(make_run, make_quantum, wave_budget="1.0")
     _spent_elsewhere(run, wave=wave, usd="0.2")
-    with fake_anthropic_server([FakeReply(text="fine")]) as fake:
+    replies = [
+        FakeReply(text="Looking.", tool_uses=[("list_dir", {})], tokens_in=100, tokens_out=10),
+        FakeReply(text="fine", tokens_in=200, tokens_out=20),
+    ]
+    with fake_anthropic_server(replies) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
-    assert len(fake.requests) == 1
+    assert len(fake.requests) == 2
+    usage = list(
+        Usage.objects.filter(agent_run=run, quantum_run=qrun, wave=wave)
+        .order_by("pk")
+        .values_list("tokens_in", "tokens_out", "provider")
+    )
+    assert usage == [(100, 10, "anthropic"), (200, 20, "anthropic")]
+    run.refresh_from_db()
+    assert (run.tokens_in, run.tokens_out, run.phase) == (300, 30, "done")
+    assert run.cost_usd == sum(u.cost_usd for u in Usage.objects.filter(quantum_run=qrun))
+    turns = list(run.turns.order_by("index"))
+    assert [(t.index, t.complete, t.stop_reason) for t in turns] == [
+        (0, True, "tool_use"),
+        (1, True, "end_turn"),
+    ]
+    call = ToolCall.objects.get(agent_run=run)
+    assert (call.name, call.turn_index, call.completed, call.is_error) == (
+        "list_dir",
+        0,
+        True,
+        False,
+    )
+    assert turns[0].tool_results[0]["tool_use_id"] == call.tool_use_id
+    assert turns[0].tool_results[0]["content"] == call.output
