@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import os
 import re
 import subprocess
@@ -135,9 +136,13 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
         git("add", "-A", cwd=workspace)
         try:
             # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.
+            # maintenance.auto=false: git's own check after each commit is a process of its
+            # own; `_maintain` runs it every MAINTENANCE_EVERY commits instead.
             summary = git(
                 "-c",
                 "core.abbrev=40",
+                "-c",
+                "maintenance.auto=false",
                 "commit",
                 "-m",
                 f"q-{quantum_id}: {agent_id} ({role})",
@@ -152,9 +157,21 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
             if unchanged == 0:
                 return ""
             raise
+        _maintain(workspace)
         # "[annihilation/q-7 (root-commit) <sha>] message"
         found = _COMMIT_SUMMARY.match(summary)
         return found.group(1) if found else git("rev-parse", "HEAD", cwd=workspace)
+
+
+MAINTENANCE_EVERY = 50
+_commits = itertools.count(1)
+
+
+def _maintain(workspace: Path) -> None:
+    """git's automatic maintenance (packing loose objects), once per MAINTENANCE_EVERY commits
+    of this process rather than after every one: all worktrees share the repository's store."""
+    if next(_commits) % MAINTENANCE_EVERY == 0:
+        git("maintenance", "run", "--auto", "--quiet", cwd=workspace)
 
 
 def resolve_path(workspace: Path, relative: str) -> Path:

@@ -220,3 +220,21 @@ def test_it_keeps_secrets_out_of_the_shell(tmp_path, monkeypatch):
     assert not result.is_error
     assert "sk-very-secret" not in result.output
     assert os.environ["ANTHROPIC_API_KEY"] == "sk-very-secret"
+
+
+def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(repo, monkeypatch):
+    from psychonauts import workspaces
+
+    monkeypatch.setattr(workspaces, "MAINTENANCE_EVERY", 1)  # every commit runs it
+    path = workspaces.workspace_ensure(quantum_id=7)
+    assert workspaces.workspace_commit(workspace=path, quantum_id=7, agent_id="a", role="r") == ""
+    shas = []
+    for n in range(3):
+        (path / f"f{n}.txt").write_text(str(n))
+        shas.append(workspaces.workspace_commit(workspace=path, quantum_id=7, agent_id="a",
+                                                role="coder"))  # fmt: skip
+    head = workspaces.git("rev-parse", "HEAD", cwd=path)
+    assert shas[-1] == head and len(head) == 40
+    log = workspaces.git("log", "--format=%H %s", "-3", cwd=path).splitlines()
+    assert [line.split(" ", 1)[0] for line in log] == shas[::-1]
+    assert all(line.endswith("q-7: a (coder)") for line in log)
