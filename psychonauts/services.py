@@ -214,8 +214,8 @@ def budget_check(
         )
 
 
-# Opening a turn is one round trip: the phase and heartbeat go in, and the status (has the
-# manager cancelled the run?) and the spend the budgets need come back.
+# Opening a turn is one round trip: the phase and heartbeat go in, and the spend the budgets
+# need comes back; no row comes back when the run is no longer running (cancelled meanwhile).
 _SPEND_RUN = (
     "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
 )
@@ -236,10 +236,11 @@ class _Runner:
     """One execution of one agent run (a process may execute the same run again later).
 
     Writes are grouped per step of a turn, because a worker runs a hundred agents on one core:
-    opening a turn is one statement (`_TURN_OPEN`), the provider's answer is one transaction
-    (turn, usage, counters, pending tool calls, events), and each finished tool call is one
-    UPDATE. Events are buffered by `emit` and written with the next of these steps; streamed
-    text during a long call goes out on its own, throttled.
+    opening a turn is one statement (`_TURN_OPEN`), the provider's answer one statement
+    (`psychonauts.checkpoint`: turn, usage, counters, pending tool calls) and its events in one
+    transaction, and each finished tool call one UPDATE. Events are buffered by `emit` and
+    written with the next of these steps; streamed text during a long call goes out on its own,
+    throttled.
     """
 
     def __init__(
