@@ -135,7 +135,5 @@ async def test_live_sends_keep_publication_order(redis_client):
         return flush_live(timeout=5)
 
     assert await database_sync_to_async(work)()
-    received = [
-        (await _receive(layer, channel, 2))["events"][0]["payload"]["n"] for _ in range(50)
-    ]
+    received = [(await _receive(layer, channel, 2))["events"][0]["payload"]["n"] for _ in range(50)]
     assert received == list(range(50))
