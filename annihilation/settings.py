@@ -198,6 +198,15 @@ PSYCHONAUTS_SPAWN_SLOTS = env_int("ANNIHILATION_SPAWN_SLOTS", 16, minimum=1)
 PSYCHONAUTS_SLOT_TTL_S = env_float("ANNIHILATION_SLOT_TTL_S", 60.0, minimum=1)
 PSYCHONAUTS_SLOT_WAIT_S = env_float("ANNIHILATION_SLOT_WAIT_S", 600.0, minimum=0)
 PSYCHONAUTS_LEASE_TTL_S = env_float("ANNIHILATION_LEASE_TTL_S", 300.0, minimum=1)
+# The beat removes the worktrees of closed quanta this often (their branches stay).
+PSYCHONAUTS_WORKSPACE_SWEEP_S = env_float("ANNIHILATION_WORKSPACE_SWEEP_S", 60.0, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "psychonauts-workspaces-sweep": {
+        "task": "psychonauts.workspaces_sweep",
+        "schedule": PSYCHONAUTS_WORKSPACE_SWEEP_S,
+        "options": {"expires": PSYCHONAUTS_WORKSPACE_SWEEP_S},
+    },
+}
 PSYCHONAUTS_SHELL_TIMEOUT_S = env_float("ANNIHILATION_SHELL_TIMEOUT_S", 120.0, minimum=1)
 PSYCHONAUTS_OUTPUT_LIMIT = env_int("ANNIHILATION_OUTPUT_LIMIT", 20_000, minimum=100)
 PSYCHONAUTS_TEXT_FLUSH_S = env_float("ANNIHILATION_TEXT_FLUSH_S", 0.5, minimum=0)

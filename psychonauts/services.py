@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -52,7 +53,13 @@ from psychonauts.providers.base import (
 )
 from psychonauts.roles import roles_load, roles_sync_defaults
 from psychonauts.tools import SpawnSpec, ToolContext, tool_execute, tools_for
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.workspaces import (
+    branch_for,
+    workspace_commit,
+    workspace_ensure,
+    workspace_remove,
+)
+from quanta.models import Quantum, QuantumStatus
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +70,7 @@ __all__ = [
     "roles_load",
     "roles_sync_defaults",
     "tool_call_complete",
+    "workspaces_sweep",
 ]
 
 OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
@@ -702,6 +710,36 @@ def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:
         publish(f"agent:{run.agent_id}", "error", {"agent_run_id": run.pk, "error": reason})
         return AgentOutcome("error", error=reason)
     return _finish(runner, AgentStatus.ERROR, error=reason)
+
+
+def workspaces_sweep() -> list[int]:
+    """Remove the worktrees of closed quanta that no agent works in; returns their ids.
+
+    git checks every registered worktree when it adds one, so a repository that kept them all
+    would make each new quantum slower: 10 ms of git CPU with none registered, 33 ms with 300,
+    53 ms with 600 (measured). The beat runs this every PSYCHONAUTS_WORKSPACE_SWEEP_S.
+    """
+    folder = Path(settings.PSYCHONAUTS_WORKTREES)
+    if settings.PSYCHONAUTS_WORKSPACE_MODE != "worktree" or not folder.is_dir():
+        return []
+    ids = [int(p.name[2:]) for p in folder.iterdir() if re.fullmatch(r"q-\d+", p.name)]
+    removed = []
+    for quantum_id in _idle_closed(ids):
+        # Looked at again just before: a quantum reopened and started meanwhile keeps its tree.
+        if _idle_closed([quantum_id]) and workspace_remove(quantum_id=quantum_id):
+            removed.append(quantum_id)
+    if removed:
+        logger.info("removed the worktrees of %d closed quanta", len(removed))
+    return removed
+
+
+def _idle_closed(quantum_ids: list[int]) -> list[int]:
+    busy = AgentRun.objects.filter(quantum_id__in=quantum_ids, status__in=_LIVE)
+    return list(
+        Quantum.objects.filter(pk__in=quantum_ids, status=QuantumStatus.CLOSED)
+        .exclude(pk__in=busy.values("quantum_id"))
+        .values_list("pk", flat=True)
+    )
 
 
 def agent_spawn(*, parent: AgentRun, turn_index: int, specs: list[SpawnSpec]) -> str:

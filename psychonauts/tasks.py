@@ -7,7 +7,7 @@ from celery import shared_task
 # Imported with the worker, not by its first task: the SDK takes about a second to import.
 import psychonauts.providers.anthropic  # noqa: F401
 from psychonauts.errors import AgentRunNotFound
-from psychonauts.services import AgentOutcomeDict, agent_run_execute
+from psychonauts.services import AgentOutcomeDict, agent_run_execute, workspaces_sweep
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -20,3 +20,9 @@ def execute_agent_run(agent_run_id: int) -> AgentOutcomeDict:
         return agent_run_execute(agent_run_id=agent_run_id).as_dict()
     except AgentRunNotFound as exc:
         return {"status": "error", "result": "", "error": str(exc)}
+
+
+@shared_task(name="psychonauts.workspaces_sweep", ignore_result=True)
+def sweep_workspaces() -> int:
+    """Beat: remove the worktrees of closed quanta (see `workspaces_sweep`)."""
+    return len(workspaces_sweep())

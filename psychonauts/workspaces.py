@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,6 +125,23 @@ def workspace_ensure(*, quantum_id: int) -> Path:
             git("worktree", "prune", cwd=repo)
             git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
     return path
+
+
+def workspace_remove(*, quantum_id: int) -> bool:
+    """Remove a quantum's worktree; False when it had none. Its branch stays: reviews and merges
+    read the branch, and a later run of the quantum checks it out again."""
+    path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
+    repo = Path(settings.ANNIHILATION_REPO)
+    with file_lock(f"worktree-q{quantum_id}"):
+        if not path.exists():
+            return False
+        try:
+            git("worktree", "remove", "--force", str(path), cwd=repo)
+        except WorkspaceError:
+            # A folder git no longer knows as a worktree (registered elsewhere, or by hand).
+            shutil.rmtree(path)
+            git("worktree", "prune", cwd=repo)
+    return True
 
 
 _COMMIT_SUMMARY = re.compile(r"^\[[^\]]* ([0-9a-f]{40})\]")

@@ -238,3 +238,36 @@ def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(
     log = workspaces.git("log", "--format=%H %s", "-3", cwd=path).splitlines()
     assert [line.split(" ", 1)[0] for line in log] == shas[::-1]
     assert all(line.endswith("q-7: a (coder)") for line in log)
+
+
+def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branches(
+    repo, make_quantum, make_run
+):
+    from psychonauts import workspaces
+    from psychonauts.services import workspaces_sweep
+    from quanta.services import quantum_close, quantum_reopen
+
+    closed, still_open, busy = make_quantum(), make_quantum(), make_quantum()
+    paths = {q.pk: workspaces.workspace_ensure(quantum_id=q.pk) for q in (closed, still_open, busy)}
+    (paths[closed.pk] / "work.txt").write_text("done")
+    sha = workspaces.workspace_commit(workspace=paths[closed.pk], quantum_id=closed.pk,
+                                      agent_id="a", role="coder")  # fmt: skip
+    for q in (closed, busy):
+        quantum_close(quantum_id=q.pk, reason="done in a test")
+    run = make_run(quantum=busy)
+    AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.RUNNING)
+
+    assert workspaces_sweep() == [closed.pk]
+
+    assert not paths[closed.pk].exists()
+    assert paths[still_open.pk].exists() and paths[busy.pk].exists()
+    branch = workspaces.branch_for(closed.pk)
+    assert workspaces.git("rev-parse", branch, cwd=repo) == sha
+    listed = workspaces.git("worktree", "list", "--porcelain", cwd=repo)
+    assert str(paths[closed.pk]) not in listed
+    # Reopened and run again: the branch is checked out anew, with its work, and kept.
+    quantum_reopen(quantum_id=closed.pk, reason="one more thing")
+    again = workspaces.workspace_ensure(quantum_id=closed.pk)
+    assert (again / "work.txt").read_text() == "done"
+    assert workspaces_sweep() == []
+    assert again.exists()
