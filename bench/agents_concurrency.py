@@ -188,6 +188,18 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
     return wall, peak[0], ids
 
 
+def finished_sweep(agent_run_ids: list[int]) -> None:
+    from bursts.models import AgentRun
+    from psychonauts.services import workspaces_sweep
+    from quanta.services import quantum_close
+
+    for quantum_id in AgentRun.objects.filter(pk__in=agent_run_ids).values_list(
+        "quantum_id", flat=True
+    ):
+        quantum_close(quantum_id=quantum_id, reason="bench: the agent finished")
+    workspaces_sweep()
+
+
 def tool_call_s(count: int = 200) -> float:
     """What one tool call costs the loop beyond the tool: a write_file, recorded pending and
     then done, timed alone in this process (median)."""
@@ -248,8 +260,12 @@ def main() -> None:
             idle = tree_rss_kb(worker.pid)
             # A fresh worker pays once per thread (its first task): the measured batch runs on
             # threads that have worked before, as in a worker that has been up for a while.
-            cold, _, _ = run_batch(args.agents, worker.pid)
-            single, _, _ = run_batch(1, worker.pid)
+            cold, _, cold_ids = run_batch(args.agents, worker.pid)
+            # Finished work is cleaned up as the burst manager and the beat would (quanta
+            # closed, their worktrees swept): git's worktree add slows with each one registered.
+            finished_sweep(cold_ids)
+            single, _, single_ids = run_batch(1, worker.pid)
+            finished_sweep(single_ids)
             pids = {
                 "postgres": service_pid("postgres", pg_port),
                 "redis": service_pid("redis", redis_port),
