@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,12 @@ def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branc
     assert workspaces.git("rev-parse", branch, cwd=repo) == sha
     listed = workspaces.git("worktree", "list", "--porcelain", cwd=repo)
     assert str(paths[closed.pk]) not in listed
+    busy_path = paths[busy.pk]
+    AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.DONE)
+    out = StringIO()
+    call_command("psychonaut", "sweep", stdout=out)
+    assert f"removed the worktrees of 1 closed quanta: #{busy.pk}" in out.getvalue()
+    assert not busy_path.exists()
     # Reopened and run again: the branch is checked out anew, with its work, and kept.
     quantum_reopen(quantum_id=closed.pk, reason="one more thing")
     again = workspaces.workspace_ensure(quantum_id=closed.pk)

@@ -36,7 +36,9 @@ class Command(BaseCommand):
         agents = sub.add_parser("agents", help="the registry of running agents")
         agents.add_argument("--rebuild", action="store_true")
         agents.add_argument("--json", action="store_true")
-        sub.add_parser("sweep", help="drop expired file leases")
+        sub.add_parser(
+            "sweep", help="drop expired file leases and the worktrees of closed, idle quanta"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -135,3 +137,9 @@ class Command(BaseCommand):
 
     def _sweep(self, options: dict[str, Any]) -> None:
         self.stdout.write(f"dropped {leases.leases_sweep()} expired shared lease(s)")
+        removed = services.workspaces_sweep()
+        listed = ", ".join(f"#{pk}" for pk in removed)
+        self.stdout.write(
+            f"removed the worktrees of {len(removed)} closed quanta"
+            + (f": {listed}" if removed else "")
+        )
