@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -88,20 +89,16 @@ def publish(
     Inside an atomic block that rolls back, neither the row nor the message survives.
     """
     check_topic(topic)
-    event = Event.objects.create(
-        topic=topic, type=event_type, payload=dict(payload or {}), session_id=session_id
+    messages, now = _record(topic, [(event_type, payload or {})], session_id)
+    _send_on_commit(messages)
+    return Event(
+        pk=messages[0]["id"],
+        topic=topic,
+        type=event_type,
+        payload=messages[0]["payload"],
+        session_id=session_id,
+        created_at=now,
     )
-    message = event_message(event)
-    transaction.on_commit(lambda: send_live_unsafe(message))
-    return event
-
-
-# One statement for a step's events: `bulk_create` costs several times more per row in Python,
-# and these rows are written on every turn of every agent.
-_INSERT_EVENTS = (
-    "INSERT INTO annihilation_event (session_id, topic, type, payload, created_at) VALUES {rows}"
-    " RETURNING id"
-)
 
 
 def publish_many(
@@ -110,7 +107,7 @@ def publish_many(
     *,
     session_id: int | None = None,
 ) -> list[EventMessage]:
-    """`publish` for several events of one topic: one multi-row INSERT, one live send.
+    """`publish` for several events of one topic: one INSERT, one live send after commit.
 
     For a writer that publishes several events per step (an agent's turn): the rows go in with
     the step's checkpoint instead of one round trip each.
@@ -118,6 +115,22 @@ def publish_many(
     check_topic(topic)
     if not items:
         return []
+    messages, _ = _record(topic, items, session_id)
+    _send_on_commit(messages)
+    return messages
+
+
+# One plain statement for one or many rows: the ORM's create / bulk_create cost several times
+# more Python per row, and agents write events on every turn.
+_INSERT_EVENTS = (
+    "INSERT INTO annihilation_event (session_id, topic, type, payload, created_at) VALUES {rows}"
+    " RETURNING id"
+)
+
+
+def _record(
+    topic: str, items: Sequence[tuple[str, Mapping[str, Any]]], session_id: int | None
+) -> tuple[list[EventMessage], datetime]:
     now = timezone.now()
     params: list[Any] = []
     payloads: list[str] = []
@@ -140,13 +153,11 @@ def publish_many(
         }
         for event_id, (event_type, _), payload in zip(ids, items, payloads, strict=True)
     ]
+    return messages, now
+
+
+def _send_on_commit(messages: list[EventMessage]) -> None:
     transaction.on_commit(lambda: _sender().submit(messages))
-    return messages
-
-
-def send_live_unsafe(message: EventMessage) -> None:
-    """Queue a live send now, whatever the transaction state (hence `unsafe`): call after commit."""
-    _sender().submit([message])
 
 
 def flush_live(timeout: float | None = None) -> bool:
