@@ -1,9 +1,9 @@
-"""The agent loop's hot writes in plain SQL: a turn's checkpoint and a tool call's result.
+"""The agent loop's hot writes in plain SQL: opening a turn, its checkpoint, a tool's result.
 
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
 core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs.
 The statements write exactly the rows the models describe (AgentTurn, Usage, ToolCall and the
-run's counters); the tests read them back through the ORM, and reads stay in the ORM.
+run's phase and counters); the tests read them back through the ORM, and other reads stay there.
 """
 
 from __future__ import annotations
@@ -16,6 +16,55 @@ from decimal import Decimal
 from django.db import connection
 
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
+
+# Opening a turn is one round trip: the phase and heartbeat go in, and the spend the budgets
+# need comes back; no row comes back when the run is no longer running (cancelled meanwhile).
+_TURN_OPEN = """
+UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
+WHERE id = %(id)s AND status = 'running'
+RETURNING {run}, {wave}
+"""
+_SPEND_RUN = (
+    "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
+)
+_SPEND_ALONE = (
+    "(SELECT COALESCE(SUM(u.cost_usd), 0) FROM psychonauts_usage u"
+    " JOIN bursts_agentrun r ON r.id = u.agent_run_id"
+    " WHERE r.agent_id = %(agent_id)s AND r.attempt = %(attempt)s)"
+)
+_SPEND_WAVE = "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE wave_id = %(wave)s)"
+
+
+def turn_open(
+    *,
+    agent_run_id: int,
+    phase: str,
+    now: datetime,
+    quantum_run_id: int | None,
+    agent_id: str,
+    attempt: int,
+    budgeted_wave_id: int | None,
+) -> tuple[Decimal, Decimal | None] | None:
+    """Write the phase; return what the quantum run (or the lone agent run) has spent, and the
+    wave when it has a budget, or None when the run is no longer running."""
+    sql = _TURN_OPEN.format(
+        run=_SPEND_RUN if quantum_run_id is not None else _SPEND_ALONE,
+        wave=_SPEND_WAVE if budgeted_wave_id is not None else "NULL",
+    )
+    params: dict[str, str | int | datetime | None] = {
+        "phase": phase,
+        "now": now,
+        "id": agent_run_id,
+        "qr": quantum_run_id,
+        "agent_id": agent_id,
+        "attempt": attempt,
+        "wave": budgeted_wave_id,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1])
+
 
 # One statement: the turn, its usage, its tool calls (pending) and the run's counters and
 # phase. Atomic on its own; the caller adds the events in the same transaction.

@@ -31,7 +31,13 @@ from annihilation.events import publish, publish_many
 from annihilation.models import Session
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
-from psychonauts.checkpoint import TurnRecord, tool_call_done, turn_complete, turn_record
+from psychonauts.checkpoint import (
+    TurnRecord,
+    tool_call_done,
+    turn_complete,
+    turn_open,
+    turn_record,
+)
 from psychonauts.errors import (
     AgentRunNotFound,
     BudgetExceeded,
@@ -222,30 +228,12 @@ def budget_check(
         )
 
 
-# Opening a turn is one round trip: the phase and heartbeat go in, and the spend the budgets
-# need comes back; no row comes back when the run is no longer running (cancelled meanwhile).
-_SPEND_RUN = (
-    "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
-)
-_SPEND_ALONE = (
-    "(SELECT COALESCE(SUM(u.cost_usd), 0) FROM psychonauts_usage u"
-    " JOIN bursts_agentrun r ON r.id = u.agent_run_id"
-    " WHERE r.agent_id = %(agent_id)s AND r.attempt = %(attempt)s)"
-)
-_SPEND_WAVE = "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE wave_id = %(wave)s)"
-_TURN_OPEN = """
-UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
-WHERE id = %(id)s AND status = 'running'
-RETURNING {run}, {wave}
-"""
-
-
 class _Runner:
     """One execution of one agent run (a process may execute the same run again later).
 
     Writes are grouped per step of a turn, because a worker runs a hundred agents on one core:
-    opening a turn is one statement (`_TURN_OPEN`), the provider's answer one statement
-    (`psychonauts.checkpoint`: turn, usage, counters, pending tool calls) and its events in one
+    opening a turn is one statement, the provider's answer another (both in
+    `psychonauts.checkpoint`: turn, usage, counters, pending tool calls) and its events in one
     transaction, and each finished tool call one UPDATE. Events are buffered by `emit` and
     written with the next of these steps; streamed text during a long call goes out on its own,
     throttled.
@@ -335,24 +323,20 @@ class _Runner:
         no longer running (the burst manager cancelled it)."""
         self.phase(AgentPhase.THINKING)
         run, wave = self.run, self.wave
-        sql = _TURN_OPEN.format(
-            run=_SPEND_RUN if run.quantum_run_id else _SPEND_ALONE,
-            wave=_SPEND_WAVE if wave is not None and wave.limit_usd is not None else "NULL",
+        assert run.heartbeat_at is not None  # phase() stamped it
+        spent = turn_open(
+            agent_run_id=run.pk,
+            phase=run.phase,
+            now=run.heartbeat_at,
+            quantum_run_id=run.quantum_run_id,
+            agent_id=run.agent_id,
+            attempt=run.attempt,
+            budgeted_wave_id=wave.wave_id
+            if wave is not None and wave.limit_usd is not None
+            else None,
         )
-        params = {
-            "phase": run.phase,
-            "now": run.heartbeat_at,
-            "id": run.pk,
-            "qr": run.quantum_run_id,
-            "agent_id": run.agent_id,
-            "attempt": run.attempt,
-            "wave": wave.wave_id if wave is not None else None,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
         self.flush_events()
-        return None if row is None else Spend(row[0], row[1])
+        return None if spent is None else Spend(*spent)
 
     def loop(self) -> AgentOutcome:
         turns = list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
