@@ -5,10 +5,7 @@ rejected into a correction quantum; the change the agent made is approved and me
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -22,6 +19,7 @@ from psychonauts.services import agent_run_create
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.bursts.conftest import pipeline
+from tests.polling import wait_for
 from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus, Reaching
 from tether.services import mutation_propose, reaching_ask, reaching_expire
 
@@ -41,17 +39,6 @@ stages:
   - name: check
     agents: [tester]
 """
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def a_drift(quantum: Quantum) -> Drift:
@@ -102,9 +89,9 @@ def test_an_operator_answers_rejects_and_approves(control_room, page, login, scr
     expect(page.locator(f"#reaching-{reaching.pk}")).to_have_count(0)
 
     # The agent goes on with the answer; its run ends and its change waits for review.
-    wait_for(lambda: Wave.objects.get(pk=wave.pk).status == "done", what="the wave")
+    wait_for(lambda: Wave.objects.get(pk=wave.pk).status == "done", 60, what="the wave")
     change = wait_for(
-        lambda: ChangeReview.objects.filter(quantum=quantum).first(), what="the change review"
+        lambda: ChangeReview.objects.filter(quantum=quantum).first(), 60, what="the change review"
     )
 
     # A drift arrives live; rejecting it needs a reason and files a correction quantum.

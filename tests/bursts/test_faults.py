@@ -22,6 +22,7 @@ from bursts.services import wave_start
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import ROOT, Worker, pipeline, wait_wave, worker_env
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -35,15 +36,6 @@ def steps_by_agent(log: Path) -> dict[int, list[int]]:
             agent, step = line.split()
             found.setdefault(int(agent), []).append(int(step))
     return found
-
-
-def wait_for(check: Callable[[], object], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def assert_wave_whole(quanta: list[Quantum], log: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 
@@ -17,17 +16,9 @@ from bursts.services.manager import FIRST_COLLECT
 from quanta.models import Comment, QuantumStatus
 from quanta.services import dependency_add, quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def wait_for(check: Callable[[], object], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_it_starts_newly_unblocked_quanta_at_once_in_continuous_mode(worker: Worker) -> None:

@@ -8,7 +8,6 @@ within a test's patience. Tests that use it are `transaction=True`: the worker s
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,6 @@ from tests.psychonauts.conftest import make_quantum, make_run, repo, scripts
 __all__ = ["make_quantum", "make_run", "repo", "scripts"]
 
 SWEEP_S = "0.3"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def agent_status(run_id: int) -> str:

@@ -15,7 +15,7 @@ from bursts.services import wave_start
 from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline, wait_wave
-from tests.tether.conftest import wait_for
+from tests.polling import wait_for
 from tether.errors import AlreadyDecided, BranchMoved
 from tether.hooks import on_run_drained
 from tether.models import ChangeReview, ChangeStatus, Reaching

@@ -12,7 +12,8 @@ from psychonauts.models import ToolCall
 from psychonauts.services import agent_run_execute
 from quanta.pipeline_models import Pipeline
 from tests.bursts.conftest import pipeline
-from tests.tether.conftest import agent_status, wait_for
+from tests.polling import wait_for
+from tests.tether.conftest import agent_status
 from tether.errors import AlreadyDecided, InvalidProposal
 from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
 from tether.selectors import mutations_list

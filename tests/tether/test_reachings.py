@@ -18,7 +18,8 @@ from bursts.models import AgentRun, AgentStatus
 from psychonauts.models import Role, ToolCall
 from psychonauts.services import agent_run_execute
 from quanta.models import Dependency, Quantum
-from tests.tether.conftest import active_tasks, agent_status, wait_for
+from tests.polling import wait_for
+from tests.tether.conftest import active_tasks, agent_status
 from tether.errors import AlreadyDecided, NotFound
 from tether.models import Drift, DriftStatus, Reaching, ReachingStatus
 from tether.selectors import reachings_pending
