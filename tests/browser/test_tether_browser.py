@@ -20,6 +20,7 @@ from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.bursts.conftest import pipeline
 from tests.polling import wait_for
+from tests.tether.conftest import SOLO_WITH_TESTER
 from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus, Reaching
 from tether.services import mutation_propose, reaching_ask, reaching_expire
 
@@ -28,16 +29,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 COUNT_EVENTS = """
 window.__liveEvents = 0;
 document.addEventListener("annihilation:event", () => { window.__liveEvents += 1; });
-"""
-
-SOLO_WITH_TESTER = """name: solo
-match:
-  labels: [solo]
-stages:
-  - name: implement
-    agents: [coder]
-  - name: check
-    agents: [tester]
 """
 
 

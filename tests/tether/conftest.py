@@ -25,6 +25,17 @@ __all__ = ["make_quantum", "make_run", "repo", "scripts"]
 
 SWEEP_S = "0.3"
 
+# A pipeline an agent proposes in the mutation tests: the `solo` one with a tester added.
+SOLO_WITH_TESTER = """name: solo
+match:
+  labels: [solo]
+stages:
+  - name: implement
+    agents: [coder]
+  - name: check
+    agents: [tester]
+"""
+
 
 def agent_status(run_id: int) -> str:
     return str(AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first())

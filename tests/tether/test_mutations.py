@@ -13,21 +13,11 @@ from psychonauts.services import agent_run_execute
 from quanta.pipeline_models import Pipeline
 from tests.bursts.conftest import pipeline
 from tests.polling import wait_for
-from tests.tether.conftest import agent_status
+from tests.tether.conftest import SOLO_WITH_TESTER, agent_status
 from tether.errors import AlreadyDecided, InvalidProposal
 from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
 from tether.selectors import mutations_list
 from tether.services import mutation_approve, mutation_reject
-
-GOOD = """name: solo
-match:
-  labels: [solo]
-stages:
-  - name: implement
-    agents: [coder]
-  - name: check
-    agents: [tester]
-"""
 
 BAD = """name: solo
 stages:
@@ -68,7 +58,7 @@ def solo(db: None) -> None:
 def test_it_saves_a_new_version_when_the_operator_approves(
     solo, repo, scripts, make_run, make_quantum
 ):
-    run_id = propose(scripts, make_run, make_quantum, GOOD)
+    run_id = propose(scripts, make_run, make_quantum, SOLO_WITH_TESTER)
     mutation = PipelineMutation.objects.get(agent_run_id=run_id)
     output = ToolCall.objects.get(agent_run_id=run_id).output
     assert output.startswith(f"proposal #{mutation.pk} awaits the Tether")
@@ -100,7 +90,7 @@ def test_it_returns_a_malformed_proposal_to_the_agent_and_stores_nothing(
 def test_it_refuses_a_proposal_made_against_an_older_version(
     solo, repo, scripts, make_run, make_quantum
 ):
-    run_id = propose(scripts, make_run, make_quantum, GOOD)
+    run_id = propose(scripts, make_run, make_quantum, SOLO_WITH_TESTER)
     mutation = PipelineMutation.objects.get(agent_run_id=run_id)
     pipeline("solo", ("sequential", ["coder", "reviewer"]), labels=["solo"])  # v2 meanwhile
 
@@ -116,7 +106,7 @@ def test_it_keeps_the_old_version_and_records_a_pipeline_drift_on_timeout(
 ):
     pipeline("solo", ("sequential", ["coder"]), labels=["solo"])
     tether_settings.TETHER_MUTATION_TIMEOUT_S = 0.5
-    run_id = propose(scripts, make_run, make_quantum, GOOD)
+    run_id = propose(scripts, make_run, make_quantum, SOLO_WITH_TESTER)
     assert agent_status(run_id) == AgentStatus.DONE  # the agent never waited on it
 
     mutation = wait_for(

@@ -14,7 +14,14 @@ from django.utils import timezone
 from psychonauts.workspaces import git, workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline
-from tests.tether.conftest import make_quantum, make_run, repo, scripts, tether_settings
+from tests.tether.conftest import (
+    SOLO_WITH_TESTER,
+    make_quantum,
+    make_run,
+    repo,
+    scripts,
+    tether_settings,
+)
 from tests.tether.test_changes import finished_run, main_file
 from tether.models import (
     ChangeReview,
@@ -38,16 +45,6 @@ from tether.services import (
 __all__ = ["make_quantum", "make_run", "repo", "scripts", "tether_settings"]
 
 pytestmark = pytest.mark.django_db
-
-SOLO = """name: solo
-match:
-  labels: [solo]
-stages:
-  - name: implement
-    agents: [coder]
-  - name: check
-    agents: [tester]
-"""
 
 
 @pytest.fixture
@@ -374,7 +371,7 @@ def mutation(make_run) -> PipelineMutation:
     run = make_run("coder")
     return mutation_propose(
         pipeline="solo",
-        text=SOLO,
+        text=SOLO_WITH_TESTER,
         rationale="a tester should check",
         agent_run_id=run.pk,
         quantum_id=run.quantum_id,
