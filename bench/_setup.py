@@ -1,9 +1,12 @@
-"""Shared set-up for benchmarks: a database of their own on the dev Postgres, migrated."""
+"""Shared set-up for benchmarks: a database of their own on the dev Postgres, migrated, and
+Celery workers started for one benchmark queue."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +39,23 @@ def pct(samples: list[float], p: float) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
+
+
+def start_worker(*, name: str, queue: str, pool: str, concurrency: int) -> subprocess.Popen[bytes]:
+    """A Celery worker on `queue` only, started with this process's environment; returns once
+    it answers a ping (and its pool has settled, so idle memory can be measured)."""
+    from annihilation.celery import app
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", pool,
+         "-c", str(concurrency), "-Q", queue, "--loglevel", "WARNING", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "-n", f"{name}@%h"],
+        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if app.control.ping(destination=[f"{name}@{os.uname().nodename}"], timeout=0.5):
+            time.sleep(0.5)
+            return worker
+    worker.kill()
+    raise SystemExit(f"the worker {name} did not start")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ["ANTHROPIC_API_KEY"] = "bench"
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
-from bench._setup import django_bench_db  # noqa: E402
+from bench._setup import django_bench_db, start_worker  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
@@ -122,25 +121,6 @@ def machine_busy_s() -> float:
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def start_worker(pool: str, concurrency: int) -> subprocess.Popen[bytes]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", pool,
-         "-c", str(concurrency), "-Q", QUEUE, "--loglevel", "WARNING", "--without-gossip",
-         "--without-mingle", "--without-heartbeat", "-n", f"bench-{pool}@%h"],
-        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    from annihilation.celery import app
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        replies = app.control.ping(destination=[f"bench-{pool}@{os.uname().nodename}"], timeout=0.5)
-        if replies:
-            time.sleep(0.5)  # let the pool settle before measuring its idle memory
-            return worker
-    worker.kill()
-    raise SystemExit(f"the {pool} worker did not start")
 
 
 def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
@@ -255,7 +235,9 @@ def main() -> None:
         os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
         print(f"fake LLM at {fake.base_url}: each call sleeps 1 s; {args.turns} turns per agent")
 
-        worker = start_worker("threads", args.agents)
+        worker = start_worker(
+            name="bench-threads", queue=QUEUE, pool="threads", concurrency=args.agents
+        )
         try:
             idle = tree_rss_kb(worker.pid)
             # A fresh worker pays once per thread (its first task): the measured batch runs on
@@ -328,7 +310,9 @@ def main() -> None:
               " under 100-way contention")  # fmt: skip
 
         prefork_n = min(args.prefork * 2, args.agents)
-        worker = start_worker("prefork", args.prefork)
+        worker = start_worker(
+            name="bench-prefork", queue=QUEUE, pool="prefork", concurrency=args.prefork
+        )
         try:
             idle_p = tree_rss_kb(worker.pid)
             wall_p, peak_p, _ = run_batch(prefork_n, worker.pid)

@@ -45,7 +45,7 @@ os.environ["ANNIHILATION_WORKSPACE_MODE"] = "shared"
 os.environ["ANNIHILATION_PROVIDER"] = ""
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
-from bench._setup import django_bench_db, pct  # noqa: E402
+from bench._setup import django_bench_db, pct, start_worker  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocess too
 
@@ -60,24 +60,6 @@ def rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def start_worker(slots: int) -> subprocess.Popen[bytes]:
-    from annihilation.celery import app
-
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "annihilation", "worker", "--pool", "threads",
-         "-c", str(slots), "-Q", QUEUE, "--loglevel", "WARNING", "--without-gossip",
-         "--without-mingle", "--without-heartbeat", "-n", f"{WORKER}@%h"],
-        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if app.control.ping(destination=[f"{WORKER}@{os.uname().nodename}"], timeout=0.5):
-            time.sleep(0.5)
-            return worker
-    worker.kill()
-    raise SystemExit("the worker did not start")
 
 
 def slots_held() -> int:
@@ -130,7 +112,7 @@ def main() -> None:
         runs.append(agent_run_create(quantum_id=quantum.pk, role="coder", provider="scripted"))
     connection.close()
 
-    worker = start_worker(args.slots)
+    worker = start_worker(name=WORKER, queue=QUEUE, pool="threads", concurrency=args.slots)
     try:
         idle = rss_kb(worker.pid)
         for run in runs:
