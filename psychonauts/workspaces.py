@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -26,6 +26,11 @@ _GIT_ENV = {
     "GIT_AUTHOR_EMAIL": "psychonaut@annihilation.invalid",
     "GIT_COMMITTER_NAME": "Annihilation",
     "GIT_COMMITTER_EMAIL": "psychonaut@annihilation.invalid",
+    # No git command runs maintenance by itself: its gc prunes worktrees, which must not race
+    # with `worktree add` (see registry_lock); `_maintain` runs it under the lock instead.
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "maintenance.auto",
+    "GIT_CONFIG_VALUE_0": "false",
 }
 
 
@@ -42,12 +47,13 @@ def git(*args: str, cwd: Path, author: str = "") -> str:
 
 
 @contextmanager
-def file_lock(name: str) -> Iterator[None]:
-    """An exclusive lock across processes on this machine (git refuses concurrent writers)."""
+def file_lock(name: str, *, shared: bool = False) -> Iterator[None]:
+    """A lock across processes on this machine (git refuses concurrent writers): exclusive, or
+    shared with other shared holders."""
     folder = Path(settings.ANNIHILATION_HOME) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / f"{name}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -79,6 +85,16 @@ def demo_repo_ensure(path: Path) -> Path:
     git("add", "-A", cwd=path)
     git("commit", "-q", "-m", "demo: initial commit", cwd=path)
     return path
+
+
+def registry_lock(*, shared: bool) -> AbstractContextManager[None]:
+    """The repository's list of worktrees. `git worktree prune` (git gc runs it too) deletes the
+    record of a worktree that `worktree add` is still creating, failing the add: adding and
+    removing hold this lock shared, pruning and maintenance hold it exclusive."""
+    repo = Path(settings.ANNIHILATION_REPO).resolve()
+    return file_lock(
+        "worktrees-" + hashlib.sha1(str(repo).encode()).hexdigest()[:16], shared=shared
+    )
 
 
 def branch_for(quantum_id: int) -> str:
@@ -118,12 +134,14 @@ def workspace_ensure(*, quantum_id: int) -> Path:
         branch = branch_for(quantum_id)
         try:
             # The common case in one subprocess: a new branch from HEAD.
-            git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+            with registry_lock(shared=True):
+                git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
         except WorkspaceError:
             # The branch exists (an earlier run of the quantum), or a worktree folder deleted by
             # hand is still registered: prune, look at the branch, retry once.
-            git("worktree", "prune", cwd=repo)
-            git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
+            with registry_lock(shared=False):
+                git("worktree", "prune", cwd=repo)
+                git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
     return path
 
 
@@ -136,11 +154,13 @@ def workspace_remove(*, quantum_id: int) -> bool:
         if not path.exists():
             return False
         try:
-            git("worktree", "remove", "--force", str(path), cwd=repo)
+            with registry_lock(shared=True):
+                git("worktree", "remove", "--force", str(path), cwd=repo)
         except WorkspaceError:
             # A folder git no longer knows as a worktree (registered elsewhere, or by hand).
             shutil.rmtree(path)
-            git("worktree", "prune", cwd=repo)
+            with registry_lock(shared=False):
+                git("worktree", "prune", cwd=repo)
     return True
 
 
@@ -154,13 +174,9 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
         git("add", "-A", cwd=workspace)
         try:
             # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.
-            # maintenance.auto=false: git's own check after each commit is a process of its
-            # own; `_maintain` runs it every MAINTENANCE_EVERY commits instead.
             summary = git(
                 "-c",
                 "core.abbrev=40",
-                "-c",
-                "maintenance.auto=false",
                 "commit",
                 "-m",
                 f"q-{quantum_id}: {agent_id} ({role})",
@@ -187,9 +203,11 @@ _commits = itertools.count(1)
 
 def _maintain(workspace: Path) -> None:
     """git's automatic maintenance (packing loose objects), once per MAINTENANCE_EVERY commits
-    of this process rather than after every one: all worktrees share the repository's store."""
+    of this process rather than after every one (after each, it would be a process of its own):
+    all worktrees share the repository's store."""
     if next(_commits) % MAINTENANCE_EVERY == 0:
-        git("maintenance", "run", "--auto", "--quiet", cwd=workspace)
+        with registry_lock(shared=False):
+            git("maintenance", "run", "--auto", "--quiet", cwd=workspace)
 
 
 def resolve_path(workspace: Path, relative: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from io import StringIO
 from pathlib import Path
 
@@ -239,6 +240,31 @@ def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(
     log = workspaces.git("log", "--format=%H %s", "-3", cwd=path).splitlines()
     assert [line.split(" ", 1)[0] for line in log] == shas[::-1]
     assert all(line.endswith("q-7: a (coder)") for line in log)
+
+
+def test_a_failed_worktree_add_prunes_and_retries_only_when_no_other_add_is_running(repo):
+    """Concurrent `git worktree add`s fail reading each other's half-written records, and
+    `git worktree prune` deletes such a record, failing the add that is writing it."""
+    from psychonauts import workspaces
+
+    other = repo / ".git" / "worktrees" / "q-999"  # another add, half-way through writing it
+    other.mkdir(parents=True)
+    (other / "locked").write_text("initializing")
+    (other / "gitdir").write_text(str(repo.parent / "q-999" / ".git"))
+    (other / "commondir").write_text("")
+    made: list[Path] = []
+    with workspaces.registry_lock(shared=True):  # held by that add
+        adding = threading.Thread(
+            target=lambda: made.append(workspaces.workspace_ensure(quantum_id=7))
+        )
+        adding.start()
+        adding.join(1.0)
+        # Its add failed on the half-written record; its prune and retry wait for the other.
+        assert adding.is_alive() and not made
+        (other / "commondir").write_text("../..\n")
+    adding.join(10)
+    assert made and (made[0] / ".git").is_file()
+    assert (other / "locked").exists()  # still being added: the prune kept it
 
 
 def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branches(

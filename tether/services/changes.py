@@ -16,7 +16,7 @@ from django.utils import timezone
 from annihilation.events import publish
 from bursts.models import QuantumRun
 from psychonauts.errors import WorkspaceError
-from psychonauts.workspaces import branch_for, file_lock, git
+from psychonauts.workspaces import branch_for, file_lock, git, registry_lock
 from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
@@ -197,11 +197,23 @@ def _merge(review: ChangeReview) -> tuple[str, list[str]]:
     if where is None:
         where = Path(settings.ANNIHILATION_HOME) / "merges" / f"change-{review.pk}"
         where.parent.mkdir(parents=True, exist_ok=True)
-        git("worktree", "add", "-q", str(where), review.base, cwd=_repo())
+        with registry_lock(shared=True):
+            git("worktree", "add", "-q", str(where), review.base, cwd=_repo())
     try:
         message = f"Merge {review.branch} (change #{review.pk}, quantum #{review.quantum_id})"
         proc = subprocess.run(
-            ["git", "merge", "--no-ff", "--no-edit", "-m", message, review.head_sha],
+            # No automatic maintenance: its gc would prune worktrees (workspaces.registry_lock).
+            [
+                "git",
+                "-c",
+                "maintenance.auto=false",
+                "merge",
+                "--no-ff",
+                "--no-edit",
+                "-m",
+                message,
+                review.head_sha,
+            ],
             cwd=where,
             capture_output=True,
             text=True,
@@ -224,12 +236,13 @@ def _merge(review: ChangeReview) -> tuple[str, list[str]]:
         return "", conflicted
     finally:
         if temporary:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(where)],
-                cwd=_repo(),
-                capture_output=True,
-                check=False,
-            )
+            with registry_lock(shared=True):
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(where)],
+                    cwd=_repo(),
+                    capture_output=True,
+                    check=False,
+                )
 
 
 @transaction.atomic
