@@ -30,6 +30,10 @@ os.environ["ANNIHILATION_HOME"] = str(HOME)
 os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ["ANTHROPIC_API_KEY"] = "bench"
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
+# Production settings, here and in the worker (which inherits them): DEBUG on wraps every query
+# in Django's debug cursor, which logs it. `DEBUG=true` in the environment measures development.
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use")
 
 from bench._setup import django_bench_db, start_worker  # noqa: E402
 
