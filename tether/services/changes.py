@@ -192,12 +192,13 @@ def _worktree_of(branch: str) -> Path | None:
 
 def _merge(review: ChangeReview) -> tuple[str, list[str]]:
     """Merge the reviewed sha into the base: (merge sha, []) or ("", conflicting files)."""
-    where = _worktree_of(review.base)
-    temporary = where is None
-    if where is None:
-        where = Path(settings.ANNIHILATION_HOME) / "merges" / f"change-{review.pk}"
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with registry_lock(shared=True):
+    # Exclusive: listing worktrees fails on the half-written record of one being added.
+    with registry_lock(shared=False):
+        where = _worktree_of(review.base)
+        temporary = where is None
+        if where is None:
+            where = Path(settings.ANNIHILATION_HOME) / "merges" / f"change-{review.pk}"
+            where.parent.mkdir(parents=True, exist_ok=True)
             git("worktree", "add", "-q", str(where), review.base, cwd=_repo())
     try:
         message = f"Merge {review.branch} (change #{review.pk}, quantum #{review.quantum_id})"
