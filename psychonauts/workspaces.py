@@ -26,11 +26,6 @@ _GIT_ENV = {
     "GIT_AUTHOR_EMAIL": "psychonaut@annihilation.invalid",
     "GIT_COMMITTER_NAME": "Annihilation",
     "GIT_COMMITTER_EMAIL": "psychonaut@annihilation.invalid",
-    # No git command runs maintenance by itself: its gc prunes worktrees, which must not race
-    # with `worktree add` (see registry_lock); `_maintain` runs it under the lock instead.
-    "GIT_CONFIG_COUNT": "1",
-    "GIT_CONFIG_KEY_0": "maintenance.auto",
-    "GIT_CONFIG_VALUE_0": "false",
 }
 
 
@@ -38,8 +33,15 @@ def git(*args: str, cwd: Path, author: str = "") -> str:
     env = {**os.environ, **_GIT_ENV}
     if author:
         env["GIT_AUTHOR_NAME"] = author
+    # No command runs git's maintenance by itself: its gc prunes worktrees, which must not race
+    # with `worktree add` (see registry_lock); `_maintain` runs it under the lock instead.
     proc = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+        ["git", "-c", "maintenance.auto=false", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
