@@ -224,6 +224,8 @@ PSYCHONAUTS_COMMAND_ALLOW = [
 # once: benchmarks), or a dotted path to a callable taking agent_run_id (tests).
 BURSTS_EXECUTOR = env_str("ANNIHILATION_BURSTS_EXECUTOR", "psychonauts")
 # A running agent's lease in Redis lives this long unless its worker renews it (every third).
+# A stage whose agents all ended and whose run has not stepped for this long is stepped by the
+# safety net (its chord callback was lost).
 BURSTS_HEARTBEAT_TTL_S = env_float("ANNIHILATION_HEARTBEAT_TTL_S", 30.0, minimum=0.3)
 # A stage with no sign of life for this long is sent to Celery again (lost message, dead worker).
 BURSTS_DISPATCH_GRACE_S = env_float("ANNIHILATION_DISPATCH_GRACE_S", 120.0, minimum=0.3)

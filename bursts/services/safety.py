@@ -1,6 +1,7 @@
 """The safety net (beat, every few seconds): finds what event-driven advancement missed.
 
-- a stage whose agents all ended but whose run did not advance (a lost chord callback) -> step;
+- a stage whose agents all ended but whose run did not advance within the heartbeat TTL (a lost
+  chord callback) -> step;
 - a stage with no sign of life: no lease in Redis, no recent heartbeat in Postgres, nothing
   dispatched or finished within the grace (a dead worker, a message lost with Redis) ->
   sent to Celery again; the stage tasks' leases make the duplicate harmless;
@@ -48,12 +49,18 @@ def _remaining(run: QuantumRun) -> tuple[int, ...]:
 
 def _check_run(run: QuantumRun, report: SafetyReport) -> None:
     now = timezone.now()
+    ttl = timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
+    agents = list(AgentRun.objects.filter(quantum_run=run, stage_index=run.current_stage))
     if stage_evaluate(run).status != StageStatus.IN_PROGRESS:
-        run_step(quantum_run_id=run.pk, stage_index=run.current_stage)
-        report.advanced.append(run.pk)
+        # The stage ended: the task of its last agent (a chain's last link, a chord callback)
+        # steps the run, after a wait in the queue when workers are busy. Only a step that has
+        # not come within the heartbeat TTL was lost, with a worker or with Redis.
+        ended = max((a.finished_at for a in agents if a.finished_at), default=None)
+        if ended is None or ended < now - ttl:
+            run_step(quantum_run_id=run.pk, stage_index=run.current_stage)
+            report.advanced.append(run.pk)
         return
     spec = stage_spec(run)
-    agents = list(AgentRun.objects.filter(quantum_run=run, stage_index=run.current_stage))
     if spec["timeout_s"]:
         limit = now - timedelta(seconds=spec["timeout_s"])
         for agent in agents:
@@ -68,7 +75,6 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
                 finished_at=now,
             ):
                 report.timed_out.append(agent.pk)
-    ttl = timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
     leased = lease_alive([a.pk for a in agents if a.status == AgentStatus.RUNNING])
     for agent in agents:
         if agent.status == AgentStatus.WAITING or agent.pk in leased:

@@ -11,14 +11,17 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from annihilation.celery import app
 from annihilation.models import Event
-from bursts.models import AgentRun, QuantumRun, RunStatus, WaveStatus
-from bursts.services import wave_start
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
+from bursts.services import safety_net, wave_start
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import ROOT, Worker, pipeline, wait_wave, worker_env
@@ -92,6 +95,32 @@ def test_the_safety_net_resends_stages_whose_messages_were_lost(
         q.refresh_from_db()
         assert q.status == QuantumStatus.CLOSED
     assert Event.objects.filter(type="stage_redispatched").count() >= 3
+
+
+def test_the_safety_net_steps_an_ended_stage_only_when_its_callback_is_late(
+    fast_settings: Any,
+) -> None:
+    """The last agent's task steps the run, perhaps after a wait in a busy queue: the safety
+    net leaves it that long (the heartbeat TTL) before deciding the step was lost."""
+    pipeline("one", ("sequential", ["coder"]), ("fan_out", ["reviewer", "tester"]), default=True)
+    q = quantum_create(title="ended")
+    wave_start()
+    app.control.purge()  # no worker: the test plays the stage's part
+    run = QuantumRun.objects.get(quantum=q)
+    coder = AgentRun.objects.filter(quantum_run=run, stage_index=0)
+    coder.update(status=AgentStatus.DONE, started_at=timezone.now(), finished_at=timezone.now())
+
+    assert safety_net().advanced == []  # its step may still be queued
+    run.refresh_from_db()
+    assert run.current_stage == 0
+
+    late = timezone.now() - timedelta(seconds=2 * fast_settings.BURSTS_HEARTBEAT_TTL_S)
+    coder.update(finished_at=late)
+    assert safety_net().advanced == [run.pk]
+    run.refresh_from_db()
+    assert run.current_stage == 1
+    assert AgentRun.objects.filter(quantum_run=run, stage_index=1).count() == 2
+    app.control.purge()
 
 
 def free_port() -> int:
