@@ -237,7 +237,7 @@ def _merge(review: ChangeReview) -> tuple[str, list[str]]:
         return "", conflicted
     finally:
         if temporary:
-            with registry_lock(shared=True):
+            with registry_lock(shared=False):  # as above: removing reads the list too
                 subprocess.run(
                     ["git", "worktree", "remove", "--force", str(where)],
                     cwd=_repo(),
