@@ -4,15 +4,23 @@ a branch that moved or vanished, auto-merge; and a whole wave whose agent asks t
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from annihilation.models import Event
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
-from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
+from psychonauts.workspaces import (
+    branch_for,
+    git,
+    registry_lock,
+    workspace_commit,
+    workspace_ensure,
+)
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for
@@ -74,6 +82,38 @@ def test_it_reviews_a_change_and_merges_it_on_approve(db, repo, make_quantum, te
     assert main_file(repo, "hello.py") == "print('hi')\n"
     with pytest.raises(AlreadyDecided):
         change_approve(change_id=review.pk)
+
+
+def test_an_approve_waits_for_a_worktree_being_added(
+    transactional_db, repo, make_quantum, tether_settings
+):
+    """A merge lists the worktrees, and `git worktree list` fails on the half-written record of
+    one that an agent is adding: the merge waits until no add is running."""
+    run = finished_run(make_quantum(), {"hello.py": "print('hi')\n"})
+    review = change_review_create(quantum_run_id=run.pk)
+    assert review is not None
+    other = repo / ".git" / "worktrees" / "q-999"  # another add, half-way through writing it
+    other.mkdir(parents=True)
+    (other / "locked").write_text("initializing")
+    (other / "gitdir").write_text(str(repo.parent / "q-999" / ".git"))
+    (other / "commondir").write_text("")
+    outcome: list[ChangeReview] = []
+
+    def approve() -> None:
+        try:
+            outcome.append(change_approve(change_id=review.pk))
+        finally:
+            connection.close()
+
+    with registry_lock(shared=True):  # held by that add
+        approving = threading.Thread(target=approve)
+        approving.start()
+        approving.join(1.0)
+        assert approving.is_alive() and not outcome
+        (other / "commondir").write_text("../..\n")
+    approving.join(10)
+    assert outcome and outcome[0].status == ChangeStatus.MERGED
+    assert main_file(repo, "hello.py") == "print('hi')\n"
 
 
 def test_it_reopens_the_quantum_with_the_reason_on_reject(db, repo, make_quantum, tether_settings):
