@@ -57,8 +57,9 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
         # not come within the heartbeat TTL was lost, with a worker or with Redis.
         ended = max((a.finished_at for a in agents if a.finished_at), default=None)
         if ended is None or ended < now - ttl:
-            run_step(quantum_run_id=run.pk, stage_index=run.current_stage)
-            report.advanced.append(run.pk)
+            stepped = run_step(quantum_run_id=run.pk, stage_index=run.current_stage)
+            if stepped not in (None, StageStatus.IN_PROGRESS):  # not a step that came meanwhile
+                report.advanced.append(run.pk)
         return
     spec = stage_spec(run)
     if spec["timeout_s"]:
