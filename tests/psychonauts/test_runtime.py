@@ -19,6 +19,7 @@ from psychonauts.registry import registry_list
 from psychonauts.roles import roles_load
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
+from tests.worktrees import worktree_being_added
 
 pytestmark = pytest.mark.django_db
 
@@ -247,13 +248,8 @@ def test_a_failed_worktree_add_prunes_and_retries_only_when_no_other_add_is_runn
     `git worktree prune` deletes such a record, failing the add that is writing it."""
     from psychonauts import workspaces
 
-    other = repo / ".git" / "worktrees" / "q-999"  # another add, half-way through writing it
-    other.mkdir(parents=True)
-    (other / "locked").write_text("initializing")
-    (other / "gitdir").write_text(str(repo.parent / "q-999" / ".git"))
-    (other / "commondir").write_text("")
     made: list[Path] = []
-    with workspaces.registry_lock(shared=True):  # held by that add
+    with worktree_being_added(repo) as other:
         adding = threading.Thread(
             target=lambda: made.append(workspaces.workspace_ensure(quantum_id=7))
         )
@@ -261,7 +257,6 @@ def test_a_failed_worktree_add_prunes_and_retries_only_when_no_other_add_is_runn
         adding.join(1.0)
         # Its add failed on the half-written record; its prune and retry wait for the other.
         assert adding.is_alive() and not made
-        (other / "commondir").write_text("../..\n")
     adding.join(10)
     assert made and (made[0] / ".git").is_file()
     assert (other / "locked").exists()  # still being added: the prune kept it

@@ -17,13 +17,13 @@ from bursts.services import wave_start
 from psychonauts.workspaces import (
     branch_for,
     git,
-    registry_lock,
     workspace_commit,
     workspace_ensure,
 )
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for
+from tests.worktrees import worktree_being_added
 from tether.errors import AlreadyDecided, BranchMoved
 from tether.hooks import on_run_drained
 from tether.models import ChangeReview, ChangeStatus, Reaching
@@ -92,11 +92,6 @@ def test_an_approve_waits_for_a_worktree_being_added(
     run = finished_run(make_quantum(), {"hello.py": "print('hi')\n"})
     review = change_review_create(quantum_run_id=run.pk)
     assert review is not None
-    other = repo / ".git" / "worktrees" / "q-999"  # another add, half-way through writing it
-    other.mkdir(parents=True)
-    (other / "locked").write_text("initializing")
-    (other / "gitdir").write_text(str(repo.parent / "q-999" / ".git"))
-    (other / "commondir").write_text("")
     outcome: list[ChangeReview] = []
 
     def approve() -> None:
@@ -105,12 +100,11 @@ def test_an_approve_waits_for_a_worktree_being_added(
         finally:
             connection.close()
 
-    with registry_lock(shared=True):  # held by that add
+    with worktree_being_added(repo):
         approving = threading.Thread(target=approve)
         approving.start()
         approving.join(1.0)
         assert approving.is_alive() and not outcome
-        (other / "commondir").write_text("../..\n")
     approving.join(10)
     assert outcome and outcome[0].status == ChangeStatus.MERGED
     assert main_file(repo, "hello.py") == "print('hi')\n"
