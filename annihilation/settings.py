@@ -200,13 +200,6 @@ PSYCHONAUTS_SLOT_WAIT_S = env_float("ANNIHILATION_SLOT_WAIT_S", 600.0, minimum=0
 PSYCHONAUTS_LEASE_TTL_S = env_float("ANNIHILATION_LEASE_TTL_S", 300.0, minimum=1)
 # The beat removes the worktrees of closed quanta this often (their branches stay).
 PSYCHONAUTS_WORKSPACE_SWEEP_S = env_float("ANNIHILATION_WORKSPACE_SWEEP_S", 60.0, minimum=1)
-CELERY_BEAT_SCHEDULE = {
-    "psychonauts-workspaces-sweep": {
-        "task": "psychonauts.workspaces_sweep",
-        "schedule": PSYCHONAUTS_WORKSPACE_SWEEP_S,
-        "options": {"expires": PSYCHONAUTS_WORKSPACE_SWEEP_S},
-    },
-}
 PSYCHONAUTS_SHELL_TIMEOUT_S = env_float("ANNIHILATION_SHELL_TIMEOUT_S", 120.0, minimum=1)
 PSYCHONAUTS_OUTPUT_LIMIT = env_int("ANNIHILATION_OUTPUT_LIMIT", 20_000, minimum=100)
 PSYCHONAUTS_TEXT_FLUSH_S = env_float("ANNIHILATION_TEXT_FLUSH_S", 0.5, minimum=0)
@@ -241,14 +234,6 @@ CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 0 if DB_POOL_MAX else
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("ANNIHILATION_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
 }
-CELERY_BEAT_SCHEDULE = {
-    **globals().get("CELERY_BEAT_SCHEDULE", {}),
-    "bursts-safety-net": {
-        "task": "bursts.safety_net",
-        "schedule": BURSTS_SAFETY_NET_INTERVAL_S,
-        "options": {"expires": BURSTS_SAFETY_NET_INTERVAL_S},
-    },
-}
 
 # --- ui ---
 # The control room (issue 6): login everywhere (views opt out with @login_not_required), the
@@ -277,11 +262,17 @@ TETHER_AUTO_MERGE_LOW_RISK = env_bool("ANNIHILATION_TETHER_AUTO_MERGE_LOW_RISK",
 TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
 # The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
 TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
+
+# The beat's periodic tasks; each expires after its own period (the next one is due by then).
 CELERY_BEAT_SCHEDULE = {
-    **CELERY_BEAT_SCHEDULE,
-    "tether-sweep": {
-        "task": "tether.sweep",
-        "schedule": TETHER_SWEEP_INTERVAL_S,
-        "options": {"expires": TETHER_SWEEP_INTERVAL_S},
-    },
+    name: {"task": task, "schedule": every, "options": {"expires": every}}
+    for name, task, every in (
+        (
+            "psychonauts-workspaces-sweep",
+            "psychonauts.workspaces_sweep",
+            PSYCHONAUTS_WORKSPACE_SWEEP_S,
+        ),
+        ("bursts-safety-net", "bursts.safety_net", BURSTS_SAFETY_NET_INTERVAL_S),
+        ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
+    )
 }
