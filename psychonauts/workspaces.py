@@ -48,10 +48,24 @@ def git(*args: str, cwd: Path, author: str = "") -> str:
     return proc.stdout.strip()
 
 
+# Locks keyed by quantum or workspace map onto this many files per kind, so the lock folder
+# stays the same size however many quanta a repository has seen (a lock file cannot be deleted
+# safely: a process may have it open, about to lock it). Two quanta that share a stripe only
+# wait for each other's git step; no code holds two locks of one kind at once.
+LOCK_STRIPES = 256
+
+
+def stripe(key: str | int) -> int:
+    """The lock stripe of a quantum id or a path: stable across processes (not `hash`)."""
+    if isinstance(key, int):
+        return key % LOCK_STRIPES
+    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % LOCK_STRIPES
+
+
 @contextmanager
 def file_lock(name: str, *, shared: bool = False) -> Iterator[None]:
     """A lock across processes on this machine (git refuses concurrent writers): exclusive, or
-    shared with other shared holders."""
+    shared with other shared holders. Not reentrant: a holder must not take it again."""
     folder = Path(settings.ANNIHILATION_HOME) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / f"{name}.lock").open("a") as handle:
@@ -127,9 +141,9 @@ def workspace_ensure(*, quantum_id: int) -> Path:
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
     if (path / ".git").exists():
         return path
-    # Per quantum: agents of one quantum wait for each other, other quanta go on in parallel
-    # (git takes its own lock on each new branch ref).
-    with file_lock(f"worktree-q{quantum_id}"):
+    # Per quantum (its stripe): agents of one quantum wait for each other, other quanta go on in
+    # parallel (git takes its own lock on each new branch ref).
+    with file_lock(f"worktree-{stripe(quantum_id)}"):
         if (path / ".git").exists():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +166,7 @@ def workspace_remove(*, quantum_id: int) -> bool:
     read the branch, and a later run of the quantum checks it out again."""
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
     repo = Path(settings.ANNIHILATION_REPO)
-    with file_lock(f"worktree-q{quantum_id}"):
+    with file_lock(f"worktree-{stripe(quantum_id)}"):
         if not path.exists():
             return False
         try:
@@ -171,8 +185,7 @@ _COMMIT_SUMMARY = re.compile(r"^\[[^\]]* ([0-9a-f]{40})\]")
 
 def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
     """Commit everything the agent changed; returns the commit sha, or "" when nothing changed."""
-    key = hashlib.sha1(str(workspace.resolve()).encode()).hexdigest()[:16]
-    with file_lock(f"commit-{key}"):
+    with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
         git("add", "-A", cwd=workspace)
         try:
             # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.

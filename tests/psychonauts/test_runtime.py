@@ -299,3 +299,28 @@ def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branc
     assert (again / "work.txt").read_text() == "done"
     assert workspaces_sweep() == []
     assert again.exists()
+
+
+def test_lock_files_stay_one_per_stripe_however_many_quanta_come_and_go(
+    repo, settings, monkeypatch
+):
+    """A lock file cannot be deleted safely, so quanta share a fixed set of them; quanta that
+    share a stripe still each get their worktree and commit."""
+    from psychonauts import workspaces
+
+    monkeypatch.setattr(workspaces, "LOCK_STRIPES", 2)
+    locks = Path(settings.ANNIHILATION_HOME) / "locks"
+    shas = []
+    for quantum_id in (4, 6, 8, 5):  # three on stripe 0, one on stripe 1
+        path = workspaces.workspace_ensure(quantum_id=quantum_id)
+        (path / "note.txt").write_text(f"quantum {quantum_id}")
+        shas.append(workspaces.workspace_commit(workspace=path, quantum_id=quantum_id,
+                                                agent_id="a", role="coder"))  # fmt: skip
+        assert workspaces.workspace_remove(quantum_id=quantum_id)
+    assert all(len(sha) == 40 for sha in shas) and len(set(shas)) == 4
+    names = sorted(p.name for p in locks.iterdir())
+    assert [n for n in names if n.startswith("worktree-") and "worktrees-" not in n] == [
+        "worktree-0.lock",
+        "worktree-1.lock",
+    ]
+    assert len([n for n in names if n.startswith("commit-")]) <= 2
