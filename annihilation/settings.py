@@ -263,6 +263,8 @@ TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
 # The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
 TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
 
+# Beat's record of last runs: in the data folder, not the current directory.
+CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
 # The beat's periodic tasks; each expires after its own period (the next one is due by then).
 CELERY_BEAT_SCHEDULE = {
     name: {"task": task, "schedule": every, "options": {"expires": every}}

@@ -1,12 +1,15 @@
-"""docker-compose.yml cannot run here (no Docker engine): check it names what the Procfile runs."""
+"""docker-compose.yml cannot run here (no Docker engine): check that it runs what the Procfile
+runs, on an image the Dockerfile builds with what those processes need."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+APP_SERVICES = ("migrate", "web", "worker", "beat", "flower")
 
 
 def procfile() -> dict[str, str]:
@@ -18,13 +21,47 @@ def procfile() -> dict[str, str]:
     return entries
 
 
+def compose_services() -> dict[str, Any]:
+    services: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    return services
+
+
 def test_compose_runs_the_procfile_processes_with_the_same_commands():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services = compose["services"]
-    assert {"postgres", "redis"} <= services.keys()
+    services = compose_services()
+    assert {"postgres", "redis", *APP_SERVICES} <= services.keys()
     for name, command in procfile().items():
         assert name in services, f"compose has no service {name!r}"
-        assert services[name]["command"] == command, name
+        # In a container a process must listen on every interface to be reachable at all; its
+        # port is published on the host's loopback only, as the Procfile's 127.0.0.1 means.
+        assert services[name]["command"] == command.replace("127.0.0.1", "0.0.0.0"), name
+        for port in services[name].get("ports", []):
+            assert port.startswith("127.0.0.1:"), (name, port)
+
+
+def test_the_app_services_share_the_image_the_data_and_the_migrated_database():
+    services = compose_services()
+    for name in APP_SERVICES:
+        service = services[name]
+        assert service["build"] == "." and service["image"] == "annihilation", name
+        assert "home:/data" in service["volumes"], name
+        assert service["environment"]["ANNIHILATION_REPO"] == "/repo", name
+        if name != "migrate":
+            assert service["depends_on"]["migrate"] == {
+                "condition": "service_completed_successfully"
+            }, name
+    assert services["migrate"]["command"] == "python manage.py migrate --noinput"
+
+
+def test_the_dockerfile_installs_what_the_processes_need():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "FROM python:3.11" in dockerfile
+    assert "install -y --no-install-recommends git" in dockerfile  # worktrees and merges
+    # Editable, as `make install`: templates, pipelines and roles are read from the source tree.
+    assert "pip install --no-cache-dir -e ." in dockerfile
+    assert "collectstatic --noinput" in dockerfile  # DEBUG off serves static files from there
+    assert "ANNIHILATION_HOME=/data" in dockerfile and "USER annihilation" in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".annihilation", ".git"} <= set(ignored)
 
 
 def test_the_procfile_has_web_worker_beat_and_flower():
