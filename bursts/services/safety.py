@@ -51,7 +51,7 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
     now = timezone.now()
     ttl = timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
     agents = list(AgentRun.objects.filter(quantum_run=run, stage_index=run.current_stage))
-    if stage_evaluate(run).status != StageStatus.IN_PROGRESS:
+    if stage_evaluate(run, agents).status != StageStatus.IN_PROGRESS:
         # The stage ended: the task of its last agent (a chain's last link, a chord callback)
         # steps the run, after a wait in the queue when workers are busy. Only a step that has
         # not come within the heartbeat TTL was lost, with a worker or with Redis.
