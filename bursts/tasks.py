@@ -58,7 +58,14 @@ def stage_done(quantum_run_id: int, stage_index: int) -> None:
     with stage_in_place(quantum_run_id) as kept:
         run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
     for d in kept:
-        _agent_slot(None, d.quantum_run_id, d.stage_index, d.positions[0], True, d.agent_run_ids[0])
+        _agent_slot(
+            prior=None,
+            quantum_run_id=d.quantum_run_id,
+            stage_index=d.stage_index,
+            position=d.positions[0],
+            final=True,
+            agent_run_id=d.agent_run_ids[0],
+        )
 
 
 @shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
