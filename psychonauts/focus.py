@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from django.conf import settings
@@ -11,7 +10,7 @@ from django.db.models import QuerySet
 from annihilation.models import Event
 from bursts.models import AgentRun
 from psychonauts.models import DiaryEntry, ToolCall
-from psychonauts.workspaces import branch_for
+from psychonauts.workspaces import branch_for, git_run
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
@@ -40,14 +39,7 @@ def worktree_diff(*, quantum_id: int) -> str:
     repo = Path(settings.ANNIHILATION_REPO)
     if not (repo / ".git").exists():
         return ""
-    result = subprocess.run(
-        ["git", "diff", "--no-color", f"HEAD...{branch_for(quantum_id)}"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
+    result = git_run("diff", "--no-color", f"HEAD...{branch_for(quantum_id)}", cwd=repo, timeout=10)
     if result.returncode != 0:
         return ""  # no branch yet: the agent has not touched the workspace
     return result.stdout[:DIFF_LIMIT]

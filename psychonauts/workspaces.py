@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -29,20 +29,29 @@ _GIT_ENV = {
 }
 
 
-def git(*args: str, cwd: Path, author: str = "") -> str:
-    env = {**os.environ, **_GIT_ENV}
-    if author:
-        env["GIT_AUTHOR_NAME"] = author
-    # No command runs git's maintenance by itself: its gc prunes worktrees, which must not race
-    # with `worktree add` (see registry_lock); `_maintain` runs it under the lock instead.
-    proc = subprocess.run(
+def git_run(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """git as everything here runs it; the caller reads the exit status. Never git's automatic
+    maintenance: its gc prunes worktrees, which must not race with `worktree add` (see
+    registry_lock); `_maintain` runs it under the lock instead."""
+    return subprocess.run(
         ["git", "-c", "maintenance.auto=false", *args],
         cwd=cwd,
-        env=env,
+        env=dict(env) if env is not None else {**os.environ, **_GIT_ENV},
         capture_output=True,
         text=True,
         check=False,
+        timeout=timeout,
     )
+
+
+def git(*args: str, cwd: Path, author: str = "") -> str:
+    """git's output, or WorkspaceError naming the command and git's complaint."""
+    env = {**os.environ, **_GIT_ENV}
+    if author:
+        env["GIT_AUTHOR_NAME"] = author
+    proc = git_run(*args, cwd=cwd, env=env)
     if proc.returncode != 0:
         raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -103,14 +112,17 @@ def demo_repo_ensure(path: Path) -> Path:
     return path
 
 
+def repo_lock(kind: str, *, shared: bool = False) -> AbstractContextManager[None]:
+    """A lock of one `kind` on the target repository (ANNIHILATION_REPO) as a whole."""
+    repo = Path(settings.ANNIHILATION_REPO).resolve()
+    return file_lock(f"{kind}-{hashlib.sha1(str(repo).encode()).hexdigest()[:16]}", shared=shared)
+
+
 def registry_lock(*, shared: bool) -> AbstractContextManager[None]:
     """The repository's list of worktrees. `git worktree prune` (git gc runs it too) deletes the
     record of a worktree that `worktree add` is still creating, failing the add: adding and
     removing hold this lock shared, pruning and maintenance hold it exclusive."""
-    repo = Path(settings.ANNIHILATION_REPO).resolve()
-    return file_lock(
-        "worktrees-" + hashlib.sha1(str(repo).encode()).hexdigest()[:16], shared=shared
-    )
+    return repo_lock("worktrees", shared=shared)
 
 
 def branch_for(quantum_id: int) -> str:
@@ -119,12 +131,7 @@ def branch_for(quantum_id: int) -> str:
 
 def _worktree_args(repo: Path, path: Path, branch: str) -> list[str]:
     """`git worktree add` arguments: check out the branch if it exists, else create it."""
-    exists = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
-        cwd=repo,
-        capture_output=True,
-        check=False,
-    )
+    exists = git_run("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=repo)
     return [str(path), branch] if exists.returncode == 0 else ["-b", branch, str(path), "HEAD"]
 
 
@@ -200,9 +207,7 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
             )
         except WorkspaceError:
             # Asking first would cost a subprocess on every commit; ask only when it failed.
-            unchanged = subprocess.run(
-                ["git", "diff", "--cached", "--quiet"], cwd=workspace, check=False
-            ).returncode
+            unchanged = git_run("diff", "--cached", "--quiet", cwd=workspace).returncode
             if unchanged == 0:
                 return ""
             raise

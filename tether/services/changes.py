@@ -3,9 +3,7 @@ into the base branch), reject (reopen the quantum) or a conflict (a correction q
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import subprocess
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from django.utils import timezone
 from annihilation.events import publish
 from bursts.models import QuantumRun
 from psychonauts.errors import WorkspaceError
-from psychonauts.workspaces import branch_for, file_lock, git, registry_lock
+from psychonauts.workspaces import branch_for, git, git_run, registry_lock, repo_lock
 from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
@@ -35,17 +33,11 @@ def _repo() -> Path:
 
 def _repo_lock() -> AbstractContextManager[None]:
     """Merges into the target repository one at a time (git's index lock would refuse)."""
-    return file_lock("merge-" + hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16])
+    return repo_lock("merge")
 
 
 def _sha(ref: str) -> str:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        cwd=_repo(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = git_run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=_repo())
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
@@ -202,23 +194,9 @@ def _merge(review: ChangeReview) -> tuple[str, list[str]]:
             git("worktree", "add", "-q", str(where), review.base, cwd=_repo())
     try:
         message = f"Merge {review.branch} (change #{review.pk}, quantum #{review.quantum_id})"
-        proc = subprocess.run(
-            # No automatic maintenance: its gc would prune worktrees (workspaces.registry_lock).
-            [
-                "git",
-                "-c",
-                "maintenance.auto=false",
-                "merge",
-                "--no-ff",
-                "--no-edit",
-                "-m",
-                message,
-                review.head_sha,
-            ],
+        proc = git_run(
+            *("merge", "--no-ff", "--no-edit", "-m", message, review.head_sha),
             cwd=where,
-            capture_output=True,
-            text=True,
-            check=False,
             env={
                 "PATH": "/usr/bin:/bin:/usr/local/bin",
                 "GIT_AUTHOR_NAME": "Annihilation Tether",
@@ -231,19 +209,14 @@ def _merge(review: ChangeReview) -> tuple[str, list[str]]:
         if proc.returncode == 0:
             return git("rev-parse", "HEAD", cwd=where), []
         conflicted = git("diff", "--name-only", "--diff-filter=U", cwd=where).splitlines()
-        subprocess.run(["git", "merge", "--abort"], cwd=where, capture_output=True, check=False)
+        git_run("merge", "--abort", cwd=where)
         if not conflicted:
             raise TetherError(f"git merge failed: {(proc.stderr or proc.stdout).strip()}")
         return "", conflicted
     finally:
         if temporary:
             with registry_lock(shared=False):  # as above: removing reads the list too
-                subprocess.run(
-                    ["git", "worktree", "remove", "--force", str(where)],
-                    cwd=_repo(),
-                    capture_output=True,
-                    check=False,
-                )
+                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
 
 
 @transaction.atomic
