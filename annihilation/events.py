@@ -16,7 +16,6 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -88,16 +87,15 @@ def publish(
 
     Inside an atomic block that rolls back, neither the row nor the message survives.
     """
-    check_topic(topic)
-    messages, now = _record(topic, [(event_type, payload or {})], session_id)
-    _send_on_commit(messages)
+    batch = EventBatch(topic, [(event_type, payload or {})], session_id)
+    message = batch.record()[0]
     return Event(
-        pk=messages[0]["id"],
+        pk=message["id"],
         topic=topic,
         type=event_type,
-        payload=messages[0]["payload"],
+        payload=message["payload"],
         session_id=session_id,
-        created_at=now,
+        created_at=batch.now,
     )
 
 
@@ -112,48 +110,75 @@ def publish_many(
     For a writer that publishes several events per step (an agent's turn): the rows go in with
     the step's checkpoint instead of one round trip each.
     """
-    check_topic(topic)
-    if not items:
-        return []
-    messages, _ = _record(topic, items, session_id)
-    _send_on_commit(messages)
-    return messages
+    return EventBatch(topic, items, session_id).record() if items else []
 
 
-# One plain statement for one or many rows: the ORM's create / bulk_create cost several times
-# more Python per row, and agents write events on every turn.
-_INSERT_EVENTS = (
-    "INSERT INTO annihilation_event (session_id, topic, type, payload, created_at) VALUES {rows}"
-    " RETURNING id"
-)
+class EventBatch:
+    """Events of one topic, written by one statement: their own (`record`), or a statement of
+    the caller's that carries them as its CTE `events` (`cte`, `IDS`, `params`, then `sent`
+    with the ids), so that a step of a hot path and its events are one round trip.
 
+    One plain statement for one or many rows: the ORM's create / bulk_create cost several times
+    more Python per row, and agents write events on every turn.
+    """
 
-def _record(
-    topic: str, items: Sequence[tuple[str, Mapping[str, Any]]], session_id: int | None
-) -> tuple[list[EventMessage], datetime]:
-    now = timezone.now()
-    params: list[Any] = []
-    payloads: list[str] = []
-    for event_type, payload in items:
-        payloads.append(json.dumps(dict(payload)))
-        params += [session_id, topic, event_type, payloads[-1], now]
-    sql = _INSERT_EVENTS.format(rows=", ".join(["(%s, %s, %s, %s::jsonb, %s)"] * len(items)))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = [row[0] for row in cursor.fetchall()]
-    created = now.isoformat()
-    messages: list[EventMessage] = [
-        {
-            "id": event_id,
-            "topic": topic,
-            "type": event_type,
-            "payload": json.loads(payload),  # as a reader of the row will see it
-            "created_at": created,
-            "session_id": session_id,
+    _CTE = """events AS (
+    INSERT INTO annihilation_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb){where}
+    RETURNING id
+)"""
+    IDS = "ARRAY(SELECT id FROM events ORDER BY id)"  # ids follow the rows' order
+
+    @classmethod
+    def cte(cls, *, only_if: str = "") -> str:
+        """The CTE `events`; `only_if`: an SQL condition (on the statement's other CTEs) under
+        which they are written."""
+        return cls._CTE.format(where=f"\n    WHERE {only_if}" if only_if else "")
+
+    def __init__(
+        self,
+        topic: str,
+        items: Sequence[tuple[str, Mapping[str, Any]]],
+        session_id: int | None = None,
+    ) -> None:
+        check_topic(topic)
+        self.topic, self.session_id, self.now = topic, session_id, timezone.now()
+        self._json = json.dumps([{"type": t, "payload": dict(p)} for t, p in items])
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "events": self._json,
+            "events_session": self.session_id,
+            "events_topic": self.topic,
+            "events_now": self.now,
         }
-        for event_id, (event_type, _), payload in zip(ids, items, payloads, strict=True)
-    ]
-    return messages, now
+
+    def sent(self, ids: Sequence[int]) -> list[EventMessage]:
+        """The rows' messages (their payloads as a reader of the rows sees them), sent to the
+        topic's live group once the transaction commits."""
+        created = self.now.isoformat()
+        messages: list[EventMessage] = [
+            {
+                "id": event_id,
+                "topic": self.topic,
+                "type": item["type"],
+                "payload": item["payload"],
+                "created_at": created,
+                "session_id": self.session_id,
+            }
+            for event_id, item in zip(ids, json.loads(self._json), strict=True)
+        ]
+        if messages:
+            _send_on_commit(messages)
+        return messages
+
+    def record(self) -> list[EventMessage]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"WITH {self.cte()} SELECT {self.IDS}", self.params())
+            row = cursor.fetchone()
+        assert row is not None  # a SELECT of an ARRAY() always has its row
+        return self.sent(row[0])
 
 
 def _send_on_commit(messages: list[EventMessage]) -> None:

@@ -1,9 +1,12 @@
-"""The agent loop's hot writes in plain SQL: opening a turn, its checkpoint, a tool's result.
+"""The agent loop's hot writes in plain SQL: opening a turn, its checkpoint, a tool's result,
+the run's end.
 
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
-core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs.
-The statements write exactly the rows the models describe (AgentTurn, Usage, ToolCall and the
-run's phase and counters); the tests read them back through the ORM, and other reads stay there.
+core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs,
+and each round trip hands the GIL around a hundred threads. So each step is one statement, and
+the events buffered since the last step go in with it (`EventBatch.cte`). The statements write
+exactly the rows the models describe (AgentTurn, Usage, ToolCall, Event and the run's phase,
+counters and outcome); the tests read them back through the ORM, and other reads stay there.
 """
 
 from __future__ import annotations
@@ -12,17 +15,22 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection
 
+from annihilation.events import EventBatch
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 
-# Opening a turn is one round trip: the phase and heartbeat go in, and the spend the budgets
-# need comes back; no row comes back when the run is no longer running (cancelled meanwhile).
+# Opening a turn is one round trip: the phase, heartbeat and events go in, and the spend the
+# budgets need comes back; no run row when it is no longer running (cancelled meanwhile).
 _TURN_OPEN = """
-UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
-WHERE id = %(id)s AND status = 'running'
-RETURNING {run}, {wave}
+WITH run AS (
+    UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
+    WHERE id = %(id)s AND status = 'running'
+    RETURNING {run} AS spent, {wave} AS spent_wave
+), {events}
+SELECT EXISTS (SELECT FROM run), (SELECT spent FROM run), (SELECT spent_wave FROM run), {ids}
 """
 _SPEND_RUN = (
     "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
@@ -44,14 +52,17 @@ def turn_open(
     agent_id: str,
     attempt: int,
     budgeted_wave_id: int | None,
+    events: EventBatch,
 ) -> tuple[Decimal, Decimal | None] | None:
-    """Write the phase; return what the quantum run (or the lone agent run) has spent, and the
-    wave when it has a budget, or None when the run is no longer running."""
+    """Write the phase and the events; return what the quantum run (or the lone agent run) has
+    spent, and the wave when it has a budget, or None when the run is no longer running."""
     sql = _TURN_OPEN.format(
         run=_SPEND_RUN if quantum_run_id is not None else _SPEND_ALONE,
         wave=_SPEND_WAVE if budgeted_wave_id is not None else "NULL",
+        events=events.cte(),
+        ids=events.IDS,
     )
-    params: dict[str, str | int | datetime | None] = {
+    params: dict[str, Any] = {
         "phase": phase,
         "now": now,
         "id": agent_run_id,
@@ -59,16 +70,20 @@ def turn_open(
         "agent_id": agent_id,
         "attempt": attempt,
         "wave": budgeted_wave_id,
+        **events.params(),
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return None if row is None else (row[0], row[1])
+    assert row is not None  # a SELECT of subqueries always has its row
+    running, spent, spent_wave, event_ids = row
+    events.sent(event_ids)
+    return (spent, spent_wave) if running else None
 
 
-# One statement: the turn, its usage, its tool calls (pending) and the run's counters and
-# phase. Atomic on its own; the caller adds the events in the same transaction.
-_TURN_RECORD = """
+# One statement, atomic on its own: the turn, its usage, its tool calls (pending), the run's
+# counters and phase, and the events.
+_TURN_RECORD = f"""
 WITH turn AS (
     INSERT INTO psychonauts_agentturn (agent_run_id, index, assistant, tool_results, stop_reason,
                                        complete, tokens_in, tokens_out, created_at)
@@ -91,8 +106,9 @@ WITH turn AS (
     SET tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
         cost_usd = cost_usd + %(cost)s, phase = %(phase)s, heartbeat_at = %(now)s
     WHERE id = %(run)s
-)
-SELECT (SELECT id FROM turn), ARRAY(SELECT tool_use_id FROM calls), ARRAY(SELECT id FROM calls)
+), {EventBatch.cte()}
+SELECT (SELECT id FROM turn), ARRAY(SELECT tool_use_id FROM calls), ARRAY(SELECT id FROM calls),
+       {EventBatch.IDS}
 """
 
 _TOOL_CALL_DONE = """
@@ -123,8 +139,9 @@ class TurnRecord:
     now: datetime
 
 
-def turn_record(record: TurnRecord) -> tuple[int, dict[str, int]]:
-    """Write a provider's answer; returns the turn's id and its tool calls' ids by tool_use id."""
+def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, int]]:
+    """Write a provider's answer and the events; returns the turn's id and its tool calls' ids
+    by tool_use id."""
     calls = [{"id": u["id"], "name": u["name"], "input": u["input"]} for u in record.tool_uses]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -145,11 +162,13 @@ def turn_record(record: TurnRecord) -> tuple[int, dict[str, int]]:
                 "cost": record.cost_usd,
                 "phase": record.phase,
                 "now": record.now,
+                **events.params(),
             },
         )
         row = cursor.fetchone()
     assert row is not None  # a SELECT of subqueries always has its row
-    turn_id, tool_use_ids, call_ids = row
+    turn_id, tool_use_ids, call_ids, event_ids = row
+    events.sent(event_ids)
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 
 
@@ -161,3 +180,53 @@ def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: in
 def turn_complete(*, turn_id: int, tool_results: list[ToolResultBlock]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_TURN_COMPLETE, [json.dumps(tool_results), turn_id])
+
+
+# The run's end, guarded (running -> done | error), with its session's end and the events; the
+# events go in only with the transition (the caller writes those that still belong otherwise).
+_RUN_FINISH = f"""
+WITH run AS (
+    UPDATE bursts_agentrun
+    SET status = %(status)s, phase = %(phase)s, result = %(result)s, error = %(error)s,
+        finished_at = %(now)s, heartbeat_at = %(now)s
+    WHERE id = %(id)s AND status = 'running'
+    RETURNING id
+), session AS (
+    UPDATE annihilation_session SET ended_at = %(now)s
+    WHERE id = %(session)s AND EXISTS (SELECT FROM run)
+), {EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
+SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}
+"""
+
+
+def run_finish(
+    *,
+    agent_run_id: int,
+    status: str,
+    phase: str,
+    result: str,
+    error: str,
+    now: datetime,
+    session_id: int,
+    events: EventBatch,
+) -> bool:
+    """End a running run; False (nothing written) when it was no longer running."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RUN_FINISH,
+            {
+                "id": agent_run_id,
+                "status": status,
+                "phase": phase,
+                "result": result,
+                "error": error,
+                "now": now,
+                "session": session_id,
+                **events.params(),
+            },
+        )
+        row = cursor.fetchone()
+    assert row is not None  # a SELECT of subqueries always has its row
+    finished, event_ids = row
+    events.sent(event_ids)
+    return bool(finished)

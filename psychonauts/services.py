@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annihilation.events import publish, publish_many
+from annihilation.events import EventBatch, publish, publish_many
 from annihilation.models import Session
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
     TurnRecord,
+    run_finish,
     tool_call_done,
     turn_complete,
     turn_open,
@@ -232,19 +233,28 @@ class _Runner:
     """One execution of one agent run (a process may execute the same run again later).
 
     Writes are grouped per step of a turn, because a worker runs a hundred agents on one core:
-    opening a turn is one statement, the provider's answer another (both in
-    `psychonauts.checkpoint`: turn, usage, counters, pending tool calls) and its events in one
-    transaction, and each finished tool call one UPDATE. Events are buffered by `emit` and
-    written with the next of these steps; streamed text during a long call goes out on its own,
-    throttled.
+    opening a turn is one statement, the provider's answer another (turn, usage, counters,
+    pending tool calls), each finished tool call one, the run's end one (all in
+    `psychonauts.checkpoint`). Events are buffered by `emit` and written by the next of these
+    statements; streamed text during a long call goes out on its own, throttled.
+
+    `resumed`: the run was started before (a crash, a redelivery, an answered question), so its
+    session and turns are looked up; a fresh run has none.
     """
 
     def __init__(
-        self, run: AgentRun, role: Role, route: tuple[Provider, str], observer: Observer | None
+        self,
+        run: AgentRun,
+        role: Role,
+        route: tuple[Provider, str],
+        observer: Observer | None,
+        *,
+        resumed: bool,
     ) -> None:
         self.run = run
         self.role = role
         self.observer = observer
+        self.resumed = resumed
         self.topic = f"agent:{run.agent_id}"
         self.session_id = self._session()
         self.provider, self.model = route
@@ -258,34 +268,46 @@ class _Runner:
             self.wave = WaveBudget(wave_id, limit)
         self.workspace: Path = workspace_ensure(quantum_id=run.quantum_id)
         self.tools = tools_for(list(role.allowed_tools))
-        self._events: list[tuple[str, dict[str, Any]]] = []
+        self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
         self._flushed_at = time.monotonic()
 
     def _session(self) -> int:
         # Not get_or_create (a transaction around the INSERT): the claim lets one execution of
         # a run in at a time, so looking first cannot race.
-        sessions = Session.objects.filter(kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk))
-        found = sessions.values_list("pk", flat=True).first()
-        if found is not None:
-            return found
+        if self.resumed:
+            sessions = Session.objects.filter(kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk))
+            found = sessions.values_list("pk", flat=True).first()
+            if found is not None:
+                return found
         title = f"{self.run.agent_id} attempt {self.run.attempt}"
         return Session.objects.create(
             kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk), title=title
         ).pk
 
     # events -------------------------------------------------------------------------------
+    def event(self, event_type: str, **payload: Any) -> tuple[str, dict[str, Any]]:
+        return event_type, {"agent_run_id": self.run.pk, "attempt": self.run.attempt, **payload}
+
     def emit(self, event_type: str, **payload: Any) -> None:
-        """Buffer an event (the observer sees it now); `flush_events` writes the buffer."""
-        data = {"agent_run_id": self.run.pk, "attempt": self.run.attempt, **payload}
-        self._events.append((event_type, data))
+        """Buffer an event (the observer sees it now); the next step's statement writes it."""
+        self.pending.append(self.event(event_type, **payload))
+        self.notify(*self.pending[-1])
+
+    def notify(self, event_type: str, data: dict[str, Any]) -> None:
         if self.observer is not None and event_type != "text":
             self.observer(event_type, data)
 
+    def take_events(self, *more: tuple[str, dict[str, Any]]) -> EventBatch:
+        """The buffered events (and `more`), for the statement of the step that writes them."""
+        batch = EventBatch(self.topic, [*self.pending, *more], self.session_id)
+        self.pending = []
+        return batch
+
     def flush_events(self) -> None:
-        if self._events:
-            publish_many(self.topic, self._events, session_id=self.session_id)
-            self._events = []
+        """The buffered events in a statement of their own (no step is due)."""
+        if self.pending:
+            self.take_events().record()
 
     def phase(self, phase: str) -> None:
         """The phase in memory, the registry and the event buffer; the row is written by the
@@ -334,12 +356,16 @@ class _Runner:
             budgeted_wave_id=wave.wave_id
             if wave is not None and wave.limit_usd is not None
             else None,
+            events=self.take_events(),
         )
-        self.flush_events()
         return None if spent is None else Spend(*spent)
 
     def loop(self) -> AgentOutcome:
-        turns = list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
+        turns = (
+            list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
+            if self.resumed
+            else []
+        )
         if turns and not turns[-1].complete:
             self.finish_tools(turns[-1])
         if turns and turns[-1].complete and not turns[-1].tool_results:
@@ -401,11 +427,10 @@ class _Runner:
                 return self.done(turn)
             self.finish_tools(turn, calls)
 
-    @transaction.atomic
     def checkpoint(
         self, index: int, response: ProviderResponse
     ) -> tuple[AgentTurn, dict[str, ToolCall]]:
-        """The provider's answer, durable in one transaction: the turn, its usage and cost, the
+        """The provider's answer, durable in one statement: the turn, its usage and cost, the
         run's counters and phase, its tool calls (pending, announced) and the buffered events."""
         model = response.model or self.model
         cost = cost_usd(model, response.tokens_in, response.tokens_out)
@@ -421,6 +446,8 @@ class _Runner:
         tool_uses = response.tool_uses
         if tool_uses:
             self.phase(AgentPhase.TOOL_USE)
+        for use in tool_uses:
+            self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
         turn_id, call_ids = turn_record(
             TurnRecord(
                 agent_run_id=self.run.pk,
@@ -437,7 +464,8 @@ class _Runner:
                 cost_usd=cost,
                 phase=self.run.phase,
                 now=now,
-            )
+            ),
+            self.take_events(),
         )
         turn = AgentTurn(
             pk=turn_id,
@@ -461,8 +489,6 @@ class _Runner:
                 input=use["input"],
                 created_at=now,
             )
-            self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
-        self.flush_events()
         return turn, calls
 
     def finish_tools(self, turn: AgentTurn, fresh: dict[str, ToolCall] | None = None) -> None:
@@ -587,26 +613,27 @@ def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
 
 def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
     run = runner.run
-    now = timezone.now()
     phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
-    with transaction.atomic():
-        updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
-            status=status,
-            phase=phase,
-            result=result,
-            error=error,
-            finished_at=now,
-            heartbeat_at=now,
-        )
-        if updated == 1:
-            runner.emit(status, result=result[:2000], error=error)
-            Session.objects.filter(pk=runner.session_id).update(ended_at=now)
-        runner.flush_events()
+    buffered = list(runner.pending)
+    outcome = runner.event(status, result=result[:2000], error=error)
+    finished = run_finish(
+        agent_run_id=run.pk,
+        status=status,
+        phase=phase,
+        result=result,
+        error=error,
+        now=timezone.now(),
+        session_id=runner.session_id,
+        events=runner.take_events(outcome),
+    )
     registry.registry_remove(run.pk)
-    if updated != 1:
-        # Someone else decided first (the burst manager cancelled it): their word stands.
+    if not finished:
+        # Someone else decided first (the burst manager cancelled it): their word stands, and
+        # only the events from before the end are the run's.
+        publish_many(runner.topic, buffered, session_id=runner.session_id)
         run.refresh_from_db()
         return _stored_outcome(run)
+    runner.notify(*outcome)
     return AgentOutcome(status, result, error)  # type: ignore[arg-type]
 
 
@@ -645,6 +672,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     if claimed != 1:
         run.refresh_from_db()
         return _stored_outcome(run)
+    resumed = run.started_at is not None
     run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker_name(), now
     run.started_at = run.started_at or now
     if route is not None:
@@ -653,7 +681,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     try:
         if role is None or route is None:
             raise refusal
-        runner = _Runner(run, role, route, observer)
+        runner = _Runner(run, role, route, observer, resumed=resumed)
         runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
         return runner.loop()
     except SuspendRun as exc:
