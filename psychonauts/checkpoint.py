@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection
 
 from annihilation.events import EventBatch
+from psychonauts.models import ToolCall
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 
 # Opening a turn is one round trip: the phase, heartbeat and events go in, and the spend the
@@ -116,8 +117,15 @@ UPDATE psychonauts_toolcall SET output = %s, is_error = %s, completed = true, du
 WHERE id = %s
 """
 
+# The turn's results, with its last tool call's (when it has not been recorded on its own).
 _TURN_COMPLETE = """
-UPDATE psychonauts_agentturn SET tool_results = %s::jsonb, complete = true WHERE id = %s
+WITH call AS (
+    UPDATE psychonauts_toolcall
+    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
+    WHERE id = %(call)s
+)
+UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
+WHERE id = %(turn)s
 """
 
 
@@ -177,9 +185,22 @@ def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: in
         cursor.execute(_TOOL_CALL_DONE, [output, is_error, duration_ms, call_id])
 
 
-def turn_complete(*, turn_id: int, tool_results: list[ToolResultBlock]) -> None:
+def turn_complete(
+    *, turn_id: int, tool_results: list[ToolResultBlock], last_call: ToolCall | None = None
+) -> None:
+    """Complete a turn; `last_call`: a completed call of it to record in the same statement."""
     with connection.cursor() as cursor:
-        cursor.execute(_TURN_COMPLETE, [json.dumps(tool_results), turn_id])
+        cursor.execute(
+            _TURN_COMPLETE,
+            {
+                "results": json.dumps(tool_results),
+                "turn": turn_id,
+                "call": last_call.pk if last_call is not None else None,
+                "output": last_call.output if last_call is not None else "",
+                "is_error": last_call is not None and last_call.is_error,
+                "duration": last_call.duration_ms if last_call is not None else 0,
+            },
+        )
 
 
 # The run's end, guarded (running -> done | error), with its session's end and the events; the

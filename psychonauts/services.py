@@ -505,14 +505,17 @@ class _Runner:
             }
         else:
             calls = fresh
+        uses: list[ToolUseBlock] = [b for b in turn.assistant if b.get("type") == "tool_use"]
+        pending = [u["id"] for u in uses if u["id"] not in calls or not calls[u["id"]].completed]
         results: list[ToolResultBlock] = []
-        for block in turn.assistant:
-            if block.get("type") != "tool_use":
-                continue
-            use: ToolUseBlock = block
+        unrecorded: ToolCall | None = None
+        for use in uses:
             call = calls.get(use["id"])
             if call is None or not call.completed:
-                call = self.run_tool(turn.index, use, call, announce=fresh is None)
+                # The last one is recorded with the turn's completion: one statement less.
+                last = use["id"] == pending[-1]
+                call = self.run_tool(turn.index, use, call, announce=fresh is None, record=not last)
+                unrecorded = call if last else None
             results.append(
                 {
                     "type": "tool_result",
@@ -525,11 +528,22 @@ class _Runner:
         turn.complete = True
         # Without a transaction: each completed call is durable on its own, and a turn left
         # incomplete by a crash here is completed on resume from those rows.
-        turn_complete(turn_id=turn.pk, tool_results=turn.tool_results)
+        turn_complete(
+            turn_id=turn.pk,
+            tool_results=turn.tool_results,
+            last_call=unrecorded,
+        )
 
     def run_tool(
-        self, turn_index: int, use: ToolUseBlock, call: ToolCall | None, *, announce: bool
+        self,
+        turn_index: int,
+        use: ToolUseBlock,
+        call: ToolCall | None,
+        *,
+        announce: bool,
+        record: bool = True,
     ) -> ToolCall:
+        """Execute one tool call; `record`: write its result now (else the caller writes it)."""
         if call is None:
             call = ToolCall.objects.create(
                 agent_run=self.run,
@@ -561,12 +575,13 @@ class _Runner:
         result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))
         call.output, call.is_error, call.completed = result.output, result.is_error, True
         call.duration_ms = int((time.monotonic() - started) * 1000)
-        tool_call_done(
-            call_id=call.pk,
-            output=call.output,
-            is_error=call.is_error,
-            duration_ms=call.duration_ms,
-        )
+        if record:
+            tool_call_done(
+                call_id=call.pk,
+                output=call.output,
+                is_error=call.is_error,
+                duration_ms=call.duration_ms,
+            )
         self.emit(
             "tool_result",
             id=use["id"],
