@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -185,8 +185,15 @@ def _send_on_commit(messages: list[EventMessage]) -> None:
     transaction.on_commit(lambda: _sender().submit(messages))
 
 
+def run_later(job: Callable[[], Awaitable[None]]) -> None:
+    """Run a coroutine on this process's live-events thread after what is queued there: for
+    other fire-and-forget writes of hot state (a failure is logged and dropped)."""
+    _sender().put(job)
+
+
 def flush_live(timeout: float | None = None) -> bool:
-    """Wait until every queued live send has gone out; False if `timeout` ran out first."""
+    """Wait until every queued live send (and `run_later` job) is done; False if `timeout` ran
+    out first."""
     sender = _LiveSender.current
     return sender is None or sender.flush(
         settings.EVENT_SEND_TIMEOUT_S if timeout is None else timeout
@@ -217,28 +224,37 @@ class _LiveSender:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.queue: asyncio.Queue[list[EventMessage]] = asyncio.Queue()
+        self.queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self.layer = get_channel_layer()
         self.loop.create_task(self._drain())
         self.ready.set()
         self.loop.run_forever()
 
     async def _drain(self) -> None:
-        layer = get_channel_layer()
         while True:
-            messages = await self.queue.get()
+            job = await self.queue.get()
             try:
-                if layer is not None:
-                    channel_event: ChannelEvent = {"type": "event.batch", "events": messages}
-                    await layer.group_send(group_for_topic(messages[0]["topic"]), channel_event)
+                await job()
             except Exception:
-                ids = [m["id"] for m in messages]
-                logger.warning("live send failed for events %s", ids, exc_info=True)
+                logger.warning("live-events job %r failed", job, exc_info=True)
             finally:
                 self.queue.task_done()
 
+    async def _send(self, messages: list[EventMessage]) -> None:
+        try:
+            if self.layer is not None:
+                channel_event: ChannelEvent = {"type": "event.batch", "events": messages}
+                await self.layer.group_send(group_for_topic(messages[0]["topic"]), channel_event)
+        except Exception:
+            ids = [m["id"] for m in messages]
+            logger.warning("live send failed for events %s", ids, exc_info=True)
+
     def submit(self, messages: list[EventMessage]) -> None:
         """Queue the events of one topic, sent together."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, messages)
+        self.put(lambda: self._send(messages))
+
+    def put(self, job: Callable[[], Awaitable[None]]) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, job)
 
     def flush(self, timeout: float) -> bool:
         future = asyncio.run_coroutine_threadsafe(self.queue.join(), self.loop)

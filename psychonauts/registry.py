@@ -2,15 +2,25 @@
 
 Postgres is the truth. If Redis loses the hash (flush, restart), the first reader finds the
 `built` marker gone and rebuilds the registry from the live AgentRun rows.
+
+Agents change phase several times a turn, a hundred of them in a threads worker: their threads
+only note the change (`_Mirror`), and this process's live-events thread writes what has been
+noted, one pipeline for all the runs that changed meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from typing import TypedDict
 
+import redis.asyncio
+from django.conf import settings
 from django.utils import timezone
+from redis.typing import EncodableT, FieldT
 
+from annihilation.events import flush_live, run_later
 from annihilation.redis import get_redis
 from bursts.models import AgentRun, AgentStatus
 
@@ -42,12 +52,50 @@ def _entry(run: AgentRun) -> RegistryEntry:
     }
 
 
+class _Mirror:
+    """This process's registry writes, coalesced: the latest entry (None: removed) of each run
+    that changed since the last write."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self._noted: dict[str, str | None] = {}
+        self._client: redis.asyncio.Redis | None = None  # the live-events thread's own
+
+    def note(self, agent_run_id: int, entry: str | None) -> None:
+        with self._lock:
+            first = not self._noted
+            self._noted[str(agent_run_id)] = entry
+        if first:  # else the write queued by the first note has not taken them yet
+            run_later(self._write)
+
+    async def _write(self) -> None:
+        with self._lock:
+            noted, self._noted = self._noted, {}
+        if self._client is None:
+            self._client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        pipe = self._client.pipeline(transaction=False)
+        puts: dict[FieldT, EncodableT] = {r: e for r, e in noted.items() if e is not None}
+        if puts:
+            pipe.hset(KEY, mapping=puts)
+        if removed := [run for run, entry in noted.items() if entry is None]:
+            pipe.hdel(KEY, *removed)
+        await pipe.execute()
+
+
+_mirror = _Mirror()
+# A forked child (prefork worker) has a live-events thread of its own, and needs a client too.
+os.register_at_fork(after_in_child=_mirror.reset)
+
+
 def registry_put(entry: RegistryEntry) -> None:
-    get_redis().hset(KEY, str(entry["agent_run_id"]), json.dumps(entry))
+    _mirror.note(entry["agent_run_id"], json.dumps(entry))
 
 
 def registry_remove(agent_run_id: int) -> None:
-    get_redis().hdel(KEY, str(agent_run_id))
+    _mirror.note(agent_run_id, None)
 
 
 def registry_rebuild() -> int:
@@ -68,6 +116,7 @@ def registry_rebuild() -> int:
 
 
 def registry_list() -> list[RegistryEntry]:
+    flush_live()  # this process's own notes first
     client = get_redis()
     if not client.exists(BUILT):
         registry_rebuild()
