@@ -270,7 +270,7 @@ class _Runner:
         self.tools = tools_for(list(role.allowed_tools))
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
-        self._flushed_at = time.monotonic()
+        self._text_since = 0.0  # when the oldest text in _text came
 
     def _session(self) -> int:
         # Not get_or_create (a transaction around the INSERT): the claim lets one execution of
@@ -319,9 +319,13 @@ class _Runner:
     def on_text(self, delta: str) -> None:
         if self.observer is not None:
             self.observer("delta", {"text": delta})
+        now = time.monotonic()
+        if not self._text:
+            self._text_since = now
         self._text.append(delta)
-        # Throttled: one event per flush interval, not one per token.
-        if time.monotonic() - self._flushed_at >= settings.PSYCHONAUTS_TEXT_FLUSH_S:
+        # Throttled: text waits up to the flush interval for more of it, and goes out with the
+        # turn's checkpoint when the stream ends sooner; not an event per token.
+        if now - self._text_since >= settings.PSYCHONAUTS_TEXT_FLUSH_S:
             self.flush_text()
             self.flush_events()  # live while the model is still writing
 
@@ -329,7 +333,6 @@ class _Runner:
         if self._text:
             self.emit("text", text="".join(self._text))
             self._text.clear()
-        self._flushed_at = time.monotonic()
 
     # the loop -----------------------------------------------------------------------------
     def messages(self, turns: list[AgentTurn]) -> list[Message]:

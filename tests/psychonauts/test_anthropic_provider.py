@@ -212,3 +212,22 @@ def test_a_wave_under_budget_runs_and_records_its_turns(
     )
     assert turns[0].tool_results[0]["tool_use_id"] == call.tool_use_id
     assert turns[0].tool_results[0]["content"] == call.output
+
+
+def test_text_streamed_after_a_slow_start_goes_out_whole_with_the_checkpoint(
+    repo, make_run, fake_env, settings
+):
+    # The model thinks longer than the flush interval, then streams its answer in 16-character
+    # deltas within milliseconds: one text event with all of it, not the first delta alone.
+    from annihilation.models import Event
+
+    settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.2
+    text = "A careful answer that arrives in several deltas."
+    run = make_run("reviewer", provider="anthropic")
+    with fake_anthropic_server([FakeReply(text=text, delay_s=0.3)]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    texts = Event.objects.filter(topic=f"agent:{run.agent_id}", type="text")
+    assert [e.payload["text"] for e in texts] == [text]
