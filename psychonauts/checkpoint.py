@@ -23,6 +23,59 @@ from annihilation.events import EventBatch
 from psychonauts.models import ToolCall
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 
+# Claiming a run to execute it (pending | running | waiting -> running), guarded, with its
+# session: found when an earlier execution opened it, else opened now (when `open_session`; a
+# run refused before it starts gets none).
+_RUN_CLAIM = """
+WITH run AS (
+    UPDATE bursts_agentrun
+    SET status = 'running', worker = %(worker)s, started_at = COALESCE(started_at, %(now)s),
+        heartbeat_at = %(now)s, provider = COALESCE(%(provider)s, provider),
+        model = COALESCE(%(model)s, model)
+    WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
+    RETURNING id
+), found AS (
+    SELECT min(id) AS id FROM annihilation_session WHERE kind = 'agent_run' AND ref = %(ref)s
+), opened AS (
+    INSERT INTO annihilation_session (kind, ref, title, started_at)
+    SELECT 'agent_run', %(ref)s, %(title)s, %(now)s
+    WHERE %(open_session)s AND EXISTS (SELECT FROM run) AND (SELECT id FROM found) IS NULL
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM run), COALESCE((SELECT id FROM found), (SELECT id FROM opened))
+"""
+
+
+def run_claim(
+    *,
+    agent_run_id: int,
+    worker: str,
+    now: datetime,
+    route: tuple[str, str] | None,
+    title: str,
+) -> tuple[bool, int | None]:
+    """Claim a run for this execution; returns whether it was claimed and its session's id.
+
+    `route`: the provider and model it runs with, or None when it is refused (no session)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RUN_CLAIM,
+            {
+                "id": agent_run_id,
+                "worker": worker,
+                "now": now,
+                "provider": route[0] if route else None,
+                "model": route[1] if route else None,
+                "ref": str(agent_run_id),
+                "title": title,
+                "open_session": route is not None,
+            },
+        )
+        row = cursor.fetchone()
+    assert row is not None  # a SELECT of subqueries always has its row
+    return bool(row[0]), row[1]
+
+
 # Opening a turn is one round trip: the phase, heartbeat and events go in, and the spend the
 # budgets need comes back; no run row when it is no longer running (cancelled meanwhile).
 _TURN_OPEN = """

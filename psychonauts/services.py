@@ -23,16 +23,14 @@ from typing import Any, Literal, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annihilation.events import EventBatch, publish, publish_many
-from annihilation.models import Session
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
     TurnRecord,
+    run_claim,
     run_finish,
     tool_call_done,
     turn_complete,
@@ -239,7 +237,7 @@ class _Runner:
     statements; streamed text during a long call goes out on its own, throttled.
 
     `resumed`: the run was started before (a crash, a redelivery, an answered question), so its
-    session and turns are looked up; a fresh run has none.
+    turns are looked up; a fresh run has none.
     """
 
     def __init__(
@@ -249,6 +247,7 @@ class _Runner:
         route: tuple[Provider, str],
         observer: Observer | None,
         *,
+        session_id: int,
         resumed: bool,
     ) -> None:
         self.run = run
@@ -256,7 +255,7 @@ class _Runner:
         self.observer = observer
         self.resumed = resumed
         self.topic = f"agent:{run.agent_id}"
-        self.session_id = self._session()
+        self.session_id = session_id
         self.provider, self.model = route
         self.wave: WaveBudget | None = None
         if run.quantum_run_id is not None:
@@ -271,19 +270,6 @@ class _Runner:
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
-
-    def _session(self) -> int:
-        # Not get_or_create (a transaction around the INSERT): the claim lets one execution of
-        # a run in at a time, so looking first cannot race.
-        if self.resumed:
-            sessions = Session.objects.filter(kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk))
-            found = sessions.values_list("pk", flat=True).first()
-            if found is not None:
-                return found
-        title = f"{self.run.agent_id} attempt {self.run.attempt}"
-        return Session.objects.create(
-            kind=Session.Kind.AGENT_RUN, ref=str(self.run.pk), title=title
-        ).pk
 
     # events -------------------------------------------------------------------------------
     def event(self, event_type: str, **payload: Any) -> tuple[str, dict[str, Any]]:
@@ -680,14 +666,14 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         except PsychonautError as exc:
             refusal = exc
     now = timezone.now()
-    claimed = AgentRun.objects.filter(pk=run.pk, status__in=_LIVE).update(
-        status=AgentStatus.RUNNING,
+    claimed, session_id = run_claim(
+        agent_run_id=run.pk,
         worker=worker_name(),
-        started_at=Coalesce(F("started_at"), now),
-        heartbeat_at=now,
-        **({"provider": route[0].name, "model": route[1]} if route else {}),
+        now=now,
+        route=(route[0].name, route[1]) if route else None,
+        title=f"{run.agent_id} attempt {run.attempt}",
     )
-    if claimed != 1:
+    if not claimed:
         run.refresh_from_db()
         return _stored_outcome(run)
     resumed = run.started_at is not None
@@ -697,9 +683,9 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         run.provider, run.model = route[0].name, route[1]
     runner: _Runner | None = None
     try:
-        if role is None or route is None:
+        if role is None or route is None or session_id is None:
             raise refusal
-        runner = _Runner(run, role, route, observer, resumed=resumed)
+        runner = _Runner(run, role, route, observer, session_id=session_id, resumed=resumed)
         runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
         return runner.loop()
     except SuspendRun as exc:
