@@ -61,7 +61,7 @@ from psychonauts.tools import SpawnSpec, ToolContext, tool_execute, tools_for
 from psychonauts.workspaces import (
     branch_for,
     workspace_commit,
-    workspace_ensure,
+    workspace_prepare,
     workspace_remove,
 )
 from quanta.models import Quantum, QuantumStatus
@@ -265,11 +265,16 @@ class _Runner:
                 .get()
             )
             self.wave = WaveBudget(wave_id, limit)
-        self.workspace: Path = workspace_ensure(quantum_id=run.quantum_id)
+        self._workspace = workspace_prepare(quantum_id=run.quantum_id)
         self.tools = tools_for(list(role.allowed_tools))
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
+
+    @property
+    def workspace(self) -> Path:
+        """The run's working tree, once ready (WorkspaceError if it could not be made)."""
+        return self._workspace.result()
 
     # events -------------------------------------------------------------------------------
     def event(self, event_type: str, **payload: Any) -> tuple[str, dict[str, Any]]:
@@ -544,6 +549,10 @@ class _Runner:
         if announce:
             self.emit("tool_call", id=use["id"], name=use["name"], input=use["input"])
             self.flush_events()  # the operator sees a long command start, not only its end
+        if settings.DB_POOL_MAX:
+            # A shell command may run for minutes, the workspace may still be being made:
+            # handing the connection back is cheap.
+            _release_connection()
         ctx = ToolContext(
             agent_run_id=self.run.pk,
             agent_id=self.run.agent_id,
@@ -557,8 +566,6 @@ class _Runner:
             tool_use_id=use["id"],
             spawn=lambda specs: agent_spawn(parent=self.run, turn_index=turn_index, specs=specs),
         )
-        if settings.DB_POOL_MAX:
-            _release_connection()  # a shell command may run for minutes; handing back is cheap
         started = time.monotonic()
         # SuspendRun propagates: the call stays pending until tool_call_complete records it.
         result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))

@@ -13,7 +13,9 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -166,6 +168,30 @@ def workspace_ensure(*, quantum_id: int) -> Path:
                 git("worktree", "prune", cwd=repo)
                 git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
     return path
+
+
+class _Preparer:
+    """A few threads per process that create worktrees ahead of their agents' first tool call
+    (re-created in a forked child, which inherits the pool but not its threads)."""
+
+    _lock = threading.Lock()
+    _pool: tuple[int, ThreadPoolExecutor] | None = None
+
+    @classmethod
+    def pool(cls) -> ThreadPoolExecutor:
+        with cls._lock:
+            if cls._pool is None or cls._pool[0] != os.getpid():
+                # git's checkout is CPU work: a hundred at once would only queue for the cores.
+                workers = 2 * (os.cpu_count() or 1)
+                cls._pool = (os.getpid(), ThreadPoolExecutor(workers, "workspace-prepare"))
+            return cls._pool[1]
+
+
+def workspace_prepare(*, quantum_id: int) -> Future[Path]:
+    """`workspace_ensure` in the background: an agent's first model call need not wait for its
+    worktree. A hundred agents starting at once wait seconds for git otherwise (measured in
+    bench/agents_concurrency.py); this way git works while the model does."""
+    return _Preparer.pool().submit(workspace_ensure, quantum_id=quantum_id)
 
 
 def workspace_remove(*, quantum_id: int) -> bool:
