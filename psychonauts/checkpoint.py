@@ -76,10 +76,44 @@ def run_claim(
     return bool(row[0]), row[1]
 
 
-# Opening a turn is one round trip: the phase, heartbeat and events go in, and the spend the
-# budgets need comes back; no run row when it is no longer running (cancelled meanwhile).
+@dataclass(frozen=True)
+class TurnCompletion:
+    """A turn whose tool calls have all run: its results, and its last call when that one's
+    result has not been recorded on its own."""
+
+    turn_id: int
+    tool_results: list[ToolResultBlock]
+    last_call: ToolCall | None
+
+    def params(self) -> dict[str, Any]:
+        call = self.last_call
+        return {
+            "results": json.dumps(self.tool_results),
+            "turn": self.turn_id,
+            "call": call.pk if call is not None else None,
+            "output": call.output if call is not None else "",
+            "is_error": call is not None and call.is_error,
+            "duration": call.duration_ms if call is not None else 0,
+        }
+
+
+# Completing a turn (no-ops with NULL ids): a statement of its own, or part of the next turn's.
+_COMPLETION = """done_call AS (
+    UPDATE psychonauts_toolcall
+    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
+    WHERE id = %(call)s
+), done_turn AS (
+    UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
+    WHERE id = %(turn)s
+)"""
+_NO_COMPLETION = {"results": "[]", "turn": None, "call": None, "output": "", "is_error": False,
+                  "duration": 0}  # fmt: skip
+
+# Opening a turn is one round trip: the last turn's completion, the phase, heartbeat and events
+# go in, and the spend the budgets need comes back; no run row when it is no longer running
+# (cancelled meanwhile).
 _TURN_OPEN = """
-WITH run AS (
+WITH {completion}, run AS (
     UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
     WHERE id = %(id)s AND status = 'running'
     RETURNING {run} AS spent, {wave} AS spent_wave
@@ -107,10 +141,13 @@ def turn_open(
     attempt: int,
     budgeted_wave_id: int | None,
     events: EventBatch,
+    completion: TurnCompletion | None,
 ) -> tuple[Decimal, Decimal | None] | None:
-    """Write the phase and the events; return what the quantum run (or the lone agent run) has
-    spent, and the wave when it has a budget, or None when the run is no longer running."""
+    """Write the last turn's completion, the phase and the events; return what the quantum run
+    (or the lone agent run) has spent, and the wave when it has a budget, or None when the run
+    is no longer running."""
     sql = _TURN_OPEN.format(
+        completion=_COMPLETION,
         run=_SPEND_RUN if quantum_run_id is not None else _SPEND_ALONE,
         wave=_SPEND_WAVE if budgeted_wave_id is not None else "NULL",
         events=events.cte(),
@@ -125,6 +162,7 @@ def turn_open(
         "attempt": attempt,
         "wave": budgeted_wave_id,
         **events.params(),
+        **(completion.params() if completion is not None else _NO_COMPLETION),
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -171,15 +209,7 @@ WHERE id = %s
 """
 
 # The turn's results, with its last tool call's (when it has not been recorded on its own).
-_TURN_COMPLETE = """
-WITH call AS (
-    UPDATE psychonauts_toolcall
-    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
-    WHERE id = %(call)s
-)
-UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
-WHERE id = %(turn)s
-"""
+_TURN_COMPLETE = f"WITH {_COMPLETION} SELECT"
 
 
 @dataclass(frozen=True)
@@ -238,22 +268,10 @@ def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: in
         cursor.execute(_TOOL_CALL_DONE, [output, is_error, duration_ms, call_id])
 
 
-def turn_complete(
-    *, turn_id: int, tool_results: list[ToolResultBlock], last_call: ToolCall | None = None
-) -> None:
-    """Complete a turn; `last_call`: a completed call of it to record in the same statement."""
+def turn_complete(completion: TurnCompletion) -> None:
+    """Complete a turn in a statement of its own (no next turn opens to carry it)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            _TURN_COMPLETE,
-            {
-                "results": json.dumps(tool_results),
-                "turn": turn_id,
-                "call": last_call.pk if last_call is not None else None,
-                "output": last_call.output if last_call is not None else "",
-                "is_error": last_call is not None and last_call.is_error,
-                "duration": last_call.duration_ms if last_call is not None else 0,
-            },
-        )
+        cursor.execute(_TURN_COMPLETE, completion.params())
 
 
 # The run's end, guarded (running -> done | error), with its session's end and the events; the

@@ -29,6 +29,7 @@ from annihilation.events import EventBatch, publish, publish_many
 from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
+    TurnCompletion,
     TurnRecord,
     run_claim,
     run_finish,
@@ -270,6 +271,7 @@ class _Runner:
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
+        self.completion: TurnCompletion | None = None  # a finished turn not written yet
 
     @property
     def workspace(self) -> Path:
@@ -351,7 +353,9 @@ class _Runner:
             if wave is not None and wave.limit_usd is not None
             else None,
             events=self.take_events(),
+            completion=self.completion,
         )
+        self.completion = None
         return None if spent is None else Spend(*spent)
 
     def loop(self) -> AgentOutcome:
@@ -520,13 +524,10 @@ class _Runner:
             )
         turn.tool_results = list(results)
         turn.complete = True
-        # Without a transaction: each completed call is durable on its own, and a turn left
-        # incomplete by a crash here is completed on resume from those rows.
-        turn_complete(
-            turn_id=turn.pk,
-            tool_results=turn.tool_results,
-            last_call=unrecorded,
-        )
+        # Written by the next turn's opening (or by the run's end): each completed call is
+        # durable on its own, and a turn left incomplete by a crash meanwhile is completed on
+        # resume from those rows.
+        self.completion = TurnCompletion(turn.pk, turn.tool_results, unrecorded)
 
     def run_tool(
         self,
@@ -625,6 +626,9 @@ def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
 def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
     run = runner.run
     phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
+    if runner.completion is not None:  # the loop stopped before opening another turn
+        turn_complete(runner.completion)
+        runner.completion = None
     buffered = list(runner.pending)
     outcome = runner.event(status, result=result[:2000], error=error)
     finished = run_finish(

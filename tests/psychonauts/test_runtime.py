@@ -324,3 +324,44 @@ def test_lock_files_stay_one_per_stripe_however_many_quanta_come_and_go(
         "worktree-1.lock",
     ]
     assert len([n for n in names if n.startswith("commit-")]) <= 2
+
+
+LOOPS = """
+name: loops
+match: {labels: [loops]}
+turns:
+  - tools:
+      - write_file: {path: "one.txt", content: "1"}
+  - tools:
+      - write_file: {path: "two.txt", content: "2"}
+      - list_dir: {}
+  - text: "never reached"
+"""
+
+
+def test_a_run_stopped_at_max_turns_keeps_every_turn_and_tool_result_it_completed(
+    repo, scripts, make_quantum, make_run
+):
+    # A turn's completion is written by the next turn's opening; a run that stops before that
+    # turn opens writes it at its end.
+    from psychonauts.models import AgentTurn
+
+    scripts("loops", LOOPS)
+    Role.objects.filter(name="coder").update(max_turns=2)
+    run = make_run("coder", quantum=make_quantum(labels=["loops"]))
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert "max turns (2)" in outcome.error
+    turns = list(AgentTurn.objects.filter(agent_run=run).order_by("index"))
+    assert [(t.index, t.complete, len(t.tool_results)) for t in turns] == [
+        (0, True, 1),
+        (1, True, 2),
+    ]
+    calls = ToolCall.objects.filter(agent_run=run).order_by("id")
+    assert [(c.name, c.completed, c.is_error) for c in calls] == [
+        ("write_file", True, False),
+        ("write_file", True, False),
+        ("list_dir", True, False),
+    ]
