@@ -8,6 +8,7 @@ clear error naming the last failure.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -43,18 +44,33 @@ def _error_type(exc: anthropic.APIStatusError) -> str:
     return ""
 
 
-_clients: dict[tuple[str, str], anthropic.Anthropic] = {}
+_clients: dict[tuple[str, str, int], anthropic.Anthropic] = {}
 _clients_lock = threading.Lock()
+# Clients (connection pools) per process and endpoint; each thread keeps to one of them.
+CLIENT_SHARDS = 16
+_thread = threading.local()
+_shards = itertools.count()
 
 
 def shared_client() -> anthropic.Anthropic:
-    """One client (one connection pool) per process and endpoint, shared by all agent threads.
+    """A client of the process's few per endpoint (CLIENT_SHARDS), shared by agent threads.
 
-    Building a client loads TLS certificates (tens of ms of CPU); a hundred agents each making
-    their own would spend more CPU on that than on their turns. httpx clients are thread-safe.
-    Reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the environment.
+    Building a client loads TLS certificates (~25 ms of CPU); a hundred agents each making
+    their own would spend more CPU on that than on their turns. One client for all of them is
+    no better: its pool looks at every connection it holds, probing each idle one's socket,
+    whenever a request starts or ends, so a hundred threads on one pool made a hundred system
+    calls per request (each handing the GIL around). Threads take a shard in turn and keep it;
+    httpx clients are thread-safe. Reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the
+    environment.
     """
-    key = (os.environ.get("ANTHROPIC_BASE_URL", ""), os.environ.get("ANTHROPIC_API_KEY", ""))
+    shard = getattr(_thread, "shard", None)
+    if shard is None:
+        shard = _thread.shard = next(_shards) % CLIENT_SHARDS
+    key = (
+        os.environ.get("ANTHROPIC_BASE_URL", ""),
+        os.environ.get("ANTHROPIC_API_KEY", ""),
+        shard,
+    )
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
