@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
+import collections
 import json
 import logging
 import os
@@ -206,6 +206,8 @@ class _LiveSender:
     `async_to_sync(group_send)` per event costs ~6 ms (a fresh loop and Redis connection each
     time) and blocks the publisher; agents publish many events per turn. Here publishing only
     enqueues; a single consumer coroutine sends in submission order over pooled connections.
+    The loop is woken only when it is not already draining: a hundred agents' submissions
+    during one send are taken by the same drain, not one wake-up (and GIL hand-off) each.
     At interpreter exit the queue is flushed (bounded by EVENT_SEND_TIMEOUT_S), so a short-lived
     command's last events still go out. A send that fails is logged and dropped: the rows are
     durable and clients catch up by sequence.
@@ -216,6 +218,11 @@ class _LiveSender:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.jobs: collections.deque[Callable[[], Awaitable[None]]] = collections.deque()
+        self.jobs_lock = threading.Lock()
+        self.draining = False
+        self.idle = threading.Event()  # set when no job is queued or running
+        self.idle.set()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="live-events", daemon=True)
@@ -224,21 +231,25 @@ class _LiveSender:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self.layer = get_channel_layer()
-        self.loop.create_task(self._drain())
         self.ready.set()
         self.loop.run_forever()
 
+    def _start_drain(self) -> None:
+        self.loop.create_task(self._drain())
+
     async def _drain(self) -> None:
         while True:
-            job = await self.queue.get()
+            with self.jobs_lock:
+                if not self.jobs:
+                    self.draining = False
+                    self.idle.set()
+                    return
+                job = self.jobs.popleft()
             try:
                 await job()
             except Exception:
                 logger.warning("live-events job %r failed", job, exc_info=True)
-            finally:
-                self.queue.task_done()
 
     async def _send(self, messages: list[EventMessage]) -> None:
         try:
@@ -254,16 +265,16 @@ class _LiveSender:
         self.put(lambda: self._send(messages))
 
     def put(self, job: Callable[[], Awaitable[None]]) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, job)
+        with self.jobs_lock:
+            self.jobs.append(job)
+            self.idle.clear()
+            if self.draining:
+                return  # the running drain takes it
+            self.draining = True
+        self.loop.call_soon_threadsafe(self._start_drain)
 
     def flush(self, timeout: float) -> bool:
-        future = asyncio.run_coroutine_threadsafe(self.queue.join(), self.loop)
-        try:
-            future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            return False
-        return True
+        return self.idle.wait(timeout)
 
 
 def _sender() -> _LiveSender:
