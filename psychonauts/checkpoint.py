@@ -106,8 +106,14 @@ _COMPLETION = """done_call AS (
     UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
     WHERE id = %(turn)s
 )"""
-_NO_COMPLETION = {"results": "[]", "turn": None, "call": None, "output": "", "is_error": False,
-                  "duration": 0}  # fmt: skip
+_NO_COMPLETION: dict[str, Any] = {
+    "results": "[]",
+    "turn": None,
+    "call": None,
+    "output": "",
+    "is_error": False,
+    "duration": 0,
+}
 
 # Opening a turn is one round trip: the last turn's completion, the phase, heartbeat and events
 # go in, and the spend the budgets need comes back; no run row when it is no longer running
