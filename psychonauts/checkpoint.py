@@ -1,27 +1,84 @@
-"""The agent loop's hot writes in plain SQL: opening a turn, its checkpoint, a tool's result,
-the run's end.
+"""The agent loop's hot statements in plain SQL: the run's read and claim, opening a turn, its
+checkpoint, a tool's result, the run's end.
 
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
 core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs,
 and each round trip hands the GIL around a hundred threads. So each step is one statement, and
 the events buffered since the last step go in with it (`EventBatch.cte`). The statements write
 exactly the rows the models describe (AgentTurn, Usage, ToolCall, Event and the run's phase,
-counters and outcome); the tests read them back through the ORM, and other reads stay there.
+counters and outcome), and the one read builds model instances as Django does; the tests read
+the rows back through the ORM, and other reads stay there.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import connection, models
 
 from annihilation.events import EventBatch
-from psychonauts.models import ToolCall
+from bursts.models import AgentRun
+from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
+from quanta.models import Quantum
+
+M = TypeVar("M", bound=models.Model)
+
+# The run as an execution starts it, in one statement: all of it, of its quantum what the prompt
+# uses, and its role (NULLs when no role has that name). Compiling this as an ORM query (a join,
+# 33 columns) cost more worker CPU than any other statement of a run.
+_RUN_COLUMNS = list(AgentRun._meta.concrete_fields)
+_QUANTUM_COLUMNS = [
+    Quantum._meta.get_field(name)
+    for name in ("id", "title", "body", "kind", "labels", "acceptance", "verify_commands",
+                 "complexity")
+]  # fmt: skip
+_ROLE_COLUMNS = list(Role._meta.concrete_fields)
+
+
+def _select(alias: str, fields: Sequence[Any]) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in fields)
+
+
+_RUN_READ = f"""
+SELECT {_select("r", _RUN_COLUMNS)}, {_select("q", _QUANTUM_COLUMNS)}, {_select("o", _ROLE_COLUMNS)}
+FROM {AgentRun._meta.db_table} r
+JOIN {Quantum._meta.db_table} q ON q.id = r.quantum_id
+LEFT JOIN {Role._meta.db_table} o ON o.name = r.role
+WHERE r.id = %s
+"""
+
+
+def _instance(model: type[M], fields: Sequence[Any], values: Sequence[Any]) -> M:
+    """A model instance from its columns, as the ORM builds one (the fields' converters, then
+    `from_db`; fields not given are deferred)."""
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        for convert in field.get_db_converters(connection):
+            value = convert(value, field, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def run_read(agent_run_id: int) -> tuple[AgentRun, Role | None] | None:
+    """The run (its quantum loaded with what the prompt uses) and its role; None if no run."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_READ, [agent_run_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    quantum_at = len(_RUN_COLUMNS)
+    role_at = quantum_at + len(_QUANTUM_COLUMNS)
+    run = _instance(AgentRun, _RUN_COLUMNS, row[:quantum_at])
+    run.quantum = _instance(Quantum, _QUANTUM_COLUMNS, row[quantum_at:role_at])
+    role = _instance(Role, _ROLE_COLUMNS, row[role_at:]) if row[role_at] is not None else None
+    return run, role
+
 
 # Claiming a run to execute it (pending | running | waiting -> running), guarded, with its
 # session: found when an earlier execution opened it, else opened now (when `open_session`; a

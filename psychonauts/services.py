@@ -33,6 +33,7 @@ from psychonauts.checkpoint import (
     TurnRecord,
     run_claim,
     run_finish,
+    run_read,
     tool_call_done,
     turn_complete,
     turn_open,
@@ -652,23 +653,16 @@ def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") 
     return AgentOutcome(status, result, error)  # type: ignore[arg-type]
 
 
-# What the runtime reads of a run: all of it, and of its quantum what the prompt uses. Django
-# compiles each selected column (~50 us each); a hundred agents start at once.
-_RUN_FIELDS = [f.name for f in AgentRun._meta.concrete_fields] + [
-    f"quantum__{name}"
-    for name in ("title", "body", "kind", "labels", "acceptance", "verify_commands", "complexity")
-]
-
-
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> AgentOutcome:
     """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
-    try:  # see _RUN_FIELDS; get(), not first(): no ORDER BY to compile either
-        run = AgentRun.objects.select_related("quantum").only(*_RUN_FIELDS).get(pk=agent_run_id)
-    except AgentRun.DoesNotExist:
-        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist") from None
+    found = run_read(agent_run_id)
+    if found is None:
+        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
+    run, role = found
     if run.status in AGENT_TERMINAL:
         return _stored_outcome(run)
-    role = _role(run.role)
+    if role is None:
+        role = _role(run.role)
     route: tuple[Provider, str] | None = None
     refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
     if role is not None:
@@ -717,11 +711,9 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
 
 
 def _role(name: str) -> Role | None:
-    try:
-        return Role.objects.get(name=name)
-    except Role.DoesNotExist:
-        roles_sync_defaults()  # a fresh database: load the shipped roles, then look again
-        return Role.objects.filter(name=name).first()
+    """A role the run's read did not find: on a fresh database, load the shipped roles first."""
+    roles_sync_defaults()
+    return Role.objects.filter(name=name).first()
 
 
 def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:
