@@ -670,10 +670,10 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             route = _route(run, role)
         except PsychonautError as exc:
             refusal = exc
-    now = timezone.now()
+    now, worker = timezone.now(), worker_name()
     claimed, session_id = run_claim(
         agent_run_id=run.pk,
-        worker=worker_name(),
+        worker=worker,
         now=now,
         route=(route[0].name, route[1]) if route else None,
         title=f"{run.agent_id} attempt {run.attempt}",
@@ -682,7 +682,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         run.refresh_from_db()
         return _stored_outcome(run)
     resumed = run.started_at is not None
-    run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker_name(), now
+    run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker, now
     run.started_at = run.started_at or now
     if route is not None:
         run.provider, run.model = route[0].name, route[1]
