@@ -7,11 +7,13 @@ and two `git worktree add` or `git commit` at once would race on git's own index
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import itertools
 import os
 import re
 import shutil
+import stat
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
@@ -137,6 +139,51 @@ def _worktree_args(repo: Path, path: Path, branch: str) -> list[str]:
     return [str(path), branch] if exists.returncode == 0 else ["-b", branch, str(path), "HEAD"]
 
 
+@functools.cache
+def _plain_checkout(repo: Path) -> bool:
+    """Whether a checkout in `repo` is only a checkout: its git folder is `.git` and no
+    post-checkout hook is set (`git worktree add` runs one)."""
+    if not (repo / ".git").is_dir():
+        return False
+    hook = git("rev-parse", "--git-path", "hooks/post-checkout", cwd=repo)
+    return not (repo / hook).exists()
+
+
+def _worktree_add_new(repo: Path, path: Path, branch: str) -> None:
+    """`git worktree add -b <branch> <path> HEAD` in two small git processes instead of git's
+    four. Its command reads the records of every registered worktree three times over (a branch
+    must not be out in two of them): a hundred agents adding theirs at once spent ~20 ms of
+    system CPU each on that (bench/agents_concurrency.py). A new branch is out nowhere, so its
+    record is written here as git writes one (gitrepository-layout(5), `worktrees/<id>`: locked
+    while being made) and `git reset --hard` checks the branch out. WorkspaceError when the branch
+    exists or anything is in the way, with nothing of the attempt left but the new branch: the
+    caller then takes git's own command."""
+    if not _plain_checkout(repo):
+        git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+        return
+    path = path.resolve()
+    record = (repo / ".git" / "worktrees" / path.name).resolve()
+    git("update-ref", f"refs/heads/{branch}", "HEAD", "", cwd=repo)  # "": only if it is new
+    made: list[Path] = []
+    try:
+        record.parent.mkdir(exist_ok=True)
+        record.mkdir()
+        made.append(record)
+        (record / "locked").write_text("initializing\n")
+        path.mkdir()
+        made.append(path)
+        (path / ".git").write_text(f"gitdir: {record}\n")
+        (record / "commondir").write_text("../..\n")
+        (record / "HEAD").write_text(f"ref: refs/heads/{branch}\n")
+        (record / "gitdir").write_text(f"{path / '.git'}\n")
+        git("reset", "--hard", "--quiet", cwd=path)
+        (record / "locked").unlink()
+    except (OSError, WorkspaceError) as exc:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise WorkspaceError(f"adding the worktree {path} failed: {exc}") from exc
+
+
 def workspace_ensure(*, quantum_id: int) -> Path:
     """The working tree for a quantum's agents (created on first use, reused afterwards)."""
     repo = Path(settings.ANNIHILATION_REPO)
@@ -158,9 +205,9 @@ def workspace_ensure(*, quantum_id: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         branch = branch_for(quantum_id)
         try:
-            # The common case in one subprocess: a new branch from HEAD.
+            # The common case: a new branch from HEAD.
             with registry_lock(shared=True):
-                git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+                _worktree_add_new(repo, path, branch)
         except WorkspaceError:
             # The branch exists (an earlier run of the quantum), or a worktree folder deleted by
             # hand is still registered: prune, look at the branch, retry once.
@@ -265,8 +312,26 @@ def resolve_path(workspace: Path, relative: str) -> Path:
         raise PathEscape(f"{relative!r}: `..` leaves the workspace")
     if parts and parts[0] == ".git":
         raise PathEscape(f"{relative!r}: the .git folder is off limits")
-    root = workspace.resolve()
-    target = (root / relative).resolve()
+    root = _real_root(workspace)
+    target = root.joinpath(*parts)
+    # Only a link inside the workspace can lead out: look at the path's own steps (not at every
+    # folder above the workspace again, as resolving the whole path would).
+    step = root
+    for part in parts:
+        step = step / part
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                break
+        except FileNotFoundError:
+            return target  # nothing below exists, so no link either
+    else:
+        return target
+    target = target.resolve()
     if target != root and not target.is_relative_to(root):
         raise PathEscape(f"{relative!r}: resolves outside the workspace (symlink)")
     return target
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_root(workspace: Path) -> Path:
+    return workspace.resolve()

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from bursts.models import AgentRun, AgentStatus
-from psychonauts.errors import InvalidDefinition
+from psychonauts.errors import InvalidDefinition, WorkspaceError
 from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import RunInfo
 from psychonauts.providers.scripted import script_for, script_parse
@@ -68,15 +68,19 @@ def test_it_refuses_paths_that_escape_the_workspace(tmp_path):
     ws.mkdir()
     (tmp_path / "secret.txt").write_text("s3cret")
     (ws / "link").symlink_to(tmp_path / "secret.txt")
+    (ws / "out").symlink_to(tmp_path)  # a folder link leading out
+    (ws / "sub").mkdir()
+    (ws / "sub" / "in").symlink_to(ws / "sub")  # one staying inside
     ctx = _ctx(ws)
 
-    for path in ["../secret.txt", "/etc/passwd", "link", "~/x", ".git/config"]:
+    for path in ["../secret.txt", "/etc/passwd", "link", "~/x", ".git/config", "out/secret.txt",
+                 "sub/in/../../secret.txt"]:  # fmt: skip
         result = tool_execute(ctx, "read_file", {"path": path}, [])
         assert result.is_error, path
         assert "refused" in result.output
-    assert (
-        tool_execute(ctx, "write_file", {"path": "ok/x.txt", "content": "y"}, []).is_error is False
-    )
+    for path in ["ok/x.txt", "sub/in/y.txt"]:
+        assert tool_execute(ctx, "write_file", {"path": path, "content": "y"}, []).is_error is False
+    assert (ws / "sub" / "y.txt").read_text() == "y"
 
 
 def test_it_refuses_an_ambiguous_edit(tmp_path):
@@ -243,13 +247,54 @@ def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(
     assert all(line.endswith("q-7: a (coder)") for line in log)
 
 
-def test_a_failed_worktree_add_prunes_and_retries_only_when_no_other_add_is_running(repo):
-    """Concurrent `git worktree add`s fail reading each other's half-written records, and
-    `git worktree prune` deletes such a record, failing the add that is writing it."""
+def test_a_new_branch_s_worktree_is_one_git_knows_and_checks_out_like_its_own(repo):
+    from psychonauts import workspaces
+
+    path = workspaces.workspace_ensure(quantum_id=7)
+
+    branch = workspaces.branch_for(7)
+    head = workspaces.git("rev-parse", "HEAD", cwd=repo)
+    assert workspaces.git("symbolic-ref", "HEAD", cwd=path) == f"refs/heads/{branch}"
+    assert workspaces.git("rev-parse", "HEAD", cwd=path) == head
+    assert workspaces.git("status", "--porcelain", cwd=path) == ""
+    assert (path / "calc.py").read_text() == (repo / "calc.py").read_text()
+    listed = workspaces.git("worktree", "list", "--porcelain", cwd=repo)
+    assert f"worktree {path}\nHEAD {head}\nbranch refs/heads/{branch}" in listed
+    assert not (repo / ".git" / "worktrees" / "q-7" / "locked").exists()
+    # git prunes nothing of it, and its own command refuses the branch a second time.
+    workspaces.git("worktree", "prune", cwd=repo)
+    assert str(path) in workspaces.git("worktree", "list", cwd=repo)
+    twice = workspaces.git_run("worktree", "add", str(path.parent / "again"), branch, cwd=repo)
+    assert twice.returncode != 0 and "already" in twice.stderr
+
+
+def test_a_worktree_that_cannot_be_added_says_why_and_leaves_no_record(repo, settings):
+    from psychonauts import workspaces
+
+    in_the_way = Path(settings.PSYCHONAUTS_WORKTREES) / "q-7"
+    in_the_way.mkdir(parents=True)
+    (in_the_way / "notes.txt").write_text("somebody's")
+
+    with pytest.raises(WorkspaceError, match="already exists"):
+        workspaces.workspace_ensure(quantum_id=7)
+
+    assert (in_the_way / "notes.txt").read_text() == "somebody's"
+    assert not (in_the_way / ".git").exists()
+    assert not (repo / ".git" / "worktrees" / "q-7").exists()
+
+
+def test_new_worktrees_go_on_while_another_add_is_half_way_and_a_prune_waits_for_it(repo):
+    """git's own `worktree add` (an existing branch) fails reading another add's half-written
+    record, and `git worktree prune` deletes such a record, failing the add that is writing it:
+    the prune and retry wait until no other add is running. A new branch's worktree reads no
+    other record, so it does not wait."""
     from psychonauts import workspaces
 
     made: list[Path] = []
     with worktree_being_added(repo) as other:
+        fresh = workspaces.workspace_ensure(quantum_id=6)
+        assert (fresh / ".git").is_file()
+        workspaces.git("branch", workspaces.branch_for(7), cwd=repo)  # an earlier run's branch
         adding = threading.Thread(
             target=lambda: made.append(workspaces.workspace_ensure(quantum_id=7))
         )
