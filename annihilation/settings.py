@@ -97,9 +97,20 @@ DATABASES = {
 # each call meant a new Postgres backend (~10 ms of server CPU) or a hundred idle ones held.
 # 0 turns pooling off (one connection per thread, closed at the end of each request or task).
 DB_POOL_MAX = env_int("ANNIHILATION_DB_POOL_MAX", 20, minimum=0)
+# Parameters bound by the server, and a statement run this many times on a connection prepared
+# there: planning the agent loop's statements afresh each time was 40% of Postgres's time for
+# them (bench/agents_concurrency.py, pg_stat_statements). Pooled or not, connections are ours
+# alone (no transaction-mode pooler in between, which prepared statements would not survive).
+DB_PREPARE_THRESHOLD = env_int("ANNIHILATION_DB_PREPARE_THRESHOLD", 2, minimum=0)
+DATABASES["default"]["OPTIONS"] = {
+    "server_side_binding": True,
+    "prepare_threshold": DB_PREPARE_THRESHOLD or None,
+}
 if DB_POOL_MAX:
-    DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 1, "max_size": DB_POOL_MAX, "timeout": 30}
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL_MAX,
+        "timeout": 30,
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
