@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -218,7 +219,10 @@ class _LiveSender:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.jobs: collections.deque[Callable[[], Awaitable[None]]] = collections.deque()
+        # Coroutine jobs, and live sends (one topic's messages each).
+        self.jobs: collections.deque[Callable[[], Awaitable[None]] | list[EventMessage]] = (
+            collections.deque()
+        )
         self.jobs_lock = threading.Lock()
         self.draining = False
         self.idle = threading.Event()  # set when no job is queued or running
@@ -245,11 +249,42 @@ class _LiveSender:
                     self.draining = False
                     self.idle.set()
                     return
-                job = self.jobs.popleft()
-            try:
-                await job()
-            except Exception:
-                logger.warning("live-events job %r failed", job, exc_info=True)
+                jobs = list(self.jobs)
+                self.jobs.clear()
+            sends = {group_for_topic(job[0]["topic"]) for job in jobs if isinstance(job, list)}
+            listened = await self._listened(sends) if sends else set()
+            for job in jobs:
+                try:
+                    if not isinstance(job, list):
+                        await job()
+                    elif group_for_topic(job[0]["topic"]) in listened:
+                        await self._send(job)
+                except Exception:
+                    logger.warning("live-events job %r failed", job, exc_info=True)
+
+    async def _listened(self, groups: set[str]) -> set[str]:
+        """The groups that have members, asked in one round trip per Redis: a group send costs
+        two even to nobody, and an agent's group mostly has nobody (someone watching that one
+        agent). A client joins before it catches up from the rows, so one joining after this
+        check still gets the events. Any other layer, or a failed check: every group."""
+        layer = self.layer
+        if not isinstance(layer, RedisChannelLayer):
+            return groups
+        try:
+            by_connection: dict[int, list[str]] = collections.defaultdict(list)
+            for group in groups:
+                by_connection[layer.consistent_hash(group)].append(group)
+            listened: set[str] = set()
+            for index, members in by_connection.items():
+                async with layer.connection(index).pipeline(transaction=False) as pipe:
+                    for group in members:
+                        pipe.exists(layer._group_key(group))
+                    found = await pipe.execute()
+                listened.update(g for g, n in zip(members, found, strict=True) if n)
+            return listened
+        except Exception:
+            logger.warning("live-events: checking for listeners failed", exc_info=True)
+            return groups
 
     async def _send(self, messages: list[EventMessage]) -> None:
         try:
@@ -262,9 +297,9 @@ class _LiveSender:
 
     def submit(self, messages: list[EventMessage]) -> None:
         """Queue the events of one topic, sent together."""
-        self.put(lambda: self._send(messages))
+        self.put(messages)
 
-    def put(self, job: Callable[[], Awaitable[None]]) -> None:
+    def put(self, job: Callable[[], Awaitable[None]] | list[EventMessage]) -> None:
         with self.jobs_lock:
             self.jobs.append(job)
             self.idle.clear()

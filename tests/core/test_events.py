@@ -137,3 +137,20 @@ async def test_live_sends_keep_publication_order(redis_client):
     assert await database_sync_to_async(work)()
     received = [(await _receive(layer, channel, 2))["events"][0]["payload"]["n"] for _ in range(50)]
     assert received == list(range(50))
+
+
+def test_live_sends_go_only_to_groups_someone_listens_to(redis_client):
+    from asgiref.sync import async_to_sync
+
+    from annihilation.events import _sender
+
+    listened, alone = "agent:1_s0_watched", "agent:2_s0_alone"
+    layer = RedisChannelLayer(hosts=[settings.REDIS_URL])
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group_for_topic(listened), channel)
+    sender = _sender()
+
+    groups = {group_for_topic(listened), group_for_topic(alone)}
+    found = asyncio.run_coroutine_threadsafe(sender._listened(groups), sender.loop).result(5)
+
+    assert found == {group_for_topic(listened)}
