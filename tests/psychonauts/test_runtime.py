@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from io import StringIO
 from pathlib import Path
@@ -410,3 +412,18 @@ def test_a_run_stopped_at_max_turns_keeps_every_turn_and_tool_result_it_complete
         ("write_file", True, False),
         ("list_dir", True, False),
     ]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_worktrees_are_made_at_a_lower_priority_than_the_agents_work():
+    from psychonauts.workspaces import PREPARE_NICE, _Preparer
+
+    def niceness() -> tuple[int, str]:
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        child = subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout
+        return own, child.strip()
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    lower = min(base + PREPARE_NICE, 19)
+    assert _Preparer.pool().submit(niceness).result(10) == (lower, str(lower))
+    assert niceness() == (base, str(base))  # the rest of the process as it was
