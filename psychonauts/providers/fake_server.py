@@ -157,12 +157,18 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # A hundred agents connect at once. socketserver's backlog of 5 overflowed under load, and a
+    # dropped connection attempt is retried after a second: one agent a second late.
+    request_queue_size = 1024
+
+
 @contextmanager
 def fake_anthropic_server(replies: ReplySource) -> Iterator[FakeAnthropic]:
     """Serve on a free loopback port; `fake.base_url` is what the SDK needs."""
     fake = FakeAnthropic(replies)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), _handler(fake))
     fake.base_url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
