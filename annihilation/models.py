@@ -40,8 +40,14 @@ class Event(models.Model):
     Append-only: a database trigger (migration 0002) refuses UPDATE on this table.
     """
 
+    # db_index=False: event_session_seq (session, id) serves lookups by session.
     session = models.ForeignKey(
-        Session, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+        Session,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
     )
     topic = models.CharField(max_length=200)
     type = models.CharField(max_length=64)

@@ -37,7 +37,10 @@ class AgentTurn(models.Model):
     tool calls ran; a resumed run replays complete turns and finishes an incomplete one.
     """
 
-    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="turns")
+    # db_index=False: agentturn_unique (agent_run, index) serves lookups by run.
+    agent_run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, related_name="turns", db_index=False
+    )
     index = models.PositiveIntegerField()
     assistant = models.JSONField(default=list, help_text="content blocks of the assistant reply")
     tool_results = models.JSONField(default=list, help_text="tool_result blocks sent back")
@@ -61,7 +64,10 @@ class AgentTurn(models.Model):
 class ToolCall(models.Model):
     """A tool call and its result. Completed rows are never executed again (resume)."""
 
-    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_calls")
+    # db_index=False: toolcall_unique (agent_run, tool_use_id) serves lookups by run.
+    agent_run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, related_name="tool_calls", db_index=False
+    )
     turn_index = models.PositiveIntegerField()
     tool_use_id = models.CharField(max_length=100)
     name = models.CharField(max_length=100)
@@ -86,11 +92,17 @@ class Usage(models.Model):
     """One provider call: what it cost. Budgets sum these per quantum run and per wave."""
 
     agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="usage")
+    # db_index=False: indexed once each, by usage_quantum_run and usage_wave below.
     quantum_run = models.ForeignKey(
-        QuantumRun, null=True, blank=True, on_delete=models.CASCADE, related_name="usage"
+        QuantumRun,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="usage",
+        db_index=False,
     )
     wave = models.ForeignKey(
-        Wave, null=True, blank=True, on_delete=models.CASCADE, related_name="usage"
+        Wave, null=True, blank=True, on_delete=models.CASCADE, related_name="usage", db_index=False
     )
     provider = models.CharField(max_length=50)
     model = models.CharField(max_length=100)
