@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -64,6 +64,7 @@ from psychonauts.workspaces import (
     branch_for,
     workspace_commit,
     workspace_prepare,
+    workspace_ready,
     workspace_remove,
 )
 from quanta.models import Quantum, QuantumStatus
@@ -267,7 +268,7 @@ class _Runner:
                 .get()
             )
             self.wave = WaveBudget(wave_id, limit)
-        self._workspace = workspace_prepare(quantum_id=run.quantum_id)
+        self._workspace: Future[Path] | Path = workspace_prepare(quantum_id=run.quantum_id)
         self.tools = tools_for(list(role.allowed_tools))
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._text: list[str] = []
@@ -277,7 +278,9 @@ class _Runner:
     @property
     def workspace(self) -> Path:
         """The run's working tree, once ready (WorkspaceError if it could not be made)."""
-        return self._workspace.result()
+        if isinstance(self._workspace, Future):
+            self._workspace = workspace_ready(self._workspace, quantum_id=self.run.quantum_id)
+        return self._workspace
 
     # events -------------------------------------------------------------------------------
     def event(self, event_type: str, **payload: Any) -> tuple[str, dict[str, Any]]:

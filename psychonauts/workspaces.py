@@ -263,6 +263,15 @@ def workspace_prepare(*, quantum_id: int) -> Future[Path]:
     return _Preparer.pool().submit(workspace_ensure, quantum_id=quantum_id)
 
 
+def workspace_ready(prepared: Future[Path], *, quantum_id: int) -> Path:
+    """The worktree `workspace_prepare` was asked for. Not begun yet when it is needed (the
+    background threads run niced, and on a busy machine the queue before them is long): made
+    here, at the asking thread's priority."""
+    if prepared.cancel():
+        return workspace_ensure(quantum_id=quantum_id)
+    return prepared.result()
+
+
 def workspace_remove(*, quantum_id: int) -> bool:
     """Remove a quantum's worktree; False when it had none. Its branch stays: reviews and merges
     read the branch, and a later run of the quantum checks it out again."""

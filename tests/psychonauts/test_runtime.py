@@ -427,3 +427,17 @@ def test_worktrees_are_made_at_a_lower_priority_than_the_agents_work():
     lower = min(base + PREPARE_NICE, 19)
     assert _Preparer.pool().submit(niceness).result(10) == (lower, str(lower))
     assert niceness() == (base, str(base))  # the rest of the process as it was
+
+
+def test_a_worktree_still_queued_when_needed_is_made_by_the_agent_itself(repo):
+    from concurrent.futures import Future
+
+    from psychonauts.workspaces import workspace_prepare, workspace_ready
+
+    queued: Future[Path] = Future()  # no background thread has begun on it
+    path = workspace_ready(queued, quantum_id=7)
+    assert queued.cancelled() and (path / ".git").is_file()
+
+    begun = workspace_prepare(quantum_id=8)
+    begun.result(10)
+    assert workspace_ready(begun, quantum_id=8) == begun.result()
