@@ -144,6 +144,15 @@ def service_pid(name: str, port: int) -> int | None:
     return None
 
 
+def speed_probe_s() -> float:
+    """CPU seconds of a fixed pure-Python loop: this machine's speed at the moment. Shared
+    machines drift (the same code: 27-45 ms of worker CPU per agent within an hour), and the
+    batch is CPU-bound while the single agent mostly waits, so the ratio follows this figure."""
+    started = time.process_time()
+    sum(i * i for i in range(3_000_000))
+    return time.process_time() - started
+
+
 def machine_busy_s() -> float:
     """CPU seconds all cores spent busy so far (from /proc/stat)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -284,6 +293,7 @@ def main() -> None:
             before = {name: tree_cpu_s(pid) for name, pid in pids.items() if pid}
             cpu_before, git_before = tree_cpu_s(worker.pid), children_cpu_s(worker.pid)
             us_before = user_sys_s(worker.pid)
+            probe = speed_probe_s()
             bench_before, busy_before = time.process_time(), machine_busy_s()
             wall, peak, ids = run_batch(args.agents, worker.pid)
             cpu = tree_cpu_s(worker.pid) - cpu_before
@@ -327,6 +337,8 @@ def main() -> None:
             + f", bench {bench_cpu:.2f} s; machine busy {busy:.2f} s of "
             f"{wall * (os.cpu_count() or 1):.2f} s ({os.cpu_count()} cores x wall)"
         )
+        print(f"machine speed probe   : {probe:6.3f} s (a fixed pure-Python loop just before the "
+              "batch; larger = slower machine)")  # fmt: skip
         print(f"worker RSS idle / peak: {idle / 1024:6.1f} MB / {peak / 1024:.1f} MB")
         print(f"memory per agent      : {(peak - idle) / 1024 / args.agents:6.2f} MB")
         per_turn = (statistics.mean(spans) - llm_s) / args.turns
