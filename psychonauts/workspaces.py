@@ -353,7 +353,7 @@ def resolve_path(workspace: Path, relative: str) -> Path:
         try:
             if stat.S_ISLNK(os.lstat(step).st_mode):
                 break
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return target  # nothing below exists, so no link either
     else:
         return target

@@ -83,6 +83,8 @@ def test_it_refuses_paths_that_escape_the_workspace(tmp_path):
     for path in ["ok/x.txt", "sub/in/y.txt"]:
         assert tool_execute(ctx, "write_file", {"path": path, "content": "y"}, []).is_error is False
     assert (ws / "sub" / "y.txt").read_text() == "y"
+    below_a_file = tool_execute(ctx, "read_file", {"path": "ok/x.txt/z"}, [])
+    assert below_a_file.is_error and "no such file" in below_a_file.output
 
 
 def test_it_refuses_an_ambiguous_edit(tmp_path):
