@@ -151,6 +151,10 @@ class AgentStatus(models.TextChoices):
 AGENT_TERMINAL: frozenset[str] = frozenset(
     {AgentStatus.DONE, AgentStatus.ERROR, AgentStatus.CANCELLED}
 )
+# Not ended: may be claimed (again) by an execution.
+AGENT_LIVE: frozenset[str] = frozenset(
+    {AgentStatus.PENDING, AgentStatus.RUNNING, AgentStatus.WAITING}
+)
 
 
 class AgentPhase(models.TextChoices):

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from django.db import connection, models
 
 from annihilation.events import EventBatch
-from bursts.models import AgentRun
+from bursts.models import AGENT_LIVE, AgentRun
 from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 from quanta.models import Quantum
@@ -89,7 +89,7 @@ WITH run AS (
     SET status = 'running', worker = %(worker)s, started_at = COALESCE(started_at, %(now)s),
         heartbeat_at = %(now)s, provider = COALESCE(%(provider)s, provider),
         model = COALESCE(%(model)s, model)
-    WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
+    WHERE id = %(id)s AND status = ANY(%(live)s)
     RETURNING id
 ), found AS (
     SELECT min(id) AS id FROM annihilation_session WHERE kind = 'agent_run' AND ref = %(ref)s
@@ -126,6 +126,7 @@ def run_claim(
                 "ref": str(agent_run_id),
                 "title": title,
                 "open_session": route is not None,
+                "live": sorted(AGENT_LIVE),
             },
         )
         row = cursor.fetchone()
@@ -266,12 +267,7 @@ SELECT (SELECT id FROM turn), ARRAY(SELECT tool_use_id FROM calls), ARRAY(SELECT
        {EventBatch.IDS}
 """
 
-_TOOL_CALL_DONE = """
-UPDATE psychonauts_toolcall SET output = %s, is_error = %s, completed = true, duration_ms = %s
-WHERE id = %s
-"""
-
-# The turn's results, with its last tool call's (when it has not been recorded on its own).
+# A turn's completion on its own; or, with no turn, one tool call's result.
 _TURN_COMPLETE = f"WITH {_COMPLETION} SELECT"
 
 
@@ -327,8 +323,15 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
 
 
 def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: int) -> None:
+    """A tool call's result on its own (the completion's statement, with no turn)."""
+    params: dict[str, Any] = {
+        "call": call_id,
+        "output": output,
+        "is_error": is_error,
+        "duration": duration_ms,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(_TOOL_CALL_DONE, [output, is_error, duration_ms, call_id])
+        cursor.execute(_TURN_COMPLETE, {**_NO_COMPLETION, **params})
 
 
 def turn_complete(completion: TurnCompletion) -> None:

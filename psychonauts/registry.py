@@ -22,11 +22,10 @@ from redis.typing import EncodableT, FieldT
 
 from annihilation.events import flush_live, run_later
 from annihilation.redis import get_redis
-from bursts.models import AgentRun, AgentStatus
+from bursts.models import AGENT_LIVE, AgentRun
 
 KEY = "agents:registry"
 BUILT = "agents:registry:built"
-_LIVE = (AgentStatus.PENDING, AgentStatus.RUNNING, AgentStatus.WAITING)
 
 
 class RegistryEntry(TypedDict):
@@ -101,7 +100,7 @@ def registry_remove(agent_run_id: int) -> None:
 def registry_rebuild() -> int:
     """Reload every live agent run from Postgres; returns how many are registered."""
     client = get_redis()
-    runs = AgentRun.objects.filter(status__in=_LIVE).only(
+    runs = AgentRun.objects.filter(status__in=AGENT_LIVE).only(
         "id", "agent_id", "attempt", "status", "phase", "worker", "heartbeat_at"
     )
     pipe = client.pipeline()
@@ -126,7 +125,7 @@ def registry_list() -> list[RegistryEntry]:
 
 def registry_sync(run: AgentRun) -> None:
     """Mirror one run: registered while live, removed once terminal."""
-    if run.status in _LIVE:
+    if run.status in AGENT_LIVE:
         registry_put(_entry(run))
     else:
         registry_remove(run.pk)

@@ -26,7 +26,7 @@ from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
 
 from annihilation.events import EventBatch, publish, publish_many
-from bursts.models import AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
+from bursts.models import AGENT_LIVE, AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
     TurnCompletion,
@@ -104,8 +104,6 @@ Observer = Callable[[str, dict[str, Any]], None]
 
 # Later issues add prompt sections (playbook rules, skills) here: f(agent_run) -> text or "".
 PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = []
-
-_LIVE = (AgentStatus.PENDING, AgentStatus.RUNNING, AgentStatus.WAITING)
 
 
 class _Stop(PsychonautError):
@@ -756,7 +754,7 @@ def workspaces_sweep() -> list[int]:
 
 
 def _idle_closed(quantum_ids: list[int]) -> list[int]:
-    busy = AgentRun.objects.filter(quantum_id__in=quantum_ids, status__in=_LIVE)
+    busy = AgentRun.objects.filter(quantum_id__in=quantum_ids, status__in=AGENT_LIVE)
     return list(
         Quantum.objects.filter(pk__in=quantum_ids, status=QuantumStatus.CLOSED)
         .exclude(pk__in=busy.values("quantum_id"))
