@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
@@ -247,6 +247,60 @@ def tool_call_s(count: int = 200) -> float:
     return statistics.median(samples)
 
 
+def provider_call_ms(count: int = 40) -> tuple[float, float]:
+    """CPU of one realistic model call in the calling thread (median): the provider's, and the
+    SDK's typed `messages.create(stream=True)` on the same request as the baseline. The request
+    is a conversation of 20 tool turns (62 KB, with the coder's 15 tools); the answer is 2,000
+    characters streamed in 16-character deltas and a tool call, from a fake in this process."""
+    import anthropic
+
+    from psychonauts.providers.anthropic import AnthropicProvider
+    from psychonauts.providers.base import Message, ProviderRequest, RunInfo
+    from psychonauts.tools import tools_for
+
+    messages: list[Message] = [{"role": "user", "content": "Make the tests pass. " * 50}]
+    for n in range(20):
+        use = {"type": "tool_use", "id": f"t{n}", "name": "read_file", "input": {"path": "a.py"}}
+        messages.append(
+            {"role": "assistant", "content": [{"type": "text", "text": "Next. " * 80}, use]}
+        )
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"t{n}", "content": "a line of code\n" * 130}
+        ]})  # fmt: skip
+    request = ProviderRequest(
+        model="claude-sonnet-4-6", system="You are a careful coder. " * 40, messages=messages,
+        tools=[t.spec() for t in tools_for([])],  # all 15, as the coder has
+        max_tokens=4096, run=RunInfo(agent_run_id=0, agent_id="bench", role="coder", attempt=1,
+                                     quantum_id=0),
+    )  # fmt: skip
+    answer = FakeReply(text="word " * 400, tool_uses=[("write_file", {"path": "a.txt", "content": "x" * 2000})])  # fmt: skip
+    with fake_anthropic_server(lambda body: answer) as fake:
+        client = anthropic.Anthropic(base_url=fake.base_url, api_key="bench", max_retries=0)
+        provider = AnthropicProvider(client)
+
+        def ours() -> None:
+            provider.complete(request, lambda text: None)
+
+        def typed() -> None:
+            with client.messages.create(
+                model=request.model, max_tokens=request.max_tokens, system=request.system,
+                messages=cast(Any, request.messages), tools=cast(Any, request.tools), stream=True,
+            ) as stream:  # fmt: skip
+                for _event in stream:
+                    pass
+
+        def median_ms(call: Callable[[], None]) -> float:
+            samples = []
+            for _ in range(count):
+                started = time.thread_time()
+                call()
+                samples.append(time.thread_time() - started)
+            return statistics.median(samples) * 1000
+
+        median_ms(ours), median_ms(typed)  # warm both
+        return median_ms(ours), median_ms(typed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=100)
@@ -349,6 +403,10 @@ def main() -> None:
         )
         print(f"runtime overhead/turn : {per_turn * 1000:6.1f} ms (agent span - LLM time) / turns,"
               " under 100-way contention")  # fmt: skip
+        ours, typed = provider_call_ms()
+        print(f"model call CPU        : {ours:6.2f} ms vs {typed:.2f} ms through the SDK's typed "
+              f"messages.create = {ours / typed:.2f}x (62 KB conversation, 2,000-character "
+              "answer; median of 40)")  # fmt: skip
 
         prefork_n = min(args.prefork * 2, args.agents)
         worker = start_worker(

@@ -25,6 +25,7 @@ class FakeReply:
     error: str = ""  # an error type sent as `event: error` in the stream (overloaded_error)
     status: int = 200  # an HTTP error status returned before streaming (429, 529 ...)
     delay_s: float = 0.0
+    raw: str = ""  # sent as is after message_start, ending the stream (a malformed one)
     tokens_in: int = 11
     tokens_out: int = 7
 
@@ -69,6 +70,9 @@ class FakeAnthropic:
                 }
             },
         )
+        if reply.raw:
+            yield reply.raw.encode()
+            return
         if reply.error:
             yield (
                 "event: error\ndata: "

@@ -108,6 +108,32 @@ def test_it_does_not_retry_a_bad_request(repo, make_run, fake_env):
     assert len(fake.requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ("event: content_block_delta\ndata: {half an object\n\n", "a stream event is not JSON"),
+        (
+            'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+            '"content_block": {"type": "text", "text": 5}}\n\n',
+            "malformed stream event",
+        ),
+        ('event: message_delta\ndata: {"type": "message_delta"}\n\n', "malformed stream event"),
+    ],
+)
+def test_a_malformed_stream_ends_the_run_in_error_with_the_reason(
+    repo, make_run, fake_env, frame, reason
+):
+    run = make_run("reviewer", provider="anthropic")
+    with fake_anthropic_server([FakeReply(raw=frame), FakeReply(text="never asked")]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert reason in outcome.error
+    assert "internal error" not in outcome.error
+    assert len(fake.requests) == 1  # not retried: the same answer would come back
+
+
 def test_it_stops_before_a_call_that_would_exceed_the_budget(repo, make_run, fake_env, settings):
     settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 0.01
     run = make_run("coder", provider="anthropic")
