@@ -3,13 +3,23 @@ Celery workers started for one benchmark queue."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A temporary folder, removed when the benchmark exits (its workers have stopped by then)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def django_bench_db(name: str = "annihilation_bench") -> None:

@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,9 @@ from typing import Any, cast
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
-HOME = Path(tempfile.mkdtemp(prefix="annihilation-bench-"))
+from bench._setup import django_bench_db, scratch_dir, start_worker  # noqa: E402
+
+HOME = scratch_dir("annihilation-bench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_HOME"] = str(HOME)
 os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
@@ -37,8 +38,6 @@ os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 # in Django's debug cursor, which logs it. `DEBUG=true` in the environment measures development.
 os.environ.setdefault("DEBUG", "false")
 os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use")
-
-from bench._setup import django_bench_db, start_worker  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 

@@ -18,13 +18,14 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
-HOME = Path(tempfile.mkdtemp(prefix="annihilation-bench-tether-"))
+from bench._setup import django_bench_db, pct, scratch_dir, start_worker  # noqa: E402
+
+HOME = scratch_dir("annihilation-bench-tether-")
 SCRIPTS = HOME / "scripts"
 SCRIPTS.mkdir(parents=True)
 (SCRIPTS / "bench-ask.yaml").write_text(
@@ -45,7 +46,6 @@ os.environ["ANNIHILATION_WORKSPACE_MODE"] = "shared"
 os.environ["ANNIHILATION_PROVIDER"] = ""
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
-from bench._setup import django_bench_db, pct, start_worker  # noqa: E402
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocess too
 

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +26,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._setup import scratch_dir
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_BURSTS_EXECUTOR"] = "noop"
 # Production settings for both sides (this process and the workers it starts inherit them):
@@ -38,9 +39,9 @@ os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-us
 # git): give it an empty repository, as if the agents changed nothing, rather than a missing
 # one whose retries would pollute the next measurement.
 if "ANNIHILATION_REPO" not in os.environ:
-    _repo = tempfile.mkdtemp(prefix="bench-repo-")
-    subprocess.run(["git", "init", "-q", _repo], check=True)
-    os.environ["ANNIHILATION_REPO"] = _repo
+    _repo = scratch_dir("bench-repo-")
+    subprocess.run(["git", "init", "-q", str(_repo)], check=True)
+    os.environ["ANNIHILATION_REPO"] = str(_repo)
 
 from annihilation.celery import app
 
