@@ -81,7 +81,9 @@ def shared_client() -> anthropic.Anthropic:
 
 
 def is_retryable(exc: Exception) -> bool:
-    if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
+    # A connection lost or timed out, before the answer began (the SDK's error) or while it
+    # streamed (the HTTP client's own).
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
         return True
     if isinstance(exc, anthropic.APIStatusError):
         return exc.status_code in _RETRY_STATUS or _error_type(exc) in _RETRY_TYPES
@@ -107,7 +109,11 @@ class AnthropicProvider:
         for attempt in range(1, attempts + 1):
             try:
                 return self._stream_once(request, on_text)
-            except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            except (
+                anthropic.APIStatusError,
+                anthropic.APIConnectionError,
+                httpx2.TransportError,
+            ) as exc:
                 last = exc
                 if not is_retryable(exc) or attempt == attempts:
                     break
@@ -205,9 +211,9 @@ class _Stream:
         elif kind == "content_block_start":
             start = event["content_block"]
             if start["type"] == "text":
-                self.blocks[event["index"]] = _Block("text", parts=[_str(start["text"])])
+                self.blocks[_int(event["index"])] = _Block("text", parts=[_str(start["text"])])
             elif start["type"] == "tool_use":
-                self.blocks[event["index"]] = _Block(
+                self.blocks[_int(event["index"])] = _Block(
                     "tool_use", _str(start["id"]), _str(start["name"])
                 )
         elif kind == "message_start":

@@ -26,6 +26,7 @@ class FakeReply:
     status: int = 200  # an HTTP error status returned before streaming (429, 529 ...)
     delay_s: float = 0.0
     raw: str = ""  # sent as is after message_start, ending the stream (a malformed one)
+    cut: bool = False  # the connection closed before the whole answer was sent
     tokens_in: int = 11
     tokens_out: int = 7
 
@@ -156,6 +157,10 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-type", "text/event-stream")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
+            if reply.cut:
+                self.wfile.write(data[: len(data) // 2])
+                self.close_connection = True
+                return
             self.wfile.write(data)
 
     return Handler

@@ -83,6 +83,18 @@ def test_it_retries_an_overloaded_stream_then_succeeds(repo, make_run, fake_env)
     assert len(fake.requests) == 3
 
 
+def test_it_retries_a_stream_cut_off_half_way(repo, make_run, fake_env):
+    run = make_run("reviewer", provider="anthropic")
+    replies = [FakeReply(text="lost " * 50, cut=True), FakeReply(text="OK")]
+    with fake_anthropic_server(replies) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert outcome.result == "OK"
+    assert len(fake.requests) == 2
+
+
 def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
     run = make_run("reviewer", provider="anthropic")
     with fake_anthropic_server([FakeReply(status=429, error="rate_limit_error")] * 5) as fake:
