@@ -23,7 +23,7 @@ def scratch_dir(prefix: str) -> Path:
 
 
 def django_bench_db(name: str = "annihilation_bench") -> None:
-    """Point Django at `name` on the dev cluster (creating it), set up and migrate."""
+    """Point Django at `name` on the dev cluster (creating it), set up, migrate and empty it."""
     sys.path.insert(0, str(ROOT))
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/annihilation")
     os.environ["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + name
@@ -40,6 +40,9 @@ def django_bench_db(name: str = "annihilation_bench") -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    # Every run starts from empty tables: what earlier runs left (a million event rows after a
+    # few hundred agent benchmarks) would make each run slower than the one before.
+    call_command("flush", interactive=False, verbosity=0)
 
 
 def pct(samples: list[float], p: float) -> float:
