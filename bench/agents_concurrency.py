@@ -5,8 +5,8 @@ under 1.5x), memory per concurrent agent (worker RSS growth / agents), tool-call
 turn, and the same load on a prefork worker, which is why agents run on the threads pool.
 
     python bench/agents_concurrency.py [--agents 100] [--turns 3]
-Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated), a
-temporary ANNIHILATION_HOME and its own Celery queue; the demo's data is never touched.
+Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated and
+emptied), a temporary ANNIHILATION_HOME and its own Celery queue; the demo's data is never touched.
 """
 
 from __future__ import annotations

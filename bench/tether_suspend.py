@@ -8,8 +8,9 @@ worker), p50/p95/max (target p95 under 250 ms).
 
     python bench/tether_suspend.py [--agents 1000] [--slots 4] [--rate 20]
 
-Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated), a
-temporary ANNIHILATION_HOME (shared-tree workspace: no worktree per agent) and its own queue.
+Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated and
+emptied), a temporary ANNIHILATION_HOME (shared-tree workspace: no worktree per agent) and its own
+queue.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    query count.
 
     python bench/ui_latency.py [--events 500]
-Uses the dev services (make bench) with a database of its own (annihilation_bench_ui).
+Uses the dev services (make bench) with a database of its own (annihilation_bench_ui, emptied first).
 """
 
 from __future__ import annotations
