@@ -300,11 +300,54 @@ def provider_call_ms(count: int = 40) -> tuple[float, float]:
         return median_ms(ours), median_ms(typed)
 
 
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+def compare_prefork(processes: int, agents: int, threads_wall: float, threads_peak: int) -> None:
+    """The same agents on a prefork worker of `processes`: why agents run on the threads pool."""
+    prefork_n = min(processes * 2, agents)
+    worker = start_worker(name="bench-prefork", queue=QUEUE, pool="prefork", concurrency=processes)
+    try:
+        idle_p = tree_rss_kb(worker.pid)
+        wall_p, peak_p, _ = run_batch(prefork_n, worker.pid)
+    finally:
+        worker.terminate()
+        worker.wait()
+    print(f"\n== prefork pool, {processes} processes, {prefork_n} agents")
+    print(f"wall                  : {wall_p:6.2f} s ({prefork_n / wall_p:.1f} agents/s vs "
+          f"threads {agents / threads_wall:.1f} agents/s)")  # fmt: skip
+    per_proc = peak_p / 1024 / (processes + 1)
+    print(f"worker RSS idle / peak: {idle_p / 1024:6.1f} MB / {peak_p / 1024:.1f} MB "
+          f"({per_proc:.1f} MB per process)")  # fmt: skip
+    print(
+        f"{agents} concurrent agents would need {agents} processes "
+        f"≈ {per_proc * agents / 1024:.1f} GB vs {threads_peak / 1024:.0f} MB on threads"
+    )
+    print(
+        "\n=> agents are I/O-bound (waiting on the LLM): run them on "
+        "`celery worker --pool threads -c 100`."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--agents", type=int, default=100)
-    parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--prefork", type=int, default=8, help="prefork processes to compare")
+    parser.add_argument("--agents", type=count(1), default=100)
+    parser.add_argument("--turns", type=count(1), default=3)
+    parser.add_argument(
+        "--prefork", type=count(0), default=8, help="prefork processes to compare (0: none)"
+    )
     args = parser.parse_args()
 
     from django.conf import settings
@@ -401,36 +444,14 @@ def main() -> None:
             "rows: the pending call and its result; one agent alone, median of 200)"
         )
         print(f"runtime overhead/turn : {per_turn * 1000:6.1f} ms (agent span - LLM time) / turns,"
-              " under 100-way contention")  # fmt: skip
+              f" under {args.agents}-way contention")  # fmt: skip
         ours, typed = provider_call_ms()
         print(f"model call CPU        : {ours:6.2f} ms vs {typed:.2f} ms through the SDK's typed "
               f"messages.create = {ours / typed:.2f}x (62 KB conversation, 2,000-character "
               "answer; median of 40)")  # fmt: skip
 
-        prefork_n = min(args.prefork * 2, args.agents)
-        worker = start_worker(
-            name="bench-prefork", queue=QUEUE, pool="prefork", concurrency=args.prefork
-        )
-        try:
-            idle_p = tree_rss_kb(worker.pid)
-            wall_p, peak_p, _ = run_batch(prefork_n, worker.pid)
-        finally:
-            worker.terminate()
-            worker.wait()
-        print(f"\n== prefork pool, {args.prefork} processes, {prefork_n} agents")
-        print(f"wall                  : {wall_p:6.2f} s ({prefork_n / wall_p:.1f} agents/s vs "
-              f"threads {args.agents / wall:.1f} agents/s)")  # fmt: skip
-        per_proc = peak_p / 1024 / (args.prefork + 1)
-        print(f"worker RSS idle / peak: {idle_p / 1024:6.1f} MB / {peak_p / 1024:.1f} MB "
-              f"({per_proc:.1f} MB per process)")  # fmt: skip
-        print(
-            f"{args.agents} concurrent agents would need {args.agents} processes "
-            f"≈ {per_proc * args.agents / 1024:.1f} GB vs {peak / 1024:.0f} MB on threads"
-        )
-        print(
-            "\n=> agents are I/O-bound (waiting on the LLM): run them on "
-            "`celery worker --pool threads -c 100`."
-        )
+        if args.prefork:
+            compare_prefork(args.prefork, args.agents, wall, peak)
 
 
 if __name__ == "__main__":
