@@ -1,10 +1,11 @@
 """100 agents at once on one Celery worker against a slow fake LLM (each call sleeps 1 s).
 
 Prints: wall time of 100 concurrent agents vs one agent doing the same number of turns (target
-under 1.5x), memory per concurrent agent (worker RSS growth / agents), tool-call overhead per
-turn, and the same load on a prefork worker, which is why agents run on the threads pool.
+under 1.5x), CPU by process, memory per concurrent agent (worker RSS growth / agents), tool-call
+overhead per turn, one realistic model call's CPU against the SDK's typed method, and the same
+load on a prefork worker, which is why agents run on the threads pool (--prefork 0: skipped).
 
-    python bench/agents_concurrency.py [--agents 100] [--turns 3]
+    python bench/agents_concurrency.py [--agents 100] [--turns 3] [--prefork 8]
 Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated and
 emptied), a temporary ANNIHILATION_HOME and its own Celery queue; the demo's data is never touched.
 """
