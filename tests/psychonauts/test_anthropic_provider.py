@@ -71,28 +71,22 @@ def test_it_runs_tool_calls_and_sends_their_results_back(repo, make_run, fake_en
     assert "wrote 1 characters" in result["content"]
 
 
-def test_it_retries_an_overloaded_stream_then_succeeds(repo, make_run, fake_env):
+@pytest.mark.parametrize(
+    "failures",
+    [
+        pytest.param([FakeReply(error="overloaded_error"), FakeReply(status=529)], id="overloaded"),
+        pytest.param([FakeReply(text="lost " * 50, cut=True)], id="stream-cut-half-way"),
+    ],
+)
+def test_it_retries_then_succeeds(repo, make_run, fake_env, failures):
     run = make_run("reviewer", provider="anthropic")
-    replies = [FakeReply(error="overloaded_error"), FakeReply(status=529), FakeReply(text="OK")]
-    with fake_anthropic_server(replies) as fake:
+    with fake_anthropic_server([*failures, FakeReply(text="OK")]) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
     assert outcome.result == "OK"
-    assert len(fake.requests) == 3
-
-
-def test_it_retries_a_stream_cut_off_half_way(repo, make_run, fake_env):
-    run = make_run("reviewer", provider="anthropic")
-    replies = [FakeReply(text="lost " * 50, cut=True), FakeReply(text="OK")]
-    with fake_anthropic_server(replies) as fake:
-        fake_env(fake.base_url)
-        outcome = agent_run_execute(agent_run_id=run.pk)
-
-    assert outcome.status == "done", outcome.error
-    assert outcome.result == "OK"
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == len(failures) + 1
 
 
 def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
