@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from bursts.errors import WaveNotFound
-from bursts.models import AgentRun, Burst, QuantumRun, Wave
+from bursts.models import AGENT_LIVE, AgentRun, Burst, QuantumRun, Wave
 
 
 class WaveProgress(TypedDict):
@@ -188,9 +188,6 @@ class Dashboard(TypedDict):
     queues: dict[str, int | None]
 
 
-LIVE_AGENT_STATUSES = ("pending", "running", "waiting")
-
-
 def wave_current() -> Wave | None:
     """The running wave (the newest if several), else the newest wave."""
     return (
@@ -244,7 +241,7 @@ def dashboard_summary() -> Dashboard:
         runs, agents = wave_status_counts(wave)
         wave_agents = AgentRun.objects.filter(quantum_run__wave=wave)
         phases = dict(
-            wave_agents.filter(status__in=LIVE_AGENT_STATUSES)
+            wave_agents.filter(status__in=AGENT_LIVE)
             .values("phase")
             .annotate(n=Count("id"))
             .values_list("phase", "n")
@@ -260,7 +257,7 @@ def dashboard_summary() -> Dashboard:
                 "quantum_id": a["quantum_id"],
                 "tokens": a["tokens_in"] + a["tokens_out"],
             }
-            for a in wave_agents.filter(status__in=LIVE_AGENT_STATUSES)
+            for a in wave_agents.filter(status__in=AGENT_LIVE)
             .order_by("id")
             .values(
                 "id",

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from bursts.executor import Outcome, execute_agent
 from bursts.leases import AgentLease
-from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
-from bursts.services.stages import LIVE_AGENT, agent_context, prior_results_context, stage_spec
+from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.stages import agent_context, prior_results_context, stage_spec
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
             "error": outcome.error,
             "finished_at": now,
         }
-        updated = AgentRun.objects.filter(pk=agent.pk, status__in=LIVE_AGENT).update(**fields)
+        updated = AgentRun.objects.filter(pk=agent.pk, status__in=AGENT_LIVE).update(**fields)
     if updated == 1:
         for name, value in fields.items():
             setattr(agent, name, value)

@@ -24,6 +24,7 @@ from bursts.errors import WaveNotFound, WaveNotRunning
 from bursts.events import BurstEvent, burst_event, burst_events
 from bursts.hooks import ON_RUN_DRAINED
 from bursts.models import (
+    AGENT_LIVE,
     RUN_TERMINAL,
     AgentRun,
     AgentStatus,
@@ -36,7 +37,6 @@ from bursts.models import (
 )
 from bursts.selectors import wave_stats
 from bursts.services.stages import (
-    LIVE_AGENT,
     StageStatus,
     stage_evaluate,
     stage_record,
@@ -703,7 +703,7 @@ def wave_cancel(*, wave_id: int, reason: str = "cancelled by the operator") -> W
         .exclude(task_id="")
         .values_list("task_id", flat=True)
     )
-    AgentRun.objects.filter(quantum_run__in=live, status__in=LIVE_AGENT).update(
+    AgentRun.objects.filter(quantum_run__in=live, status__in=AGENT_LIVE).update(
         status=AgentStatus.CANCELLED, error=reason, finished_at=now
     )
     transaction.on_commit(lambda: tasks_revoke_unsafe(queued))

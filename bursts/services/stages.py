@@ -15,15 +15,11 @@ from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send
 from bursts.context import PriorResult, context_thread
-from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.pipelines.conditions import BadCondition, condition_holds
 from quanta.pipelines.spec import StageSpec
-
-LIVE_AGENT: frozenset[str] = frozenset(
-    {AgentStatus.PENDING, AgentStatus.RUNNING, AgentStatus.WAITING}
-)
 
 
 class StageStatus(enum.StrEnum):
@@ -77,7 +73,7 @@ def stage_evaluate(run: QuantumRun, agents: Sequence[AgentRun] | None = None) ->
     failures: list[str] = []
     for position in range(len(spec["agents"])):
         agent = latest.get(position)
-        if agent is None or agent.status in LIVE_AGENT:
+        if agent is None or agent.status in AGENT_LIVE:
             return StageVerdict(StageStatus.IN_PROGRESS)
         if agent.status == AgentStatus.DONE:
             continue
