@@ -40,6 +40,13 @@ def positive_int(value: str) -> int:
     return int(value)
 
 
+def non_negative_int(value: str) -> int:
+    """An argparse type: a count that may be 0 (none)."""
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of 0 or more")
+    return int(value)
+
+
 def emit_json(out: OutputWrapper, data: Any) -> None:
     out.write(json.dumps(data, cls=DjangoJSONEncoder, indent=2, sort_keys=False))
 

@@ -301,21 +301,6 @@ def provider_call_ms(count: int = 40) -> tuple[float, float]:
         return median_ms(ours), median_ms(typed)
 
 
-def count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
-        return value
-
-    return parse
-
-
 def compare_prefork(processes: int, agents: int, threads_wall: float, threads_peak: int) -> None:
     """The same agents on a prefork worker of `processes`: why agents run on the threads pool."""
     prefork_n = min(processes * 2, agents)
@@ -343,11 +328,13 @@ def compare_prefork(processes: int, agents: int, threads_wall: float, threads_pe
 
 
 def main() -> None:
+    from annihilation.cli import non_negative_int, positive_int
+
     parser = argparse.ArgumentParser()
-    parser.add_argument("--agents", type=count(1), default=100)
-    parser.add_argument("--turns", type=count(1), default=3)
+    parser.add_argument("--agents", type=positive_int, default=100)
+    parser.add_argument("--turns", type=positive_int, default=3)
     parser.add_argument(
-        "--prefork", type=count(0), default=8, help="prefork processes to compare (0: none)"
+        "--prefork", type=non_negative_int, default=8, help="prefork processes to compare (0: none)"
     )
     args = parser.parse_args()
 
