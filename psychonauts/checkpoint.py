@@ -102,6 +102,8 @@ WITH run AS (
 SELECT EXISTS (SELECT FROM run), COALESCE((SELECT id FROM found), (SELECT id FROM opened))
 """
 
+_LIVE = sorted(AGENT_LIVE)  # the statuses a claim takes a run from, as the statement's array
+
 
 def run_claim(
     *,
@@ -126,7 +128,7 @@ def run_claim(
                 "ref": str(agent_run_id),
                 "title": title,
                 "open_session": route is not None,
-                "live": sorted(AGENT_LIVE),
+                "live": _LIVE,
             },
         )
         row = cursor.fetchone()
