@@ -7,7 +7,9 @@ load on a prefork worker, which is why agents run on the threads pool (--prefork
 
     python bench/agents_concurrency.py [--agents 100] [--turns 3] [--prefork 8]
 Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated and
-emptied), a temporary ANNIHILATION_HOME and its own Celery queue; the demo's data is never touched.
+emptied), a temporary ANNIHILATION_HOME (the target repository and its worktrees; in RAM where the
+machine has /dev/shm, see bench/_setup.scratch_dir) and its own Celery queue; the demo's data is
+never touched.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from typing import Any, cast
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
-from bench._setup import django_bench_db, scratch_dir, start_worker  # noqa: E402
+from bench._setup import (  # noqa: E402
+    django_bench_db,
+    file_create_us,
+    filesystem,
+    scratch_dir,
+    start_worker,
+)
 
 HOME = scratch_dir("annihilation-bench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
@@ -355,6 +363,8 @@ def main() -> None:
     with fake_llm_process(args.turns) as (base_url, fake_pid):
         os.environ["ANTHROPIC_BASE_URL"] = base_url
         print(f"fake LLM at {base_url}: each call sleeps 1 s; {args.turns} turns per agent")
+        print(f"scratch folder: {HOME} ({filesystem(HOME)}; creating a file there costs "
+              f"{file_create_us(HOME):.0f} us of CPU; TMPDIR=... to run elsewhere)")  # fmt: skip
 
         worker = start_worker(
             name="bench-threads", queue=QUEUE, pool="threads", concurrency=args.agents
