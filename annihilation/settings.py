@@ -170,10 +170,11 @@ LOGGING = {
 }
 
 # --- psychonauts ---
-# The agent runtime (psychonauts app). Workspaces live under ANNIHILATION_HOME; the target
-# repository is any git repository (the demo creates a small one here when missing).
+# The agent runtime (psychonauts app). Workspaces live under ANNIHILATION_HOME unless placed
+# elsewhere; the target repository is any git repository (the demo creates a small one here
+# when missing).
 ANNIHILATION_REPO = env_path("ANNIHILATION_REPO", ANNIHILATION_HOME / "repo")
-PSYCHONAUTS_WORKTREES = ANNIHILATION_HOME / "worktrees"
+PSYCHONAUTS_WORKTREES = env_path("ANNIHILATION_WORKTREES", ANNIHILATION_HOME / "worktrees")
 # "worktree": one git worktree per quantum; "shared": every agent in ANNIHILATION_REPO itself,
 # writes guarded by file leases.
 PSYCHONAUTS_WORKSPACE_MODE = env_str("ANNIHILATION_WORKSPACE_MODE", "worktree")

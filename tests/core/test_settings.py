@@ -82,3 +82,24 @@ def test_broker_and_channel_layer_derive_from_redis_url():
         check=True,
     )
     assert result.stdout.split() == ["redis://10.0.0.9:6379/3", "redis://10.0.0.9:6379/3"]
+
+
+@pytest.mark.parametrize(
+    ("worktrees", "expected"),
+    [(None, "/srv/annihilation/worktrees"), ("/fast/worktrees", "/fast/worktrees")],
+)
+def test_worktrees_live_under_home_unless_placed_elsewhere(worktrees, expected):
+    env_vars = {k: v for k, v in os.environ.items() if k != "ANNIHILATION_WORKTREES"}
+    env_vars["ANNIHILATION_HOME"] = "/srv/annihilation"
+    if worktrees:
+        env_vars["ANNIHILATION_WORKTREES"] = worktrees
+    script = "from django.conf import settings as s; print(s.PSYCHONAUTS_WORKTREES)"
+    result = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {script}"],
+        env={**env_vars, "DJANGO_SETTINGS_MODULE": "annihilation.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == expected
