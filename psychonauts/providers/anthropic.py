@@ -8,11 +8,13 @@ clear error naming the last failure.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
 import os
 import random
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,8 +58,9 @@ _shards = itertools.count()
 def shared_client() -> anthropic.Anthropic:
     """A client of the process's few per endpoint (CLIENT_SHARDS), shared by agent threads.
 
-    Building a client loads TLS certificates (~25 ms of CPU); a hundred agents each making
-    their own would spend more CPU on that than on their turns. One client for all of them is
+    Loading the TLS certificates costs ~25 ms of CPU: the process does it once, and its clients
+    share the context (the first burst after a worker starts made all 16 clients at once). A
+    client per agent would spend more CPU than the agents' turns. One client for all of them is
     no better: its pool looks at every connection it holds, probing each idle one's socket,
     whenever a request starts or ends, so a hundred threads on one pool made a hundred system
     calls per request (each handing the GIL around). Threads take a shard in turn and keep it;
@@ -75,9 +78,17 @@ def shared_client() -> anthropic.Anthropic:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = anthropic.Anthropic(max_retries=0)
+            http_client = anthropic.DefaultHttpxClient(verify=_tls_context())
+            client = anthropic.Anthropic(max_retries=0, http_client=http_client)
             _clients[key] = client
         return client
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context the SDK would make for each client (system certificates, or SSL_CERT_FILE
+    and SSL_CERT_DIR), made once per process."""
+    return httpx2.create_ssl_context()
 
 
 def is_retryable(exc: Exception) -> bool:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from typing import cast
+
+import httpx2
 import pytest
 
 from bursts.models import AgentStatus
@@ -263,3 +267,23 @@ def test_text_streamed_after_a_slow_start_goes_out_whole_with_the_checkpoint(
     assert outcome.status == "done", outcome.error
     texts = Event.objects.filter(topic=f"agent:{run.agent_id}", type="text")
     assert [e.payload["text"] for e in texts] == [text]
+
+
+def test_a_process_loads_tls_certificates_once_for_all_its_clients(monkeypatch):
+    # Loading them costs ~25 ms of CPU; the first burst on a fresh worker made every shard's
+    # client at once. Each client (connection pool) of the process's shards shares the context.
+    from psychonauts.providers import anthropic as provider
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://llm.test.invalid")
+    monkeypatch.setattr(provider, "_clients", {})
+    clients = []
+    for _ in range(provider.CLIENT_SHARDS):
+        thread = threading.Thread(target=lambda: clients.append(provider.shared_client()))
+        thread.start()
+        thread.join()
+    assert len({id(c) for c in clients}) == provider.CLIENT_SHARDS
+    transports = [c._client._transport for c in clients]
+    assert all(isinstance(t, httpx2.HTTPTransport) for t in transports)
+    contexts = {id(cast(httpx2.HTTPTransport, t)._pool._ssl_context) for t in transports}
+    assert contexts == {id(provider._tls_context())}
