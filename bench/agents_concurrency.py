@@ -153,9 +153,10 @@ def service_pid(name: str, port: int) -> int | None:
 
 
 def speed_probe_s() -> float:
-    """CPU seconds of a fixed pure-Python loop: this machine's speed at the moment. Shared
-    machines drift (the same code: 27-45 ms of worker CPU per agent within an hour), and the
-    batch is CPU-bound while the single agent mostly waits, so the ratio follows this figure."""
+    """CPU seconds of a fixed pure-Python loop: how fast this machine computes at the moment
+    (the batch is CPU-bound while the single agent mostly waits). The scratch folder's disk is
+    measured apart (file_create_us): on the README's machine it, not this figure, explained
+    the runs that drifted."""
     started = time.process_time()
     sum(i * i for i in range(3_000_000))
     return time.process_time() - started
