@@ -33,11 +33,11 @@ def scratch_dir(prefix: str) -> Path:
 
 def filesystem(path: Path) -> str:
     """The type of the filesystem `path` is on (the longest mount point above it)."""
-    found, fstype = "", "unknown"
+    target, found, fstype = path.resolve(), "", "unknown"
     for line in Path("/proc/self/mounts").read_text().splitlines():
         fields = line.split()
         mount = fields[1].replace("\\040", " ")
-        if len(mount) > len(found) and path.resolve().is_relative_to(mount):
+        if len(mount) > len(found) and target.is_relative_to(mount):
             found, fstype = mount, fields[2]
     return fstype
 
