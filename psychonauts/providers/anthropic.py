@@ -91,10 +91,13 @@ def _tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
+# A connection lost or timed out, before the answer began (the SDK's error) or while it streamed
+# (the HTTP client's own): always worth another attempt.
+_CONNECTION_LOST = (anthropic.APIConnectionError, httpx2.TransportError)
+
+
 def is_retryable(exc: Exception) -> bool:
-    # A connection lost or timed out, before the answer began (the SDK's error) or while it
-    # streamed (the HTTP client's own).
-    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+    if isinstance(exc, _CONNECTION_LOST):
         return True
     if isinstance(exc, anthropic.APIStatusError):
         return exc.status_code in _RETRY_STATUS or _error_type(exc) in _RETRY_TYPES
@@ -120,11 +123,7 @@ class AnthropicProvider:
         for attempt in range(1, attempts + 1):
             try:
                 return self._stream_once(request, on_text)
-            except (
-                anthropic.APIStatusError,
-                anthropic.APIConnectionError,
-                httpx2.TransportError,
-            ) as exc:
+            except (anthropic.APIStatusError, *_CONNECTION_LOST) as exc:
                 last = exc
                 if not is_retryable(exc) or attempt == attempts:
                     break
