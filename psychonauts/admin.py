@@ -83,6 +83,6 @@ class DiaryEntryAdmin(admin.ModelAdmin[DiaryEntry]):
 
 @admin.register(CommandTrauma)
 class CommandTraumaAdmin(admin.ModelAdmin[CommandTrauma]):
-    list_display = ["pattern", "active", "reason", "created_at"]
-    list_filter = ["active"]
+    list_display = ["pattern", "active", "source", "hits", "reason", "last_seen_at", "created_at"]
+    list_filter = ["active", "source"]
     search_fields = ["pattern", "reason"]

@@ -4,6 +4,9 @@ Compound commands (`;`, `&&`, `||`, `|`, `&`, newlines, `$(...)`, backticks, `( 
 and every part judged; the command takes the worst tier of its parts. Danger is refused. Caution
 is allowed only where a rule (a regex in PSYCHONAUTS_COMMAND_ALLOW) allows that part. A part that
 matches a trauma (a pattern that caused an incident before) is escalated one tier.
+
+The guard is the policy layer: it tells the model early what will not work and records the
+decision. The boundary is the sandbox the allowed commands run in (psychonauts/sandbox.py).
 """
 
 from __future__ import annotations
@@ -183,11 +186,8 @@ _CAUTION = {
     "nohup": "outlives the run",
     "crontab": "schedules work",
 }
-_GIT_SAFE = {
-    "status", "diff", "log", "show", "add", "commit", "branch", "rev-parse", "ls-files",
-    "grep", "blame", "stash", "switch", "restore", "mv", "rm", "checkout", "tag",
-}  # fmt: skip
-_WRITE_TARGET = re.compile(r"(?:^|[^<0-9&])>>?\|?\s*([^\s;&|)]+)")
+# `>`, `>>`, `>|`, `2>`, `1>>`, `&>` and `&>>`, with what they write to (`2>&1` writes no file).
+_WRITE_TARGET = re.compile(r"(?:^|[^<>])(?:[0-9]*|&)>>?\|?\s*([^\s;&|)]+)")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -195,7 +195,88 @@ def _outside(path: str) -> bool:
     if path in {"/dev/null", "/dev/stdout", "/dev/stderr"} or path.startswith("&"):
         return False
     p = path.strip("'\"")
-    return p.startswith(("/", "~", "$HOME")) or ".." in PurePosixPath(p).parts
+    return p.startswith(("/", "~", "$HOME", "$")) or ".." in PurePosixPath(p).parts
+
+
+def _values(args: Sequence[str]) -> list[str]:
+    """Every argument and every `--option=value`'s value: where a program may be told a path."""
+    found = []
+    for arg in args:
+        if arg.startswith("-") and "=" in arg:
+            found.append(arg.split("=", 1)[1])
+        elif not arg.startswith("-"):
+            found.append(arg)
+    return found
+
+
+# Interpreters, and the flags that hand them a program on the command line.
+_INLINE_CODE = {
+    "python": {"-c"}, "python3": {"-c"}, "node": {"-e", "--eval", "-p", "--print"},
+    "perl": {"-e", "-E"}, "ruby": {"-e"}, "php": {"-r"}, "lua": {"-e"},
+    "bash": {"-c"}, "sh": {"-c"}, "zsh": {"-c"}, "dash": {"-c"}, "ksh": {"-c"},
+}  # fmt: skip
+# Variables that make a program run another program, or load code into it.
+_EXEC_VARIABLE = re.compile(
+    r"^(?:GIT_[A-Z_]+|[A-Z_]*EDITOR|[A-Z_]*PAGER|LD_[A-Z_]+|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH"
+    r"|PERL5OPT|PERL5LIB|NODE_OPTIONS|RUBYOPT|PROMPT_COMMAND|SHELLOPTS|IFS|PATH)="
+)
+# git options that run a program or write a file named on the command line.
+_GIT_EXEC_OPTIONS = (
+    "--output", "--open-files-in-pager", "-O", "--ext-diff", "--exec", "--upload-pack",
+    "--receive-pack", "--config-env", "--exec-path", "--git-dir", "--work-tree", "-C",
+)  # fmt: skip
+# Subcommands that change refs or the repository's state: only the runtime does that.
+_GIT_REFS = {
+    "add", "commit", "branch", "tag", "update-ref", "symbolic-ref", "reflog", "stash",
+    "switch", "checkout", "reset", "rebase", "merge", "cherry-pick", "revert", "am", "apply",
+    "pull", "fetch", "clean", "gc", "prune", "repack", "replace", "notes", "worktree",
+    "filter-branch", "remote", "config", "submodule", "rm", "mv", "restore", "init", "clone",
+    "maintenance", "bisect", "push",
+}  # fmt: skip
+_GIT_READ = {
+    "status", "diff", "log", "show", "rev-parse", "ls-files", "ls-tree", "grep", "blame",
+    "cat-file", "describe", "shortlog", "rev-list", "name-rev", "merge-base", "whatchanged",
+    "diff-tree", "diff-files", "diff-index", "for-each-ref", "show-ref", "version", "help",
+}  # fmt: skip
+
+
+def _judge_git(text: str, args: list[str]) -> PartVerdict:
+    for arg in args:
+        if arg.startswith(_GIT_EXEC_OPTIONS) or arg == "-c" or arg.startswith("-c"):
+            if arg.startswith(("--output", "-O", "--open-files-in-pager", "--ext-diff", "--exec")):
+                return PartVerdict(
+                    text, Tier.DANGER, f"git {arg.split('=')[0]} runs a program or writes a file"
+                )
+            return PartVerdict(
+                text, Tier.CAUTION, f"git {arg.split('=')[0]} changes what git runs or reads"
+            )
+    sub = next((a for a in args if not a.startswith("-")), "")
+    if sub == "push" and (
+        any(
+            a in {"-f", "--force", "--force-with-lease", "--mirror", "--delete", "-d"} for a in args
+        )
+        or any(a.startswith(("+", "--force", ":")) for a in args[1:])
+    ):
+        return PartVerdict(text, Tier.DANGER, "force-push rewrites shared history")
+    if sub == "branch" and any(
+        a in {"-D", "-d", "-f", "--force", "-m", "-M", "-c", "-C", "--delete", "--move", "--copy"}
+        or a.startswith(("--set-upstream", "-u"))
+        for a in args
+    ):
+        return PartVerdict(text, Tier.DANGER, "deletes, moves or overwrites a branch")
+    if sub in {"update-ref", "symbolic-ref", "filter-branch", "replace"}:
+        return PartVerdict(text, Tier.DANGER, f"git {sub} rewrites refs")
+    if sub in _GIT_READ:
+        return PartVerdict(text, Tier.SAFE, "reads the repository")
+    if sub == "branch" and len([a for a in args if not a.startswith("-")]) == 1:
+        return PartVerdict(text, Tier.SAFE, "lists branches")
+    if sub in _GIT_REFS:
+        return PartVerdict(
+            text, Tier.CAUTION,
+            f"git {sub}: the repository is read-only to agents; the runtime commits your "
+            "changes when you finish",
+        )  # fmt: skip
+    return PartVerdict(text, Tier.CAUTION, f"git {sub or '(no subcommand)'}")
 
 
 def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
@@ -205,15 +286,32 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
             return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({target})")
     if re.search(r":\s*\(\s*\)\s*\{", text):
         return PartVerdict(text, Tier.DANGER, "fork bomb")
+    if re.search(r"/proc/[^/\s]+/(?:environ|mem|root|cwd|fd)\b", text):
+        return PartVerdict(text, Tier.DANGER, "reads another process's environment or memory")
     try:
         tokens = shlex.split(text, comments=False)
     except ValueError:
         return PartVerdict(text, Tier.CAUTION, "cannot be parsed")
+    assignments = []
     while tokens and _ASSIGNMENT.match(tokens[0]):
-        tokens.pop(0)
+        assignments.append(tokens.pop(0))
+    for assignment in assignments:
+        if tokens and _EXEC_VARIABLE.match(assignment):
+            name = assignment.split("=", 1)[0]
+            return PartVerdict(text, Tier.DANGER, f"{name} makes the program run other code")
     if not tokens:
         return PartVerdict(text, Tier.SAFE, "assignment")
     prog, args = PurePosixPath(tokens[0]).name, tokens[1:]
+    if (
+        prog in {"exec", "command", "builtin", "nice", "nohup", "timeout", "stdbuf", "time"}
+        and args
+    ):
+        # The program these run is the one to judge.
+        rest = [a for a in args if not a.startswith("-")]
+        if prog == "timeout" and rest:
+            rest = rest[1:]
+        if rest:
+            return judge_part(Part(shlex.join(rest), part.piped), previous)
     flags = "".join(a.lstrip("-") for a in args if a.startswith("-") and not a.startswith("--"))
     if prog in _ALWAYS_DANGER or prog.startswith("mkfs."):
         return PartVerdict(text, Tier.DANGER, _ALWAYS_DANGER.get(prog, "formats a disk"))
@@ -229,31 +327,43 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
             return PartVerdict(text, Tier.DANGER, "recursive delete of the workspace or beyond")
     if prog == "dd" and any(a.startswith("of=/dev/") for a in args):
         return PartVerdict(text, Tier.DANGER, "writes a device")
-    if prog in {"cp", "mv", "tee", "touch", "mkdir", "ln", "install", "dd", "rm", "chmod"}:
-        for arg in args:
-            value = arg.split("=", 1)[1] if arg.startswith("of=") else arg
-            if not arg.startswith("-") and _outside(value):
-                return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({arg})")
+    writers = {"cp", "mv", "tee", "touch", "mkdir", "ln", "install", "dd", "rm", "chmod",
+               "chown", "truncate", "shred", "rsync", "tar", "unzip", "patch", "split", "csplit"}  # fmt: skip
+    if prog in writers or (prog == "sed" and any(a.startswith(("-i", "--in-place")) for a in args)):
+        for value in _values(a.split("=", 1)[1] if a.startswith("of=") else a for a in args):
+            if _outside(value):
+                return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({value})")
+    if prog == "sort":
+        for i, arg in enumerate(args):
+            target = args[i + 1] if arg == "-o" and i + 1 < len(args) else ""
+            target = arg[2:] if arg.startswith("-o") and len(arg) > 2 else target
+            target = arg.split("=", 1)[1] if arg.startswith("--output=") else target
+            if target and _outside(target):
+                return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({target})")
+    if prog == "find":
+        acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprintf", "-fls"}
+        if any(a in acts for a in args):
+            roots = [a for a in args if not a.startswith(("-", "(", ")", "!"))][:1]
+            if "-delete" in args and (not roots or any(_outside(r) for r in roots)):
+                return PartVerdict(text, Tier.DANGER, "deletes files outside the workspace")
+            return PartVerdict(text, Tier.CAUTION, "find runs commands or writes files")
+    if prog in {"awk", "gawk", "mawk", "nawk"} and re.search(
+        r"system\s*\(|\|\s*getline|getline\s*<|print[^;}]*[>|]", text
+    ):
+        return PartVerdict(text, Tier.CAUTION, "awk runs commands or writes files")
+    if prog in _INLINE_CODE and any(
+        a in _INLINE_CODE[prog] or (a.startswith("-") and not a.startswith("--")
+                                     and any(f[1:] in a[1:] for f in _INLINE_CODE[prog] if len(f) == 2))
+        for a in args
+    ):  # fmt: skip
+        return PartVerdict(text, Tier.CAUTION, f"{prog} runs inline code")
     if prog == "git":
-        sub = next((a for a in args if not a.startswith("-")), "")
-        if sub == "push":
-            if any(a in {"-f", "--force", "--force-with-lease", "--mirror"} for a in args) or any(
-                a.startswith(("+", "--force")) for a in args
-            ):
-                return PartVerdict(text, Tier.DANGER, "force-push rewrites shared history")
-            return PartVerdict(text, Tier.CAUTION, "publishes to a remote")
-        if sub in {"reset", "clean", "rebase", "filter-branch", "remote", "config", "fetch"}:
-            return PartVerdict(text, Tier.CAUTION, f"git {sub} changes history or settings")
-        if sub in _GIT_SAFE:
-            return PartVerdict(text, Tier.SAFE, "read or local git operation")
-        return PartVerdict(text, Tier.CAUTION, f"git {sub or '(no subcommand)'}")
+        return _judge_git(text, args)
     if prog in _CAUTION:
         return PartVerdict(text, Tier.CAUTION, _CAUTION[prog])
     if prog in {"npm", "pip", "uv"} and args[:1] in (["install"], ["add"]):
         return PartVerdict(text, Tier.CAUTION, "installs packages")
     if prog in _SAFE:
-        if prog == "sed" and any(a.startswith("-i") for a in args):
-            return PartVerdict(text, Tier.SAFE, "edits files in place")
         return PartVerdict(text, Tier.SAFE, "known safe program")
     return PartVerdict(text, Tier.CAUTION, f"{prog}: not a known safe program")
 
@@ -266,10 +376,32 @@ def _prog(part: Part) -> str:
     return PurePosixPath(tokens[0]).name if tokens else ""
 
 
+# A shell function (`name() { ... }` or `function name { ... }`) whose body calls itself in a
+# pipe or in the background: the fork bomb `:(){ :|:& };:` and its renamings.
+_FUNCTION = re.compile(
+    r"(?:\bfunction\s+([^\s(){};|&]+)\s*(?:\(\s*\))?|([^\s(){};|&]+)\s*\(\s*\))\s*\{(.*?)\}",
+    re.DOTALL,
+)
+
+
+def _fork_bomb(command: str) -> bool:
+    for match in _FUNCTION.finditer(command):
+        name, body = match.group(1) or match.group(2), match.group(3)
+        calls = re.findall(rf"(?:^|[\s;|&(]){re.escape(name)}(?=$|[\s;|&)])", body)
+        if calls and ("&" in body or "|" in body or len(calls) > 1):
+            return True
+    return False
+
+
 def command_judge(
     command: str, *, allow: Sequence[str] = (), traumas: Sequence[tuple[str, str]] = ()
 ) -> Verdict:
     """Judge a whole command. `allow`: regexes allowing caution parts; `traumas`: (regex, why)."""
+    if "\x00" in command:
+        return Verdict(False, Tier.DANGER, "refused (danger): a NUL byte in the command", ())
+    if _fork_bomb(command):
+        bomb = PartVerdict(command, Tier.DANGER, "fork bomb")
+        return Verdict(False, Tier.DANGER, f"refused (danger): {command!r}: fork bomb", (bomb,))
     parts = split_command(command)
     if not parts:
         return Verdict(False, Tier.CAUTION, "empty command", ())

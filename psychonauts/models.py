@@ -172,12 +172,26 @@ class DiaryEntry(models.Model):
         return f"{self.kind} of run {self.agent_run_id}"
 
 
+class TraumaSource(models.TextChoices):
+    """Who recorded a trauma."""
+
+    OPERATOR = "operator", "entered by the operator"
+    GUARD = "guard", "a dangerous command the guard refused"
+    SANDBOX = "sandbox", "a command that ran into a sandbox boundary"
+
+
 class CommandTrauma(models.Model):
     """A command pattern that caused an incident: the guard escalates it one tier."""
 
     pattern = models.CharField(max_length=300, help_text="regular expression")
     reason = models.TextField()
     active = models.BooleanField(default=True)
+    source = models.CharField(
+        max_length=10, choices=TraumaSource.choices, default=TraumaSource.OPERATOR
+    )
+    agent_id = models.CharField(max_length=200, blank=True, help_text="whose command it was")
+    hits = models.PositiveIntegerField(default=1, help_text="incidents recorded for it")
+    last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -8,25 +8,37 @@ Other apps add tools with `tool_register` from their AppConfig.ready(): the teth
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
-import subprocess
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex
 from django.conf import settings
 from django.utils import timezone
 
+try:  # TEMPORARY until the redaction module lands
+    from annihilation.redaction import redact
+except ImportError:  # pragma: no cover
+
+    def redact(text: str) -> str:
+        return text
+
+
 from psychonauts import leases
-from psychonauts.errors import CommandRefused, ToolFailure
-from psychonauts.guard import command_judge
+from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
+from psychonauts.guard import Tier, command_judge
 from psychonauts.models import CommandTrauma, DiaryEntry, DiaryKind, Mail
 from psychonauts.providers.base import ToolSpec
+from psychonauts.sandbox import SandboxResult, SandboxUnavailable, path_own, sandbox_run
 from psychonauts.schema import schema_errors
+from psychonauts.traumas import trauma_record
 from psychonauts.workspaces import resolve_path
 
 SpawnSpec = dict[str, str]
@@ -104,12 +116,16 @@ def tool_execute(ctx: ToolContext, name: str, args: Any, allowed: list[str]) -> 
     errors = schema_errors(args, tool.schema)
     if errors:
         return ToolResult(f"invalid arguments for {name}: " + "; ".join(errors), True)
+    # Redacted before the model, the database, the events or a terminal see it: a secret an
+    # agent's command prints never leaves the worker.
     try:
-        return ToolResult(truncate(tool.handler(ctx, args)), False)
-    except ToolFailure as exc:
+        return ToolResult(redact(truncate(tool.handler(ctx, args))), False)
+    except SandboxUnavailable as exc:
         return ToolResult(f"{name} refused: {exc}", True)
+    except ToolFailure as exc:
+        return ToolResult(redact(f"{name} refused: {exc}"), True)
     except OSError as exc:
-        return ToolResult(f"{name} failed: {exc.strerror or exc}", True)
+        return ToolResult(redact(f"{name} failed: {exc.strerror or exc}"), True)
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -125,37 +141,112 @@ _STR = {"type": "string"}
 _PATH = {"type": "string", "minLength": 1, "description": "relative to the workspace"}
 
 
+# Files are opened one path step at a time below the workspace's own folder, never following
+# a link: a link (or a folder swapped for one by a command running meanwhile) cannot lead the
+# runtime, which runs outside the sandbox, anywhere else.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+# The most of a file read_file and grep read.
+READ_LIMIT = 16 * 2**20
+
+
+def _open_beneath(
+    ctx: ToolContext, rel: str, flags: int, *, make_parents: bool = False
+) -> tuple[int, Path]:
+    """A file descriptor for `rel` in the workspace, and its path (PathEscape for a link)."""
+    path = resolve_path(ctx.workspace, rel)
+    root = ctx.workspace.resolve()
+    parts = path.relative_to(root).parts
+    if not parts:
+        raise ToolFailure(f"{rel}: a folder, not a file")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        step = root
+        for part in parts[:-1]:
+            step = step / part
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not make_parents:
+                    raise ToolFailure(f"{rel}: no such file") from None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                path_own(step, quantum_id=ctx.quantum_id)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(part, fd)):
+                    raise PathEscape(f"{rel}: a link on the way") from None
+                if exc.errno == errno.ENOTDIR:
+                    raise ToolFailure(f"{rel}: no such file") from None
+                raise
+            os.close(fd)
+            fd = inner
+        try:
+            return os.open(parts[-1], flags | _NOFOLLOW, 0o644, dir_fd=fd), path
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise PathEscape(f"{rel}: is a link; read its target instead") from None
+            if exc.errno == errno.ENOENT:
+                raise ToolFailure(f"{rel}: no such file") from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _read_text(ctx: ToolContext, rel: str, *, strict: bool = False) -> str:
+    fd, _ = _open_beneath(ctx, rel, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ToolFailure(f"{rel}: not a regular file")
+        data = handle.read(READ_LIMIT + 1)
+    if len(data) > READ_LIMIT:
+        raise ToolFailure(
+            f"{rel}: larger than {READ_LIMIT // 2**20} MiB; use the shell to look at parts of it"
+        )
+    return data.decode("utf-8", errors="strict" if strict else "replace")
+
+
+def _write_text(ctx: ToolContext, rel: str, text: str) -> None:
+    fd, path = _open_beneath(ctx, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ToolFailure(f"{rel}: not a regular file")
+        handle.write(text)
+    path_own(path, quantum_id=ctx.quantum_id)
+
+
 def _read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve_path(ctx.workspace, args["path"])
-    if not path.is_file():
-        raise ToolFailure(f"{args['path']}: no such file")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    lines = _read_text(ctx, args["path"]).splitlines(keepends=True)
     offset, limit = args.get("offset", 0), args.get("limit", 2000)
     return "".join(lines[offset : offset + limit])
 
 
-def _check_write(ctx: ToolContext, rel: str) -> Path:
+def _check_write(ctx: ToolContext, rel: str) -> None:
     path = resolve_path(ctx.workspace, rel)
     if ctx.shared:
         leases.lease_require_exclusive(
             workspace=str(ctx.workspace), path=str(path.relative_to(ctx.workspace.resolve())),
             holder=ctx.holder,
         )  # fmt: skip
-    return path
 
 
 def _write_file(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = _check_write(ctx, args["path"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(args["content"], encoding="utf-8")
+    _check_write(ctx, args["path"])
+    _write_text(ctx, args["path"], args["content"])
     return f"wrote {len(args['content'])} characters to {args['path']}"
 
 
 def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = _check_write(ctx, args["path"])
-    if not path.is_file():
-        raise ToolFailure(f"{args['path']}: no such file")
-    text = path.read_text(encoding="utf-8")
+    _check_write(ctx, args["path"])
+    try:
+        text = _read_text(ctx, args["path"], strict=True)
+    except UnicodeDecodeError:
+        raise ToolFailure(f"{args['path']}: not UTF-8 text") from None
     count = text.count(args["old"])
     if count == 0:
         raise ToolFailure(f"{args['path']}: the text to replace was not found")
@@ -164,7 +255,7 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> str:
             f"{args['path']}: the text to replace is ambiguous ({count} matches); "
             "include more surrounding text"
         )
-    path.write_text(text.replace(args["old"], args["new"], 1), encoding="utf-8")
+    _write_text(ctx, args["path"], text.replace(args["old"], args["new"], 1))
     return f"edited {args['path']}"
 
 
@@ -173,15 +264,23 @@ def _list_dir(ctx: ToolContext, args: dict[str, Any]) -> str:
     path = ctx.workspace.resolve() if rel in {".", ""} else resolve_path(ctx.workspace, rel)
     if not path.is_dir():
         raise ToolFailure(f"{rel}: not a folder")
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir() if p.name != ".git")
-    return "\n".join(names) or "(empty)"
+    names = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name == ".git":
+                continue
+            kind = "@" if entry.is_symlink() else "/" if entry.is_dir() else ""
+            names.append(entry.name + kind)
+    return "\n".join(sorted(names)) or "(empty)"
 
 
 def _walk(ctx: ToolContext) -> list[str]:
+    """Every file of the workspace, links included as names (never followed: os.walk does not
+    enter a linked folder)."""
     root = ctx.workspace.resolve()
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".git"]
+        dirs[:] = [d for d in dirs if d != ".git" and not (Path(folder) / d).is_symlink()]
         for name in files:
             found.append(str((Path(folder) / name).relative_to(root)))
     return sorted(found)
@@ -196,71 +295,111 @@ def _glob(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _grep(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """Python's regular expressions, with a time limit on the whole search: a pattern that
+    backtracks catastrophically fails the call instead of holding the worker."""
     try:
-        regex = re.compile(args["pattern"])
-    except re.error as exc:
+        pattern = regex.compile(args["pattern"])
+    except (regex.error, OverflowError, ValueError) as exc:
         raise ToolFailure(f"bad regular expression: {exc}") from None
     only = args.get("glob", "*")
+    deadline = time.monotonic() + settings.PSYCHONAUTS_GREP_TIMEOUT_S
     hits: list[str] = []
     for rel in _walk(ctx):
         if not fnmatch.fnmatch(rel, only):
             continue
         try:
-            text = (ctx.workspace / rel).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+            text = _read_text(ctx, rel, strict=True)
+        except (UnicodeDecodeError, OSError, ToolFailure):
+            continue  # binary, unreadable, too large, or a link
         for number, line in enumerate(text.splitlines(), 1):
-            if regex.search(line):
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                found = pattern.search(line, timeout=left)
+            except TimeoutError:
+                raise ToolFailure(
+                    f"the search took longer than {settings.PSYCHONAUTS_GREP_TIMEOUT_S:g}s "
+                    "(simplify the expression or narrow the glob)"
+                ) from None
+            if found:
                 hits.append(f"{rel}:{number}: {line}")
                 if len(hits) >= 500:
                     return "\n".join(hits) + "\n(500 matches shown)"
     return "\n".join(hits) or "(no match)"
 
 
-def command_check(command: str) -> None:
+def command_check(ctx: ToolContext, command: str) -> None:
+    """The guard's verdict; a refused danger is recorded as a trauma."""
     traumas = [(t.pattern, t.reason) for t in CommandTrauma.objects.filter(active=True)]
     verdict = command_judge(command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW, traumas=traumas)
-    if not verdict.allowed:
-        raise CommandRefused(verdict.reason)
+    if verdict.allowed:
+        return
+    if verdict.tier == Tier.DANGER:
+        worst = max(verdict.parts, key=lambda v: v.tier)
+        trauma_record(
+            pattern=re.escape(worst.text), reason=f"refused: {worst.reason}",
+            source="guard", agent_id=ctx.agent_id,
+        )  # fmt: skip
+    raise CommandRefused(verdict.reason)
+
+
+# What a command's end says about a sandbox boundary it ran into.
+_VIOLATIONS = (
+    (re.compile(r"Read-only file system"), "wrote outside its workspace"),
+    (re.compile(r"fork: (?:retry: )?Resource temporarily unavailable|Cannot fork"),
+     "hit the process limit"),
+    (re.compile(r"Cannot allocate memory|MemoryError|std::bad_alloc|out of memory"),
+     "hit the memory limit"),
+)  # fmt: skip
+
+
+def _violation(result: SandboxResult) -> str:
+    if result.stopped == "timeout":
+        return "ran past its wall time"
+    if result.stopped == "output":
+        return "printed more than the output limit"
+    if result.returncode in (-24, 128 + 24, 152):  # SIGXCPU
+        return "ran past its CPU time"
+    for pattern, what in _VIOLATIONS:
+        if pattern.search(result.stderr):
+            return what
+    return ""
 
 
 def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
     command = args["command"]
-    command_check(command)
+    command_check(ctx, command)
     timeout = min(args.get("timeout_s", settings.PSYCHONAUTS_SHELL_TIMEOUT_S),
                   settings.PSYCHONAUTS_SHELL_TIMEOUT_S)  # fmt: skip
-    # A clean environment: the agent's commands never see our secrets (API keys, DB URLs).
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(ctx.workspace),
-        "LANG": "C.UTF-8",
-        "ANNIHILATION_AGENT": ctx.agent_id,
-    }
-    started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            ["bash", "-c", command],
-            cwd=ctx.workspace,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+    result = sandbox_run(
+        ["bash", "-c", command],
+        workspace=ctx.workspace,
+        quantum_id=0 if ctx.shared else ctx.quantum_id,
+        timeout_s=timeout,
+        env={"ANNIHILATION_AGENT": ctx.agent_id},
+    )
+    violation = _violation(result) if result.sandboxed else ""
+    if violation:
+        trauma_record(pattern=re.escape(command), reason=f"sandbox: {violation}",
+                      source="sandbox", agent_id=ctx.agent_id)  # fmt: skip
+    if result.stopped == "timeout":
+        raise ToolFailure(
+            f"timed out after {timeout:.0f}s and was killed\n{truncate(result.output)}"
         )
-    except subprocess.TimeoutExpired as exc:
-        out = (
-            (exc.stdout or b"").decode(errors="replace")
-            if isinstance(exc.stdout, bytes)
-            else (exc.stdout or "")
+    if result.stopped == "output":
+        raise ToolFailure(
+            f"printed more than {settings.SANDBOX_OUTPUT_BYTES // 1024} KiB and was killed\n"
+            f"{truncate(result.output)}"
         )
-        raise ToolFailure(f"timed out after {timeout:.0f}s\n{truncate(out)}") from None
-    elapsed = time.monotonic() - started
-    output = (proc.stdout or "") + (f"\n[stderr]\n{proc.stderr}" if proc.stderr else "")
-    return f"exit {proc.returncode} ({elapsed:.1f}s)\n{truncate(output)}"
+    note = f"; sandbox: {violation}" if violation else ""
+    return f"exit {result.returncode} ({result.elapsed_s:.1f}s{note})\n{truncate(result.output)}"
 
 
 def _diary(ctx: ToolContext, args: dict[str, Any]) -> str:
-    DiaryEntry.objects.create(agent_run_id=ctx.agent_run_id, kind=args["kind"], text=args["text"])
+    DiaryEntry.objects.create(
+        agent_run_id=ctx.agent_run_id, kind=args["kind"], text=redact(args["text"])
+    )
     return f"noted ({args['kind']})"
 
 
@@ -269,8 +408,8 @@ def _mail_send(ctx: ToolContext, args: dict[str, Any]) -> str:
         sender=ctx.agent_id,
         recipient=args["to"],
         quantum_id=ctx.quantum_id,
-        subject=args.get("subject", ""),
-        body=args["body"],
+        subject=redact(args.get("subject", "")),
+        body=redact(args["body"]),
     )
     return f"sent mail {mail.pk} to {args['to']}"
 

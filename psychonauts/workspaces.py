@@ -25,6 +25,7 @@ from pathlib import Path
 from django.conf import settings
 
 from psychonauts.errors import PathEscape, WorkspaceError
+from psychonauts.sandbox import workspace_own
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "Annihilation",
@@ -41,7 +42,9 @@ def git_run(
     maintenance: its gc prunes worktrees, which must not race with `worktree add` (see
     registry_lock); `_maintain` runs it under the lock instead."""
     return subprocess.run(
-        ["git", "-c", "maintenance.auto=false", *args],
+        # safe.directory: a worktree belongs to its quantum's sandbox user when the worker is
+        # root (psychonauts/sandbox.py), which git would otherwise refuse to work in.
+        ["git", "-c", "maintenance.auto=false", "-c", "safe.directory=*", *args],
         cwd=cwd,
         env=dict(env) if env is not None else {**os.environ, **_GIT_ENV},
         capture_output=True,
@@ -195,6 +198,7 @@ def workspace_ensure(*, quantum_id: int) -> Path:
             "(the demo creates one: psychonauts.workspaces.demo_repo_ensure)"
         )
     if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
+        _shared_own(repo.resolve())
         return repo
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
     if (path / ".git").exists():
@@ -216,7 +220,14 @@ def workspace_ensure(*, quantum_id: int) -> Path:
             with registry_lock(shared=False):
                 git("worktree", "prune", cwd=repo)
                 git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
+        workspace_own(path, quantum_id=quantum_id)
     return path
+
+
+@functools.cache
+def _shared_own(repo: Path) -> None:
+    """The shared tree is every agent's: its files go to the sandbox user of quantum 0."""
+    workspace_own(repo, quantum_id=0)
 
 
 # Worktrees are made at a lower CPU priority than the agents' own work: a hundred agents starting

@@ -1,0 +1,418 @@
+"""The OS sandbox every process started on an agent's behalf runs in (bubblewrap).
+
+Inside: the whole filesystem read-only; the quantum's worktree the only writable path, plus a
+private `/tmp` and `/dev/shm`; the target repository's git folders read-only (agents read
+history, only the runtime commits, so no agent creates, moves or deletes a ref); the data folder
+(`ANNIHILATION_HOME`), the other quanta's worktrees and `/run` hidden behind empty folders; new
+PID, IPC, UTS, cgroup and network namespaces (no network unless ANNIHILATION_SANDBOX_NETWORK);
+an environment holding only what a command needs, from bubblewrap itself on (its
+`/proc/1/environ` inside shows nothing of the worker's); limits on wall time, CPU time, memory,
+processes, file size and output; everything inside is killed with its parent.
+
+The user inside is unprivileged. A worker running as root starts bubblewrap as root (it needs
+to reach the worktree's folders) and the command as a real unprivileged uid of its own quantum
+(`setpriv`, no capabilities, no new privileges): root's files stay unreadable, and the process
+limit counts that quantum's processes only. The worktree belongs to that uid; the runtime's own
+git runs with `safe.directory`. A worker running as another user runs bubblewrap in a user
+namespace as itself.
+
+`ANNIHILATION_SANDBOX=off` runs commands without the sandbox (same environment and limits);
+where bubblewrap cannot start, agents that run commands are refused instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from django.conf import settings
+
+from psychonauts.errors import PsychonautError
+
+SandboxState = Literal["on", "off", "unavailable"]
+
+# Each quantum's commands run as their own uid when the worker is root: BASE + id mod SPAN.
+UID_SPAN = 100_000
+
+
+class SandboxUnavailable(PsychonautError):
+    """The sandbox cannot start here, and running without it was not asked for."""
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    state: SandboxState
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.state}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+    sandboxed: bool
+    # Why it was stopped early: "" (it ended by itself), "timeout", "output".
+    stopped: str = ""
+
+    @property
+    def output(self) -> str:
+        return self.stdout + (f"\n[stderr]\n{self.stderr}" if self.stderr else "")
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def sandbox_uid(quantum_id: int) -> int | None:
+    """The uid a quantum's commands run as, or None when they run as the worker's own user."""
+    if not _is_root():
+        return None
+    return int(settings.SANDBOX_UID_BASE) + quantum_id % UID_SPAN
+
+
+def _traversable(folder: Path, uid: int) -> bool:
+    """Whether `uid` (no groups) may pass through `folder`."""
+    try:
+        st = folder.stat()
+    except OSError:
+        return False
+    bit = 0o100 if st.st_uid == uid else 0o001
+    return bool(st.st_mode & bit)
+
+
+def _git_dirs(workspace: Path) -> list[Path]:
+    """The git folders a workspace's git reads: its own (a worktree's `.git` file points into the
+    repository's `worktrees/`) and the shared one (objects, refs)."""
+    dot = workspace / ".git"
+    if dot.is_dir():
+        return [dot.resolve()]
+    try:
+        line = dot.read_text(encoding="utf-8").strip()
+    except OSError:
+        return []
+    if not line.startswith("gitdir:"):
+        return []
+    own = (workspace / line.removeprefix("gitdir:").strip()).resolve()
+    found = [own]
+    try:
+        common = (own / (own / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        found.append(common)
+    except OSError:
+        pass
+    return found
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def _hidden_roots(uid: int | None, needed: Sequence[Path]) -> list[Path]:
+    """Folders mounted empty inside: private ones, the data folder, the worktrees, and (for an
+    unprivileged uid) the first folder above each needed path that the uid could not pass."""
+    hidden = [Path("/tmp"), Path("/dev/shm"), Path("/run")]
+    for folder in (settings.ANNIHILATION_HOME, settings.PSYCHONAUTS_WORKTREES,
+                   *settings.SANDBOX_HIDE):  # fmt: skip
+        path = Path(folder).resolve()
+        if path != Path("/"):
+            hidden.append(path)
+    if uid is not None:
+        for path in needed:
+            for ancestor in reversed(path.parents):
+                if any(_under(ancestor, h) for h in hidden):
+                    break
+                if not _traversable(ancestor, uid):
+                    hidden.append(ancestor)
+                    break
+    # An outer hidden folder covers the inner ones; each is mounted once, outermost first.
+    hidden = sorted(set(hidden), key=lambda p: len(p.parts))
+    return [h for i, h in enumerate(hidden) if not any(_under(h, o) for o in hidden[:i])]
+
+
+def _mount_args(workspace: Path, uid: int | None) -> list[str]:
+    git_dirs = _git_dirs(workspace)
+    needed = [workspace, *git_dirs]
+    hidden = _hidden_roots(uid, needed)
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for folder in hidden:
+        perms = "1777" if folder in (Path("/tmp"), Path("/dev/shm")) else "0755"
+        args += ["--perms", perms, "--size", str(settings.SANDBOX_TMP_BYTES), "--tmpfs",
+                 str(folder)]  # fmt: skip
+    made: set[Path] = set()
+    for path in needed:
+        # Folders above a bind inside an empty mount are made passable (bubblewrap would make
+        # them 0700, owned by root).
+        for ancestor in reversed(path.parents):
+            if ancestor in made or not any(_under(ancestor, h) and ancestor != h for h in hidden):
+                continue
+            args += ["--perms", "0755", "--dir", str(ancestor)]
+            made.add(ancestor)
+    # Git folders read-only, then the worktree writable, then its `.git` pointer read-only
+    # again (a rewritten pointer would send the runtime's commit to another repository).
+    for folder in git_dirs:
+        args += ["--ro-bind", str(folder), str(folder)]
+    args += ["--bind", str(workspace), str(workspace)]
+    for folder in git_dirs:
+        if _under(folder, workspace):
+            args += ["--ro-bind", str(folder), str(folder)]
+    dot = workspace / ".git"
+    if dot.is_file():
+        args += ["--ro-bind", str(dot), str(dot)]
+    return args
+
+
+def _limits(timeout_s: float) -> list[str]:
+    """`prlimit` arguments: they hold for bubblewrap and everything it starts."""
+    cpu = max(1, int(min(timeout_s, settings.SANDBOX_CPU_S)))
+    return [
+        "prlimit",
+        f"--cpu={cpu}",
+        # The data limit, not the address space: runtimes that reserve large address ranges
+        # (V8, the JVM, Go) still start, while what is actually allocated is bounded.
+        f"--data={settings.SANDBOX_MEMORY_BYTES}",
+        f"--nproc={settings.SANDBOX_PROCESSES}",
+        f"--fsize={settings.SANDBOX_FILE_BYTES}",
+        "--core=0",
+        "--",
+    ]
+
+
+def _environment(workspace: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """All a command gets (and bubblewrap too): no variable of the worker's."""
+    return {
+        "PATH": settings.SANDBOX_PATH,
+        "HOME": str(workspace),
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        # The worktree and the repository's git folders belong to other users than the one
+        # inside (the runtime's, root's): git is told they are fine to read.
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+        **extra,
+    }
+
+
+def sandbox_argv(
+    argv: Sequence[str], *, workspace: Path, quantum_id: int, timeout_s: float
+) -> list[str]:
+    """The full command line that runs `argv` in the sandbox of a quantum's workspace."""
+    workspace = workspace.resolve()
+    uid = sandbox_uid(quantum_id)
+    box = [settings.SANDBOX_BWRAP, *_mount_args(workspace, uid)]
+    box += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    if not settings.SANDBOX_NETWORK:
+        box.append("--unshare-net")
+    box += ["--die-with-parent", "--new-session", "--chdir", str(workspace)]
+    if uid is None:
+        box += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--"]
+        return [*_limits(timeout_s), *box, *argv]
+    # Only what setpriv needs to become the quantum's uid; it drops these too.
+    box += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+            "--cap-add", "CAP_SETPCAP", "--"]  # fmt: skip
+    drop = [
+        "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+    ]  # fmt: skip
+    return [*_limits(timeout_s), *box, *drop, *argv]
+
+
+def sandbox_run(
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    quantum_id: int,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> SandboxResult:
+    """Run `argv` in the sandbox of the workspace (or without one where switched off).
+
+    SandboxUnavailable when the sandbox cannot start and is not switched off."""
+    status = sandbox_status()
+    if status.state == "unavailable":
+        raise SandboxUnavailable(_refusal(status))
+    environment = _environment(workspace.resolve(), env or {})
+    if status.state == "on":
+        full = sandbox_argv(argv, workspace=workspace, quantum_id=quantum_id, timeout_s=timeout_s)
+    else:
+        full = [*_limits(timeout_s), *argv]
+    return _execute(full, cwd=workspace, env=environment, timeout_s=timeout_s,
+                    sandboxed=status.state == "on")  # fmt: skip
+
+
+def _refusal(status: SandboxStatus) -> str:
+    return (
+        f"the agent sandbox cannot start here ({status.detail}); agents may not run commands "
+        "without it. Install bubblewrap and allow user namespaces, or set ANNIHILATION_SANDBOX=off "
+        "to run agents' commands unconfined"
+    )
+
+
+def _execute(
+    argv: Sequence[str], *, cwd: Path, env: dict[str, str], timeout_s: float, sandboxed: bool
+) -> SandboxResult:
+    """Run to the end, the wall-time limit or the output limit, whichever comes first; the
+    whole process group is killed on a limit. Output past the limit is not kept."""
+    limit = int(settings.SANDBOX_OUTPUT_BYTES)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    total, stopped = 0, ""
+    with selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            sel.register(stream, selectors.EVENT_READ)
+        deadline = started + timeout_s
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stopped = "timeout"
+                break
+            for key, _ in sel.select(timeout=left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                keep = data[: max(0, limit - total)]
+                chunks[key.fd].append(keep)
+                total += len(data)
+                if total > limit:
+                    stopped = "output"
+                    break
+            if stopped:
+                break
+    if stopped:
+        _kill_group(proc)
+    try:
+        returncode = proc.wait(timeout=max(0.1, started + timeout_s + 5 - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        # Its pipes closed early (a daemonised child) and it outlived the wall time.
+        stopped = stopped or "timeout"
+        _kill_group(proc)
+        returncode = proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    out, err = b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+    return SandboxResult(
+        returncode=returncode,
+        stdout=out.decode("utf-8", errors="replace"),
+        stderr=err.decode("utf-8", errors="replace"),
+        elapsed_s=time.monotonic() - started,
+        sandboxed=sandboxed,
+        stopped=stopped,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group; bubblewrap's --die-with-parent and the PID namespace take
+    whatever inside escaped the group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def workspace_own(path: Path, *, quantum_id: int) -> None:
+    """Hand a workspace's files to the quantum's sandbox user (a root worker only). Its `.git`
+    pointer stays root's; the runtime's git works on it with `safe.directory`."""
+    uid = sandbox_uid(quantum_id)
+    if uid is None or settings.SANDBOX_MODE == "off":
+        return
+    for item in _walk_no_git(path):
+        os.lchown(item, uid, uid)
+
+
+def path_own(path: Path, *, quantum_id: int) -> None:
+    """One file or folder the runtime wrote in a workspace: the quantum's sandbox user's."""
+    uid = sandbox_uid(quantum_id)
+    if uid is not None and settings.SANDBOX_MODE != "off":
+        os.lchown(path, uid, uid)
+
+
+def _walk_no_git(root: Path) -> Iterator[Path]:
+    yield root
+    for folder, dirs, files in os.walk(root):
+        base = Path(folder)
+        if base == root:
+            dirs[:] = [d for d in dirs if d != ".git"]
+            files = [f for f in files if f != ".git"]
+        for name in (*dirs, *files):
+            yield base / name
+
+
+_status_lock = threading.Lock()
+
+
+@functools.cache
+def _probe(bwrap: str, home: str) -> SandboxStatus:
+    """Start one sandbox for real (the checks a user namespace or a mount can fail)."""
+    if shutil.which(bwrap) is None:
+        return SandboxStatus(
+            "unavailable", f"{bwrap} not found (Debian: apt-get install bubblewrap)"
+        )
+    for tool in ("prlimit", "setpriv"):
+        if shutil.which(tool) is None:
+            return SandboxStatus("unavailable", f"{tool} not found (Debian: util-linux)")
+    probe = Path(home) / "sandbox-probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    workspace_own(probe, quantum_id=0)
+    try:
+        result = _execute(
+            sandbox_argv(
+                ["sh", "-c", "echo ok > probe && cat probe"],
+                workspace=probe,
+                quantum_id=0,
+                timeout_s=10,
+            ),
+            cwd=probe,
+            env=_environment(probe, {}),
+            timeout_s=10,
+            sandboxed=True,
+        )
+    except OSError as exc:
+        return SandboxStatus("unavailable", f"bubblewrap did not start: {exc}")
+    if result.returncode != 0 or result.stdout.strip() != "ok":
+        why = (result.stderr or result.stdout).strip().splitlines()
+        return SandboxStatus(
+            "unavailable", f"bubblewrap failed: {why[-1] if why else result.returncode}"
+        )
+    who = "an unprivileged uid per quantum" if _is_root() else "the worker's user, namespaced"
+    net = "network allowed" if settings.SANDBOX_NETWORK else "no network"
+    return SandboxStatus("on", f"bubblewrap, {who}, {net}")
+
+
+def sandbox_status() -> SandboxStatus:
+    """Whether agents' commands run sandboxed here: on, off (by setting), or unavailable."""
+    if settings.SANDBOX_MODE == "off":
+        return SandboxStatus("off", "ANNIHILATION_SANDBOX=off: agents' commands run unconfined")
+    with _status_lock:
+        return _probe(settings.SANDBOX_BWRAP, str(Path(settings.ANNIHILATION_HOME).resolve()))
+
+
+def sandbox_require() -> None:
+    """SandboxUnavailable unless commands can run (sandboxed, or unconfined by setting)."""
+    status = sandbox_status()
+    if status.state == "unavailable":
+        raise SandboxUnavailable(_refusal(status))
