@@ -17,6 +17,7 @@ from annihilation.models import Event
 from annihilation.redis import get_redis
 from bursts.forms import WaveStartForm
 from bursts.selectors import dashboard_summary
+from psychonauts.sandbox import sandbox_status
 from tether.selectors import tether_counts
 
 RECENT_EVENTS = 20
@@ -79,6 +80,7 @@ def dashboard_render(
             "summary": dashboard_summary(),
             "tether_counts": tether_counts(),
             "events": events_recent(),
+            "sandbox": sandbox_status(),
             "start_form": start_form or WaveStartForm(),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
         },

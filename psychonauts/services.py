@@ -59,6 +59,7 @@ from psychonauts.providers.base import (
     ToolUseBlock,
 )
 from psychonauts.roles import roles_load, roles_sync_defaults
+from psychonauts.sandbox import sandbox_require
 from psychonauts.tools import SpawnSpec, ToolContext, tool_execute, tools_for
 from psychonauts.workspaces import (
     branch_for,
@@ -669,8 +670,10 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     if role is not None:
         try:
             route = _route(run, role)
+            if not role.allowed_tools or "shell" in role.allowed_tools:
+                sandbox_require()
         except PsychonautError as exc:
-            refusal = exc
+            route, refusal = None, exc
     now, worker = timezone.now(), worker_name()
     claimed, session_id = run_claim(
         agent_run_id=run.pk,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start or stop the project's own Postgres and Redis, on loopback, with data under $ANNIHILATION_HOME.
+# Start or stop the project's own Postgres and Redis, on loopback, with data under $ANNIHILATION_HOME
+# (and install bubblewrap, the agent sandbox, with them).
 #
 #   scripts/services.sh start|stop|status
 #
@@ -44,6 +45,8 @@ ensure_installed() {
     local missing=()
     pg_bin >/dev/null || missing+=(postgresql)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    # The agent sandbox (psychonauts/sandbox.py).
+    command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     if [ ${#missing[@]} -gt 0 ]; then
         command -v apt-get >/dev/null 2>&1 || die "${missing[*]} missing and no apt-get here: install them, or point DATABASE_URL / REDIS_URL at running servers"
         install_packages "${missing[@]}"

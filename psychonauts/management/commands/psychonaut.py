@@ -12,6 +12,7 @@ from annihilation.cli import emit_json, parse_id, shorten, table
 from psychonauts import leases, selectors, services
 from psychonauts.errors import PsychonautError
 from psychonauts.registry import registry_rebuild
+from psychonauts.sandbox import sandbox_status
 from quanta.models import Quantum
 
 
@@ -128,6 +129,7 @@ class Command(BaseCommand):
         if options["json"]:
             emit_json(self.stdout, entries)
             return
+        self.stdout.write(f"sandbox {sandbox_status().describe()}")
         table(
             self.stdout,
             ["run", "agent", "attempt", "status", "phase", "worker", "heartbeat"],

@@ -1,0 +1,403 @@
+"""The agent sandbox against a hostile agent: real bubblewrap, real git, real services.
+
+Every escape runs straight in the sandbox, as if the guard had let it through, and the test
+asserts that nothing outside the worktree changed: files and folders next to it, the
+repository's refs, config and hooks, another quantum's worktree and branch, the host's /tmp and
+/dev/shm, and this process. Commands that read look for what they must not find.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from psychonauts.sandbox import SandboxResult, sandbox_run, sandbox_status, sandbox_uid
+from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+
+QUANTUM, OTHER = 7, 8
+SECRET = f"worker-secret-{uuid.uuid4().hex}"
+
+
+@dataclass
+class Box:
+    repo: Path
+    worktree: Path
+    other: Path  # another quantum's worktree
+    outside: Path  # a folder next to the worktrees, with files in it
+    marker: str  # a unique name for files an escape would create in /tmp and /dev/shm
+
+    def run(self, command: str, timeout_s: float = 20) -> SandboxResult:
+        return sandbox_run(
+            ["bash", "-c", self.fill(command)],
+            workspace=self.worktree,
+            quantum_id=QUANTUM,
+            timeout_s=timeout_s,
+        )
+
+    def fill(self, command: str) -> str:
+        return (
+            command.replace("{OUT}", str(self.outside))
+            .replace("{REPO}", str(self.repo))
+            .replace("{OTHER}", str(self.other))
+            .replace("{OTHER_BRANCH}", branch_for(OTHER))
+            .replace("{GITDIR}", str(self.repo / ".git"))
+            .replace("{MARK}", self.marker)
+            .replace("{HOME}", str(django_settings.ANNIHILATION_HOME))
+            .replace("{PG}", str(_port(django_settings.DATABASES["default"].get("PORT"), 5432)))
+            .replace("{REDIS}", str(_port(django_settings.REDIS_URL.rsplit(":", 1)[-1], 6379)))
+        )
+
+
+def _port(value: object, default: int) -> int:
+    digits = "".join(ch for ch in str(value or "").split("/")[0] if ch.isdigit())
+    return int(digits) if digits else default
+
+
+def _tree(root: Path) -> list[tuple[str, int, int, str]]:
+    """Every entry below `root`: path, mode, owner and content hash (links by their target)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            st = path.lstat()
+            if path.is_symlink():
+                digest = "->" + os.readlink(path)
+            elif path.is_file():
+                digest = hashlib.sha1(path.read_bytes()).hexdigest()
+            else:
+                digest = ""
+            found.append((str(path.relative_to(root)), st.st_mode, st.st_uid, digest))
+    return sorted(found)
+
+
+def _snapshot(box: Box) -> dict[str, object]:
+    git_dir = box.repo / ".git"
+    return {
+        "outside": _tree(box.outside),
+        "repo files": _tree(box.repo / "src"),
+        "refs": git("for-each-ref", "--format=%(refname) %(objectname)", cwd=box.repo),
+        "config": (git_dir / "config").read_text(),
+        "hooks": _tree(git_dir / "hooks"),
+        "worktree records": _tree(git_dir / "worktrees"),
+        "other worktree": _tree(box.other),
+        "pointer": (box.worktree / ".git").read_text(),
+        "tmp": sorted(p.name for p in Path("/tmp").iterdir() if box.marker in p.name),
+        "shm": sorted(p.name for p in Path("/dev/shm").iterdir() if box.marker in p.name),
+        "home": sorted(p.name for p in Path(django_settings.ANNIHILATION_HOME).iterdir()),
+    }
+
+
+@pytest.fixture
+def box(
+    tmp_path: Path, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Box]:
+    monkeypatch.setenv("ANNIHILATION_TEST_SECRET", SECRET)  # the worker's environment
+    settings.ANNIHILATION_HOME = tmp_path / "home"
+    settings.PSYCHONAUTS_WORKTREES = tmp_path / "home" / "worktrees"
+    settings.PSYCHONAUTS_WORKSPACE_MODE = "worktree"
+    settings.SANDBOX_MODE = "on"
+    settings.SANDBOX_NETWORK = False
+    settings.SANDBOX_PROCESSES = 64
+    settings.SANDBOX_MEMORY_BYTES = 512 * 2**20
+    settings.SANDBOX_OUTPUT_BYTES = 256 * 2**10
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "app.py").write_text("print('hello')\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init", cwd=repo)
+    settings.ANNIHILATION_REPO = repo
+    assert sandbox_status().state == "on", sandbox_status().detail
+    other = workspace_ensure(quantum_id=OTHER)
+    (other / "theirs.txt").write_text("another quantum's unmerged work\n")
+    workspace_commit(workspace=other, quantum_id=OTHER, agent_id="other", role="coder")
+    worktree = workspace_ensure(quantum_id=QUANTUM)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "existing.txt").write_text("a b c\n")
+    (outside / "sub" / "deep.txt").write_text("deep\n")
+    for readable in (Path(settings.ANNIHILATION_HOME) / "secrets.env", other / "secrets.env"):
+        readable.write_text(SECRET)
+        readable.chmod(0o644)
+    secret = outside / "private.key"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    yield Box(repo, worktree, other, outside, f"escape-{uuid.uuid4().hex[:12]}")
+    for folder in (Path("/tmp"), Path("/dev/shm")):
+        for leftover in folder.glob("*escape-*"):
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
+
+
+# Escapes that try to change something outside the worktree. Each runs as a whole; some
+# fail at their first step, which is the point.
+WRITE_ESCAPES = {
+    "python writes a file": "python3 -c \"open('{OUT}/p', 'w').write('x')\"",
+    "python rewrites a file": "python3 -c \"open('{OUT}/existing.txt', 'w').write('x')\"",
+    "python os.remove": "python3 -c \"import os; os.remove('{OUT}/existing.txt')\"",
+    "perl writes a file": 'perl -e \'open(F, ">{OUT}/p"); print F "x"\'',
+    "redirect >": "echo x > {OUT}/p",
+    "redirect >>": "echo x >> {OUT}/existing.txt",
+    "redirect 2>": "echo x 2>{OUT}/p",
+    "redirect 1>": "echo x 1>{OUT}/p",
+    "redirect &>": "echo x &> {OUT}/p",
+    "redirect through a relative path": "echo x > ../../outside/p",
+    "git log --output": "git log --output={OUT}/p",
+    "git diff --output": "echo y >> a.txt; git diff --output={OUT}/p",
+    "sed -i outside": "sed -i 's/a/z/' {OUT}/existing.txt",
+    "sort -o outside": "sort -o {OUT}/existing.txt /etc/hostname",
+    "cp --target-directory": "echo x > a.txt; cp a.txt --target-directory={OUT}",
+    "cp -t": "echo x > a.txt; cp -t {OUT} a.txt",
+    "find -delete": "find {OUT} -delete",
+    "rm -rf": "rm -rf {OUT}",
+    "mv a file out of it": "mv {OUT}/existing.txt stolen.txt",
+    "truncate": "truncate -s 0 {OUT}/existing.txt",
+    "dd over a file": "dd if=/dev/zero of={OUT}/existing.txt bs=1 count=3",
+    "chmod": "chmod 777 {OUT} {OUT}/existing.txt",
+    "touch and mkdir": "touch {OUT}/p; mkdir {OUT}/d",
+    "tee": "echo x | tee {OUT}/p",
+    "a link in the worktree written through": "ln -s {OUT}/existing.txt link && echo x > link",
+    "GIT_EDITOR runs a program": "GIT_EDITOR='touch {OUT}/p' git commit --allow-empty",
+    "core.pager runs a program": "git -c core.pager='touch {OUT}/p' -p log",
+    "GIT_EXTERNAL_DIFF runs a program": (
+        "echo y >> a.txt; git add -N a.txt; GIT_EXTERNAL_DIFF='touch {OUT}/p' git diff --ext-diff"
+    ),
+    "git grep --open-files-in-pager": "git grep --open-files-in-pager='touch {OUT}/p' hello",
+    "git branch -D another quantum's branch": "git branch -D {OTHER_BRANCH}",
+    "git branch -f another quantum's branch": "git branch -f {OTHER_BRANCH} main",
+    "git update-ref": "git update-ref refs/heads/{OTHER_BRANCH} refs/heads/main",
+    "git push to the repository": "git push -f {REPO} HEAD:{OTHER_BRANCH}",
+    "git tag and branch": "git tag evil; git branch evil",
+    "git config a hook path": "git config core.hooksPath {OUT}",
+    "a hook planted in the git folder": (
+        "printf '#!/bin/sh\\ntouch {OUT}/p\\n' > {GITDIR}/hooks/post-commit"
+    ),
+    "the worktree's .git pointer rewritten": "echo 'gitdir: {GITDIR}' > .git",
+    "the worktree's git record rewritten": "echo main > {GITDIR}/worktrees/q-7/HEAD",
+    "another quantum's worktree": "echo x > {OTHER}/theirs.txt; rm -f {OTHER}/theirs.txt",
+    "the repository's files": "echo x > {REPO}/src/app.py",
+    "the host's /tmp": "echo x > /tmp/{MARK}",
+    "the host's /dev/shm": "echo x > /dev/shm/{MARK}",
+    "a new mount namespace": "unshare -rm sh -c 'mount -t tmpfs none {OUT} && touch {OUT}/p'",
+    "kill every process it can": "kill -9 -1; true",
+    "sudo and su": "sudo touch {OUT}/p; su -c 'touch {OUT}/p'",
+    "a daemon that outlives the command": "(setsid sh -c 'sleep 2; touch {OUT}/p' &); true",
+}
+
+
+@pytest.mark.parametrize("name", list(WRITE_ESCAPES))
+def test_it_leaves_everything_outside_the_worktree_as_it_was(box: Box, name: str) -> None:
+    before = _snapshot(box)
+
+    result = box.run(WRITE_ESCAPES[name])
+    if "daemon" in name:
+        time.sleep(2.5)
+
+    assert _snapshot(box) == before, result.output
+    assert result.sandboxed
+
+
+READ_ESCAPES = {
+    "the parent's environment": "cat /proc/$PPID/environ; cat /proc/1/environ; cat /proc/self/environ",
+    "every process's environment": "cat /proc/*/environ",
+    "a private file of the worker's user": "cat {OUT}/private.key",
+    "a readable file in the data folder": "cat {HOME}/secrets.env",
+    "a readable file in another quantum's worktree": "cat {OTHER}/secrets.env",
+    "the shadow file": "cat /etc/shadow",
+}
+
+
+@pytest.mark.parametrize("name", list(READ_ESCAPES))
+def test_it_shows_no_secret_of_the_worker(box: Box, name: str) -> None:
+    if "private" in name or "shadow" in name:
+        if sandbox_uid(QUANTUM) is None:
+            pytest.skip("the worker runs as an ordinary user: the sandbox runs as that user")
+
+    result = box.run(READ_ESCAPES[name])
+
+    assert SECRET not in result.output
+    assert "DATABASE_URL" not in result.output and "root:" not in result.output
+
+
+def test_it_sees_only_its_own_processes(box: Box) -> None:
+    result = box.run("ps -eo pid=,args=")
+
+    processes = result.stdout.strip().splitlines()
+    assert len(processes) <= 4, processes  # bubblewrap's init, setpriv's bash, ps
+    assert not any("celery" in p or "py.test" in p or "bin/pytest" in p for p in processes)
+
+
+def test_it_has_only_the_environment_a_command_needs(box: Box) -> None:
+    result = box.run("env; tr '\\0' '\\n' < /proc/1/environ")
+
+    names = {line.split("=", 1)[0] for line in result.stdout.splitlines() if "=" in line}
+    assert names <= {
+        "PATH", "HOME", "TMPDIR", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD",
+        "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("service", ["{PG}", "{REDIS}"])
+def test_it_cannot_reach_the_local_postgres_or_redis(box: Box, service: str) -> None:
+    probe = (
+        'python3 -c "import socket; s = socket.socket(); s.settimeout(2); '
+        f"s.connect(('127.0.0.1', {service})); print('CONNECTED')\""
+    )
+
+    result = box.run(probe)
+
+    assert "CONNECTED" not in result.output
+    assert "refused" in result.output.lower() or "unreachable" in result.output.lower()
+
+
+def test_it_cannot_reach_a_server_on_the_host(box: Box) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"REACHED")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        result = box.run(
+            'python3 -c "import urllib.request; '
+            f"print(urllib.request.urlopen('http://127.0.0.1:{port}', timeout=2).read())\""
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert "REACHED" not in result.output
+
+
+def test_it_reaches_no_unix_socket_of_the_host(box: Box) -> None:
+    paths = [box.outside / "service.sock", Path("/tmp") / f"{box.marker}.sock"]
+    servers = []
+    for path in paths:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        path.chmod(0o777)
+        server.listen(1)
+        servers.append(server)
+    try:
+        result = box.run(
+            'python3 -c "import socket, sys\n'
+            "for path in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n"
+            "        s.connect(path); print('CONNECTED', path)\n"
+            "    except OSError as e:\n"
+            '        print(e)\n" ' + " ".join(str(p) for p in paths)
+        )
+    finally:
+        for server in servers:
+            server.close()
+        for path in paths:
+            path.unlink()
+
+    assert "CONNECTED" not in result.output
+    assert result.output.count("No such file") + result.output.count("denied") == 2, result.output
+
+
+def test_a_fork_bomb_is_bounded_by_the_process_limit(box: Box) -> None:
+    started = time.monotonic()
+
+    result = box.run(":(){ :|:& };:; sleep 1; echo survived", timeout_s=10)
+
+    assert time.monotonic() - started < 15
+    assert result.sandboxed
+    uid = sandbox_uid(QUANTUM)
+    if uid is not None:
+        time.sleep(0.2)
+        left = subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True)
+        assert left.stdout == "", "processes of the sandbox outlived it"
+    assert subprocess.run(["true"]).returncode == 0  # the host still forks
+
+
+def test_a_memory_hog_is_bounded_by_the_memory_limit(box: Box) -> None:
+    result = box.run("python3 -c \"x = bytearray(4 * 2**30); print('ALLOCATED')\"")
+
+    assert "ALLOCATED" not in result.output
+    assert "MemoryError" in result.output
+
+
+def test_a_flood_of_output_is_cut_and_the_command_killed(box: Box) -> None:
+    result = box.run("yes flood")
+
+    assert result.stopped == "output"
+    assert len(result.stdout) <= django_settings.SANDBOX_OUTPUT_BYTES
+
+
+def test_a_command_past_its_wall_time_is_killed_with_its_children(box: Box) -> None:
+    result = box.run("sleep 30 & sleep 30", timeout_s=1)
+
+    assert result.stopped == "timeout"
+    uid = sandbox_uid(QUANTUM)
+    if uid is not None:
+        time.sleep(0.2)
+        assert subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout == b""
+
+
+def test_a_legitimate_command_works_and_its_work_is_committed(box: Box) -> None:
+    result = box.run(
+        "mkdir -p pkg && printf 'def add(a, b):\\n    return a + b\\n' > pkg/calc.py && "
+        "printf 'from pkg.calc import add\\nassert add(2, 3) == 5\\nprint(\"tests ok\")\\n' "
+        "> test_calc.py && touch pkg/__init__.py && python3 test_calc.py && "
+        "echo scratch > /tmp/scratch && cat /tmp/scratch && git status --short && git log --oneline"
+    )
+
+    assert result.returncode == 0, result.output
+    assert "tests ok" in result.stdout and "scratch" in result.stdout
+    assert "?? pkg/" in result.stdout and "init" in result.stdout
+    sha = workspace_commit(workspace=box.worktree, quantum_id=QUANTUM, agent_id="a", role="coder")
+    files = git("show", "--name-only", "--format=", sha, cwd=box.repo).split()
+    assert {"pkg/calc.py", "pkg/__init__.py", "test_calc.py"} <= set(files)
+
+
+def test_it_runs_as_an_unprivileged_uid_when_the_worker_is_root(box: Box) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root")
+
+    result = box.run("id -u; cat /proc/self/status | grep -i capeff")
+
+    lines = result.stdout.split()
+    assert lines[0] == str(sandbox_uid(QUANTUM)) != "0"
+    assert result.stdout.strip().endswith("0000000000000000")
+
+
+def test_it_can_allow_the_network_by_setting(box: Box, settings: SettingsWrapper) -> None:
+    settings.SANDBOX_NETWORK = True
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        port = server.getsockname()[1]
+        result = box.run(
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); "
+            "print('CONNECTED')\""
+        )
+    finally:
+        server.close()
+
+    assert "CONNECTED" in result.stdout
