@@ -307,9 +307,11 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
         and args
     ):
         # The program these run is the one to judge.
-        rest = [a for a in args if not a.startswith("-")]
-        if prog == "timeout" and rest:
-            rest = rest[1:]
+        rest = list(args)
+        # Their own options and values (`nice -n 5`, `timeout -s KILL 5s`) come first.
+        while rest and (rest[0].startswith("-") or re.fullmatch(r"[0-9.]+[smhd]?", rest[0])):
+            if rest.pop(0) in {"-n", "-s", "-k", "--signal", "--kill-after", "--adjustment"}:
+                rest = rest[1:]
         if rest:
             return judge_part(Part(shlex.join(rest), part.piped), previous)
     flags = "".join(a.lstrip("-") for a in args if a.startswith("-") and not a.startswith("--"))

@@ -93,3 +93,90 @@ def test_it_escalates_a_traumatic_command_one_tier():
     assert (caution.allowed, caution.tier) == (False, Tier.CAUTION)
     assert "took production down" in caution.reason
     assert (danger.allowed, danger.tier) == (False, Tier.DANGER)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ":(){ :|:& };:",
+        "bomb() { bomb | bomb & }; bomb",
+        "function f { f & f; }; f",
+        "echo x 2>/etc/motd",
+        "echo x 1>/etc/motd",
+        "echo x &>/etc/motd",
+        "echo x >> ../../elsewhere",
+        "git log --output=/tmp/x",
+        "git diff --output=/etc/motd",
+        "git grep --open-files-in-pager=touch x",
+        "GIT_EDITOR='touch /tmp/x' git commit",
+        "GIT_EXTERNAL_DIFF=/tmp/x.sh git diff --ext-diff",
+        "LD_PRELOAD=/tmp/evil.so ls",
+        "PAGER='sh -c id' man ls",
+        "sed -i s/a/b/ /etc/hosts",
+        "sort -o /etc/hosts notes.txt",
+        "cp a.txt --target-directory=/etc",
+        "cp -t /etc a.txt",
+        "find / -delete",
+        "find ../ -name x -delete",
+        "cat /proc/$PPID/environ",
+        "cat /proc/1/environ",
+        "git branch -D annihilation/q-3",
+        "git branch -f annihilation/q-3 HEAD",
+        "git branch -m annihilation/q-3 gone",
+        "git update-ref refs/heads/main HEAD",
+        "git push origin :annihilation/q-3",
+        "timeout 5 rm -rf /",
+        "nice -n 5 rm -rf ~",
+        "timeout -s KILL 5s rm -rf /",
+        "awk '{print > \"/tmp/x\"}' notes.txt",
+    ],
+)
+def test_it_refuses_known_escapes_as_danger(command):
+    verdict = command_judge(command)
+
+    assert (verdict.allowed, verdict.tier) == (False, Tier.DANGER), verdict.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 -c 'import os; os.system(\"id\")'",
+        "python -c print(1)",
+        "node -e 'require(\"fs\")'",
+        "perl -e 'print 1'",
+        "ruby -e 'puts 1'",
+        "bash -c 'echo hi'",
+        "awk 'BEGIN{system(\"id\")}'",
+        "awk '{print > \"out.txt\"}' notes.txt",
+        "find . -name '*.py' -exec rm {} +",
+        "git commit -m wip",
+        "git add -A",
+        "git stash",
+        "git -c core.pager=less log",
+    ],
+)
+def test_it_cautions_inline_code_and_repository_writes(command):
+    verdict = command_judge(command)
+
+    assert (verdict.allowed, verdict.tier) == (False, Tier.CAUTION), verdict.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 -m pytest -q",
+        "python3 script.py",
+        "echo done 2>&1",
+        "ls 2>/dev/null",
+        "sed -i s/a/b/ notes.txt",
+        "sort -o sorted.txt notes.txt",
+        "git status && git diff HEAD~1 --stat && git log --oneline -5",
+        "git branch",
+        "awk '{print $1}' notes.txt",
+        "find . -name '*.py'",
+    ],
+)
+def test_it_still_allows_ordinary_work(command):
+    verdict = command_judge(command)
+
+    assert verdict.allowed, verdict.reason

@@ -25,7 +25,10 @@ import pytest
 from django.conf import settings as django_settings
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from psychonauts.guard import command_judge
+from psychonauts.models import CommandTrauma, TraumaSource
 from psychonauts.sandbox import SandboxResult, sandbox_run, sandbox_status, sandbox_uid
+from psychonauts.tools import ToolContext, tool_execute
 from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
@@ -400,3 +403,110 @@ def test_it_can_allow_the_network_by_setting(box: Box, settings: SettingsWrapper
         server.close()
 
     assert "CONNECTED" in result.stdout
+
+
+def _ctx(box: Box) -> ToolContext:
+    return ToolContext(
+        agent_run_id=0, agent_id=f"{QUANTUM}_s0_coder", attempt=1, quantum_id=QUANTUM,
+        role="coder", depth=0, workspace=box.worktree, shared=False,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_refused_dangerous_command_runs_nothing_and_records_a_trauma(box: Box) -> None:
+    before = _snapshot(box)
+
+    result = tool_execute(_ctx(box), "shell", {"command": box.fill("echo x 2>{OUT}/p")}, [])
+
+    assert result.is_error and "refused (danger)" in result.output
+    assert _snapshot(box) == before
+    trauma = CommandTrauma.objects.get(source=TraumaSource.GUARD)
+    assert trauma.agent_id == f"{QUANTUM}_s0_coder" and "writes outside" in trauma.reason
+    assert command_judge(box.fill("echo x 2>{OUT}/p"), traumas=[(trauma.pattern, "")]).tier
+
+
+@pytest.mark.django_db
+def test_a_command_that_hits_a_sandbox_boundary_records_a_trauma(box: Box) -> None:
+    (box.worktree / "sneaky.py").write_text(box.fill("open('{OUT}/p', 'w').write('x')\n"))
+    before = _snapshot(box)
+
+    result = tool_execute(_ctx(box), "shell", {"command": "python3 sneaky.py"}, [])
+
+    assert "Read-only file system" in result.output and "sandbox: wrote outside" in result.output
+    assert _snapshot(box) == before
+    trauma = CommandTrauma.objects.get(source=TraumaSource.SANDBOX)
+    assert trauma.pattern == r"python3\ sneaky\.py"
+    again = tool_execute(_ctx(box), "shell", {"command": "python3 sneaky.py"}, [])
+    assert again.is_error and "trauma: sandbox: wrote outside" in again.output
+    trauma.refresh_from_db()
+    assert trauma.hits == 1  # refused before it ran again
+
+
+@pytest.mark.django_db
+def test_file_tools_never_follow_a_link_out_of_the_worktree(box: Box) -> None:
+    (box.worktree / "passwd").symlink_to("/etc/passwd")
+    (box.worktree / "out").symlink_to(box.outside)
+    (box.worktree / "inner.txt").symlink_to("a-target.txt")
+    (box.worktree / "a-target.txt").write_text("inside\n")
+    ctx = _ctx(box)
+    before = _snapshot(box)
+
+    grep = tool_execute(ctx, "grep", {"pattern": "root|a b c|inside"}, [])
+    reads = [
+        tool_execute(ctx, "read_file", {"path": p}, []) for p in ("passwd", "out/existing.txt")
+    ]
+    writes = [
+        tool_execute(ctx, "write_file", {"path": p, "content": "x"}, [])
+        for p in ("passwd", "out/existing.txt", "out/new.txt")
+    ]
+    edit = tool_execute(ctx, "edit_file", {"path": "out/existing.txt", "old": "a", "new": "z"}, [])
+    glob = tool_execute(ctx, "glob", {"pattern": "**"}, [])
+
+    assert "root:" not in grep.output and "a b c" not in grep.output
+    assert "a-target.txt:1: inside" in grep.output
+    assert all(r.is_error for r in [*reads, *writes, edit]), [r.output for r in reads + writes]
+    assert "existing.txt" not in glob.output
+    assert _snapshot(box) == before
+    assert Path("/etc/passwd").read_text().startswith("root:")
+
+
+@pytest.mark.django_db
+def test_a_catastrophic_regular_expression_is_bounded_in_time(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.PSYCHONAUTS_GREP_TIMEOUT_S = 0.5
+    (box.worktree / "a.txt").write_text("a" * 40 + "!\n")
+    started = time.monotonic()
+
+    result = tool_execute(_ctx(box), "grep", {"pattern": "(a+)+$"}, [])
+
+    assert time.monotonic() - started < 5
+    assert result.is_error and "longer than 0.5s" in result.output
+
+
+@pytest.mark.django_db
+def test_files_the_runtime_writes_belong_to_the_quantum_s_sandbox_user(box: Box) -> None:
+    ctx = _ctx(box)
+    tool_execute(ctx, "write_file", {"path": "new/deep/file.txt", "content": "one\n"}, [])
+
+    result = tool_execute(
+        ctx, "shell", {"command": "echo two >> new/deep/file.txt && cat new/deep/file.txt"}, []
+    )
+
+    assert not result.is_error and "one\ntwo" in result.output, result.output
+
+
+@pytest.mark.django_db
+def test_where_the_sandbox_cannot_start_commands_are_refused_unless_switched_off(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_BWRAP = "/nonexistent/bwrap"
+
+    refused = tool_execute(_ctx(box), "shell", {"command": "echo hi"}, [])
+    settings.SANDBOX_MODE = "off"
+    unconfined = tool_execute(_ctx(box), "shell", {"command": "echo hi"}, [])
+
+    assert refused.is_error and "cannot start here" in refused.output
+    assert "ANNIHILATION_SANDBOX=off" in refused.output
+    assert not unconfined.is_error and "hi" in unconfined.output
+    assert sandbox_status().state == "off"
