@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from annihilation.errors import UnknownTopic
 from annihilation.models import Event
+from annihilation.redaction import redact_data
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ class EventBatch:
     ) -> None:
         check_topic(topic)
         self.topic, self.session_id, self.now = topic, session_id, timezone.now()
-        self._json = json.dumps([{"type": t, "payload": dict(p)} for t, p in items])
+        # Every event passes here: what is stored and sent live is redacted, whoever published.
+        self._json = json.dumps([{"type": t, "payload": redact_data(dict(p))} for t, p in items])
 
     def params(self) -> dict[str, Any]:
         return {

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from annihilation.models import Event
+from annihilation.redaction import redact
 from bursts.models import AgentRun
 from psychonauts.models import DiaryEntry, ToolCall
 from psychonauts.workspaces import branch_for, git_run
@@ -35,11 +36,12 @@ def agent_diary(*, agent_run_id: int) -> QuerySet[DiaryEntry]:
 
 
 def worktree_diff(*, quantum_id: int) -> str:
-    """What the quantum's branch changed against the repository's HEAD ("" when nothing)."""
+    """What the quantum's branch changed against the repository's HEAD ("" when nothing),
+    redacted: the branch keeps what the agent wrote, the page shows no secret of it."""
     repo = Path(settings.ANNIHILATION_REPO)
     if not (repo / ".git").exists():
         return ""
     result = git_run("diff", "--no-color", f"HEAD...{branch_for(quantum_id)}", cwd=repo, timeout=10)
     if result.returncode != 0:
         return ""  # no branch yet: the agent has not touched the workspace
-    return result.stdout[:DIFF_LIMIT]
+    return redact(result.stdout[:DIFF_LIMIT])

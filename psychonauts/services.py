@@ -7,6 +7,7 @@ tool call recorded as completed is never executed again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
 
 from annihilation.events import EventBatch, publish, publish_many
+from annihilation.redaction import MARK, TextStream, redact, redact_data
 from bursts.models import AGENT_LIVE, AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
@@ -60,7 +62,7 @@ from psychonauts.providers.base import (
 )
 from psychonauts.roles import roles_load, roles_sync_defaults
 from psychonauts.sandbox import sandbox_require
-from psychonauts.tools import SpawnSpec, ToolContext, tool_execute, tools_for
+from psychonauts.tools import SpawnSpec, ToolContext, ToolResult, tool_execute, tools_for
 from psychonauts.workspaces import (
     branch_for,
     workspace_commit,
@@ -270,6 +272,7 @@ class _Runner:
         self._workspace: Future[Path] | Path = workspace_prepare(quantum_id=run.quantum_id)
         self.tools = tools_for(list(role.allowed_tools))
         self.pending: list[tuple[str, dict[str, Any]]] = []
+        self._stream = TextStream()  # the model's deltas, let out redacted and by whole lines
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
         self.completion: TurnCompletion | None = None  # a finished turn not written yet
@@ -313,17 +316,31 @@ class _Runner:
         self.emit("phase", phase=phase)
 
     def on_text(self, delta: str) -> None:
+        # Only whole lines, redacted, go on (a whole private key block at once): a secret
+        # split between two deltas would pass the redaction in halves.
+        shown = self._stream.feed(delta)
+        if not shown:
+            return
         if self.observer is not None:
-            self.observer("delta", {"text": delta})
+            self.observer("delta", {"text": shown})
         now = time.monotonic()
         if not self._text:
             self._text_since = now
-        self._text.append(delta)
+        self._text.append(shown)
         # Throttled: text waits up to the flush interval for more of it, and goes out with the
         # turn's checkpoint when the stream ends sooner; not an event per token.
         if now - self._text_since >= settings.PSYCHONAUTS_TEXT_FLUSH_S:
             self.flush_text()
             self.flush_events()  # live while the model is still writing
+
+    def end_text(self) -> None:
+        """The stream has ended: what it held back (a last line without its newline) goes too."""
+        rest = self._stream.finish()
+        if rest:
+            if self.observer is not None:
+                self.observer("delta", {"text": rest})
+            self._text.append(rest)
+        self.flush_text()
 
     def flush_text(self) -> None:
         if self._text:
@@ -421,12 +438,16 @@ class _Runner:
             try:
                 response = self.provider.complete(request, self.on_text)
             finally:
-                self.flush_text()
+                self.end_text()
+            # The tools get the model's own input (a file it writes holds what it wrote); the
+            # turn, its tool calls and their events are stored and shown redacted.
+            originals = {use["id"]: use["input"] for use in response.tool_uses}
+            response = dataclasses.replace(response, content=redact_data(response.content))
             turn, calls = self.checkpoint(index, response)
             turns.append(turn)
             if not response.tool_uses:
                 return self.done(turn)
-            self.finish_tools(turn, calls)
+            self.finish_tools(turn, calls, originals)
 
     def checkpoint(
         self, index: int, response: ProviderResponse
@@ -492,11 +513,18 @@ class _Runner:
             )
         return turn, calls
 
-    def finish_tools(self, turn: AgentTurn, fresh: dict[str, ToolCall] | None = None) -> None:
+    def finish_tools(
+        self,
+        turn: AgentTurn,
+        fresh: dict[str, ToolCall] | None = None,
+        originals: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         """Run the turn's tool calls that have not completed yet, then complete the turn.
 
         `fresh`: the calls `checkpoint` has just recorded and announced. Without it (resuming a
         turn a crash or a question interrupted) they are read back, and announced as they run.
+        `originals`: the model's inputs by tool use id, before redaction (the turn holds them
+        redacted); resumed calls have only the stored ones.
         """
         if fresh is None:
             self.phase(AgentPhase.TOOL_USE)
@@ -515,7 +543,14 @@ class _Runner:
             if call is None or not call.completed:
                 # The last one is recorded with the turn's completion: one statement less.
                 last = use["id"] == pending[-1]
-                call = self.run_tool(turn.index, use, call, announce=fresh is None, record=not last)
+                call = self.run_tool(
+                    turn.index,
+                    use,
+                    call,
+                    announce=fresh is None,
+                    record=not last,
+                    original=(originals or {}).get(use["id"]),
+                )
                 unrecorded = call if last else None
             results.append(
                 {
@@ -540,8 +575,11 @@ class _Runner:
         *,
         announce: bool,
         record: bool = True,
+        original: dict[str, Any] | None = None,
     ) -> ToolCall:
-        """Execute one tool call; `record`: write its result now (else the caller writes it)."""
+        """Execute one tool call; `record`: write its result now (else the caller writes it).
+        `use` is the stored (redacted) call; the tool runs with `original`, the model's input,
+        when there is one."""
         if call is None:
             call = ToolCall.objects.create(
                 agent_run=self.run,
@@ -571,8 +609,18 @@ class _Runner:
             spawn=lambda specs: agent_spawn(parent=self.run, turn_index=turn_index, specs=specs),
         )
         started = time.monotonic()
-        # SuspendRun propagates: the call stays pending until tool_call_complete records it.
-        result = tool_execute(ctx, use["name"], use["input"], list(self.role.allowed_tools))
+        if original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
+            # Resumed: the model's input held a secret, and only its redacted form was kept.
+            # Running that would write the mark where the secret was (into a file, a command).
+            result = ToolResult(
+                "not run: this call's input held a secret, which is not kept across a restart; "
+                "make the call again",
+                True,
+            )
+        else:
+            # SuspendRun propagates: the call stays pending until tool_call_complete records it.
+            args = use["input"] if original is None else original
+            result = tool_execute(ctx, use["name"], args, list(self.role.allowed_tools))
         call.output, call.is_error, call.completed = result.output, result.is_error, True
         call.duration_ms = int((time.monotonic() - started) * 1000)
         if record:
@@ -627,6 +675,7 @@ def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
 
 
 def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
+    result, error = redact(result), redact(error)  # stored, published, returned to the CLI
     run = runner.run
     phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
     if runner.completion is not None:  # the loop stopped before opening another turn
@@ -703,10 +752,11 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         )
         run.refresh_from_db()
         registry.registry_sync(run)
+        reason = redact(str(exc))
         if runner is not None:
-            runner.emit("waiting", reason=str(exc))
+            runner.emit("waiting", reason=reason)
             runner.flush_events()
-        return AgentOutcome("waiting", error=str(exc))
+        return AgentOutcome("waiting", error=reason)
     except PsychonautError as exc:
         return _fail(run, runner, str(exc))
     except Exception as exc:
@@ -721,6 +771,7 @@ def _role(name: str) -> Role | None:
 
 
 def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:
+    reason = redact(reason)  # an exception's message may quote anything
     if runner is None:
         now = timezone.now()
         updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
@@ -797,7 +848,8 @@ def agent_spawn(*, parent: AgentRun, turn_index: int, specs: list[SpawnSpec]) ->
                 "position": i,
                 "role": spec["role"],
                 "provider": parent.provider,
-                "context": f"## Task from {parent.agent_id}\n{spec['task']}",
+                # Stored: redacted (the child reads its prompt from this row).
+                "context": redact(f"## Task from {parent.agent_id}\n{spec['task']}"),
             },
         )
         children.append(child)

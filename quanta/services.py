@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from annihilation.events import publish, publish_many
+from annihilation.redaction import redact
 from quanta.errors import (
     DependencyCycle,
     DependencyNotFound,
@@ -405,7 +406,7 @@ def comment_add(
         raise InvalidQuantum(f"author_kind: must be one of {', '.join(AuthorKind.values)}")
     _require_quantum(quantum_id)
     comment = Comment.objects.create(
-        quantum_id=quantum_id, body=body.strip(), author=author, author_kind=author_kind
+        quantum_id=quantum_id, body=redact(body.strip()), author=author, author_kind=author_kind
     )
     search_refresh([quantum_id])
     publish(

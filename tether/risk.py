@@ -1,13 +1,15 @@
 """The risk tier of a code change, from deterministic rules, and the secret scan.
 
 The tier is the highest any rule gives:
-- a secret in an added line (AWS access key, `sk-...`/`sk-ant-...` token, GitHub token, private
-  key block, `password=`/`token=`/`secret=` assignment of a literal) -> high;
+- a secret in an added line (any `annihilation.redaction` finds: API keys and tokens, private key
+  blocks, `password=`/`*_TOKEN=`/`*_KEY=` assignments of a literal, the process's own
+  secrets ...) -> high;
 - a sensitive path (migrations, settings, CI, auth, dependency manifests) -> medium;
 - a deleted file -> medium;
 - size: more than MEDIUM_LINES changed lines or MEDIUM_FILES files -> medium, more than
   HIGH_LINES lines -> high.
 Secrets are redacted (`sk-ant-…(redacted)`) in everything stored or shown: diff, reasons, events.
+The commits themselves keep what the agent wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TypedDict
+
+from annihilation.redaction import redact, secrets_found
+
+__all__ = ["FileChange", "RiskVerdict", "redact", "risk_assess", "secrets_found"]
 
 MEDIUM_LINES = 300
 HIGH_LINES = 1000
@@ -28,68 +34,6 @@ class FileChange(TypedDict):
     status: str  # git's letter: A added, M modified, D deleted, R renamed ...
     additions: int
     deletions: int
-
-
-@dataclass(frozen=True)
-class SecretRule:
-    name: str
-    pattern: re.Pattern[str]
-    keep: int  # characters of the match kept before the redaction mark
-
-
-# Each pattern's group 1 (when present) is the secret part; the text before it is kept.
-SECRET_RULES: tuple[SecretRule, ...] = (
-    SecretRule(
-        "private key",
-        re.compile(
-            r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----(?:.|\n)*?(?:-----END (?:[A-Z]+ )?PRIVATE KEY-----|\Z)"
-        ),
-        len("-----BEGIN"),
-    ),
-    SecretRule("Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}"), len("sk-ant-")),
-    SecretRule("API key (sk-)", re.compile(r"\bsk-(?!ant-)[A-Za-z0-9_-]{20,}"), len("sk-")),
-    SecretRule("AWS access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 4),
-    SecretRule(
-        "GitHub token",
-        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
-        4,
-    ),
-    SecretRule(
-        "password or token assignment",
-        re.compile(
-            r"""(?i)\b[\w.-]*(?:password|passwd|secret|token|api_key|apikey)["']?\s*[:=]\s*"""
-            r"""["']?[^\s"'#,;)]{6,}"""
-        ),
-        -1,  # keep the name and the `=`: redact the value only
-    ),
-)
-
-_ASSIGN_VALUE = re.compile(r"""[:=]\s*["']?""")
-
-
-def _redacted(rule: SecretRule, text: str) -> str:
-    if rule.keep >= 0:
-        return text[: rule.keep] + "…(redacted)"
-    match = _ASSIGN_VALUE.search(text)
-    end = match.end() if match else 0
-    return text[:end] + "…(redacted)"
-
-
-def redact(text: str) -> str:
-    """The text with every secret replaced by its first few characters and `…(redacted)`."""
-    for rule in SECRET_RULES:
-        text = rule.pattern.sub(lambda m, r=rule: _redacted(r, m.group(0)), text)  # type: ignore[misc]
-    return text
-
-
-def secrets_found(text: str) -> list[str]:
-    """One redacted description per secret found, e.g. `Anthropic API key sk-ant-…(redacted)`."""
-    found: list[str] = []
-    for rule in SECRET_RULES:
-        for match in rule.pattern.finditer(text):
-            shown = _redacted(rule, match.group(0)).splitlines()[0]
-            found.append(f"{rule.name}: {shown}")
-    return found
 
 
 def _added_lines(diff: str) -> str:

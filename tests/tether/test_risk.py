@@ -18,7 +18,7 @@ def change(path: str, status: str = "M", additions: int = 1, deletions: int = 0)
         ("sk-" + "b" * 40, "sk-…(redacted)"),
         ("AKIA" + "ABCDEFGHIJKLMNOP", "AKIA…(redacted)"),
         ("ghp_" + "c" * 36, "ghp_…(redacted)"),
-        ("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "-----BEGIN…(redacted)"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----…(redacted)"),
         ('password = "hunter2hunter2"', 'password = "…(redacted)'),
     ],
 )  # fmt: skip

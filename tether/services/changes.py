@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from annihilation.events import publish
+from annihilation.redaction import redact
 from bursts.models import QuantumRun
 from psychonauts.errors import WorkspaceError
 from psychonauts.workspaces import branch_for, git, git_run, registry_lock, repo_lock
@@ -19,7 +20,7 @@ from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
 from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus, Risk
-from tether.risk import FileChange, RiskVerdict, redact, risk_assess
+from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
 
 logger = logging.getLogger(__name__)

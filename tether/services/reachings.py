@@ -15,6 +15,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from annihilation.events import publish
+from annihilation.redaction import redact
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from bursts.services import agent_resume
 from psychonauts.errors import PsychonautError
@@ -99,10 +100,11 @@ def reaching_ask(
         agent_run_id=agent_run_id,
         quantum_id=quantum_id,
         tool_use_id=tool_use_id,
-        question=question.strip(),
-        assumption=assumption.strip(),
+        # An agent's words, stored and shown: redacted (the turn text already is).
+        question=redact(question.strip()),
+        assumption=redact(assumption.strip()),
         priority=priority,
-        context=context.strip() or _turn_text(agent_run_id, turn_index),
+        context=redact(context.strip()) or _turn_text(agent_run_id, turn_index),
         deadline=timezone.now() + timedelta(seconds=timeout),
     )
     publish("tether:reaching", "question_asked", reaching_payload(reaching))
@@ -126,7 +128,7 @@ def reaching_quarantine(*, quantum_id: int, history: str, failures: int) -> Reac
             "What should happen? Answer `retry` to reopen it, or give instructions (kept as a "
             "comment on the quantum)."
         ),
-        context=history,
+        context=redact(history),
         priority=Priority.HIGH,
         assumption="it stays blocked until the operator decides",
         deadline=timezone.now() + timedelta(seconds=_setting("TETHER_QUARANTINE_TIMEOUT_S", 86400)),
