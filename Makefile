@@ -32,9 +32,17 @@ demo: install services
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput -v 0
 	@$(DEV_ENV) $(PY) manage.py demo
 
+# honcho runs the Procfile through /bin/sh with this PATH: the venv's daphne, celery and python
+# are found without an activated venv. Flower gets a password made once for this checkout.
+FLOWER_DEV_PASSWORD := .annihilation/flower-password
 dev: install services
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput -v 0
-	@$(DEV_ENV) $(BIN)/honcho start
+	@test -s $(FLOWER_DEV_PASSWORD) || (umask 077 && mkdir -p .annihilation && $(PY) -c 'import secrets; print(secrets.token_urlsafe(18))' > $(FLOWER_DEV_PASSWORD))
+	@echo "Flower: http://127.0.0.1:5555 (user dev, password in $(FLOWER_DEV_PASSWORD) unless ANNIHILATION_FLOWER_USER/_PASSWORD are set)"
+	@$(DEV_ENV) PATH="$(CURDIR)/$(BIN):$$PATH" \
+		ANNIHILATION_FLOWER_USER="$${ANNIHILATION_FLOWER_USER:-dev}" \
+		ANNIHILATION_FLOWER_PASSWORD="$${ANNIHILATION_FLOWER_PASSWORD:-$$(cat $(FLOWER_DEV_PASSWORD))}" \
+		$(BIN)/honcho start
 
 lint: install
 	$(BIN)/ruff check .

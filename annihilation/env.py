@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -114,4 +119,71 @@ def env_database_url(name: str, default: str) -> DatabaseURL:
         password=unquote(parts.password or ""),
         host=parts.hostname or "",
         port=str(port or ""),
+    )
+
+
+def env_csv(name: str, default: str) -> list[str]:
+    """A comma-separated list; blanks around items and empty items are dropped."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_origins(name: str, default: str = "") -> list[str]:
+    """Comma-separated origins, each exactly scheme://host[:port] (what Django compares the
+    Origin header with): a path, a missing scheme or a typo would silently never match."""
+    origins = env_csv(name, default)
+    for origin in origins:
+        parts = urlsplit(origin)
+        try:
+            parts.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {origin!r} has an invalid port") from None
+        if (
+            parts.scheme not in {"http", "https"}
+            or not parts.netloc
+            or parts.path not in {"", "/"}
+            or parts.query
+            or parts.fragment
+            or "@" in parts.netloc
+        ):
+            raise ImproperlyConfigured(
+                f"{name}: {origin!r} is not an origin (use scheme://host[:port], "
+                "e.g. https://annihilation.example.com)"
+            )
+    return [origin.rstrip("/") for origin in origins]
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """The header a TLS-terminating proxy sets to `https` (e.g. X-Forwarded-Proto), as Django's
+    SECURE_PROXY_SSL_HEADER wants it; empty means no proxy is trusted. Only set it when the
+    proxy always sets or strips that header: a client could otherwise claim https itself."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not all(c.isalnum() or c == "-" for c in raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not an HTTP header name (e.g. X-Forwarded-Proto)"
+        )
+    return ("HTTP_" + raw.upper().replace("-", "_"), "https")
+
+
+def env_secret_key(name: str, *, debug: bool, debug_default: str) -> str:
+    """The secret key. In DEBUG a development key stands in when none is set; otherwise the key
+    must pass the test of Django's own deployment check (security.W009), so a weak key stops the
+    process at start-up instead of being one warning among many."""
+    key = os.environ.get(name, "")
+    if debug:
+        return key or debug_default
+    if not key:
+        raise ImproperlyConfigured(f"{name} must be set when DEBUG is off")
+    if key.startswith(SECRET_KEY_INSECURE_PREFIX):
+        why = f"starts with {SECRET_KEY_INSECURE_PREFIX!r} (a key Django generated for development)"
+    elif len(key) < SECRET_KEY_MIN_LENGTH:
+        why = f"is shorter than {SECRET_KEY_MIN_LENGTH} characters ({len(key)})"
+    elif len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        why = f"has fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} different characters"
+    else:
+        return key
+    raise ImproperlyConfigured(
+        f"{name} is too weak for DEBUG off: it {why}; generate one with "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
     )

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.urls import reverse
@@ -44,6 +45,11 @@ def test_every_registered_model_has_working_admin_pages(admin_client):
     Mail.objects.create(sender="a", recipient="b", body="hi")
     DiaryEntry.objects.create(agent_run=agent, kind="learning", text="step carefully")
     CommandTrauma.objects.create(pattern="rm -rf", reason="it hurt")
+    # django-axes' login records: the fixture's login is logged, a wrong password makes an attempt.
+    admin_client.post("/login/", {"username": "admin", "password": "wrong"})
+    apps.get_model("axes", "AccessFailureLog").objects.create(
+        username="admin", ip_address="127.0.0.1", path_info="/login/"
+    )
     for model in admin.site._registry:
         meta = model._meta
         changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -112,4 +115,25 @@ async def test_a_viewer_cannot_act_over_the_socket_and_an_operator_can(redis_cli
     await communicator.send_json_to({"action": "wave_cancel", "wave_id": wave.pk})
     stale = await communicator.receive_json_from(timeout=2)
     assert not stale["ok"] and "nothing to cancel" in stale["error"]
+    await communicator.disconnect()
+
+
+@pytest.mark.slow
+async def test_an_idle_live_page_stays_connected_and_still_receives(redis_client, caplog):
+    """A live page may see no event for minutes: the consumer's channel layer read must outlast
+    its Redis socket timeout (longer than 5 s, the blocking read, many times over here)."""
+    user = await database_sync_to_async(User.objects.create_user)("idle", password="pw")
+    communicator, connected = await connect(user)
+    assert connected
+    await communicator.send_json_to({"subscribe": ["quanta"], "page": "dashboard"})
+    with caplog.at_level(logging.ERROR):
+        await asyncio.sleep(32)
+        assert not communicator.future.done()  # the consumer is still running
+        assert await communicator.receive_nothing(timeout=0.1)  # and closed nothing
+        event = await database_sync_to_async(publish)(
+            "quanta", "quantum_created", {"quantum_id": 7}
+        )
+        message = await communicator.receive_json_from(timeout=5)
+    assert message["event"]["id"] == event.pk
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     await communicator.disconnect()

@@ -3,6 +3,9 @@ runs, on an image the Dockerfile builds with what those processes need."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +71,31 @@ def test_the_procfile_has_web_worker_beat_and_flower():
     entries = procfile()
     assert set(entries) == {"web", "worker", "beat", "flower"}
     assert "asgi" in entries["web"]
+
+
+def test_make_dev_finds_the_procfile_programs_without_an_activated_venv():
+    """honcho runs each Procfile line through /bin/sh with the PATH it was given: `make dev`
+    gives it the venv's bin first, so a fresh checkout's daphne, celery and python are found."""
+    bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    dry_run = subprocess.run(
+        ["make", "-n", "--no-print-directory", "dev"],
+        cwd=ROOT, env=bare, capture_output=True, text=True, check=True,
+    ).stdout.replace("\\\n", " ")  # fmt: skip
+    honcho = next(line for line in dry_run.splitlines() if line.rstrip().endswith("honcho start"))
+    path = re.search(r'PATH="([^"]*)"', honcho)
+    assert path is not None, honcho
+    given = path.group(1).replace("$PATH", bare["PATH"])
+    for name, command in procfile().items():
+        program = command.split()[0]
+        found = subprocess.run(
+            ["/bin/sh", "-c", f"command -v {program}"],
+            env={**bare, "PATH": given}, capture_output=True, text=True, check=False,
+        ).stdout.strip()  # fmt: skip
+        assert found == str(ROOT / ".venv" / "bin" / program), (name, found)
+
+
+def test_flower_starts_through_the_command_that_requires_credentials():
+    assert procfile()["flower"].startswith("python manage.py flower ")
+    environment = compose_services()["flower"]["environment"]
+    for name in ("ANNIHILATION_FLOWER_USER", "ANNIHILATION_FLOWER_PASSWORD"):
+        assert environment[name] == f"${{{name}:?set {name}}}", name

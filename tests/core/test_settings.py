@@ -44,6 +44,21 @@ def test_database_url_is_parsed(monkeypatch):
             "names no database",
         ),
         ("REDIS_URL", "http://x", lambda: env.env_redis_url("REDIS_URL", ""), "not a redis:// URL"),
+        *(
+            ("CSRF_TRUSTED_ORIGINS", bad, lambda: env.env_origins("CSRF_TRUSTED_ORIGINS"), why)
+            for bad, why in [
+                ("annihilation.example.com", "not an origin"),
+                ("https://ok.example.com,ftp://files.example.com", "not an origin"),
+                ("https://annihilation.example.com/login/", "not an origin"),
+                ("https://annihilation.example.com:port", "invalid port"),
+            ]
+        ),
+        (
+            "SECURE_PROXY_SSL_HEADER",
+            "X-Forwarded-Proto: https",
+            lambda: env.env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER"),
+            "not an HTTP header name",
+        ),
     ],
 )
 def test_bad_values_fail_loudly_naming_the_variable(monkeypatch, name, value, reader, message):
@@ -68,7 +83,7 @@ def test_secret_key_is_required_without_debug():
 
 
 def test_broker_and_channel_layer_derive_from_redis_url():
-    script = "from django.conf import settings as s; print(s.CELERY_BROKER_URL, s.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0])"
+    script = "from django.conf import settings as s; print(s.CELERY_BROKER_URL, s.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0]['address'])"
     result = subprocess.run(
         [sys.executable, "-c", f"import django; django.setup(); {script}"],
         env={
@@ -103,3 +118,105 @@ def test_worktrees_live_under_home_unless_placed_elsewhere(worktrees, expected):
         check=True,
     )
     assert result.stdout.strip() == expected
+
+
+def run_settings(env_vars: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        env={**env_vars, "DJANGO_SETTINGS_MODULE": "annihilation.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def without(*names: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+SECURITY_VARIABLES = (
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "CSRF_TRUSTED_ORIGINS",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_PROXY_SSL_HEADER",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+)
+
+# The production environment the README documents, less what a deployment adds of its own.
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "k3Y-" + "x7Qp9Lm2Vr8Tz4Wn6Bc1Hd5Jf0Gs3Ka" * 2,
+    "ALLOWED_HOSTS": "annihilation.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://annihilation.example.com",
+    "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
+}
+
+
+def test_it_passes_the_deployment_check_in_the_documented_production_environment():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env={**without(*SECURITY_VARIABLES), **PRODUCTION},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+    assert "WARNING" not in result.stdout + result.stderr
+
+
+def test_it_turns_every_protection_on_when_debug_is_off():
+    code = (
+        "from django.conf import settings as s; print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS,"
+        " s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_PROXY_SSL_HEADER,"
+        " s.CSRF_TRUSTED_ORIGINS)"
+    )
+    result = run_settings({**without(*SECURITY_VARIABLES), **PRODUCTION}, code)
+    assert result.stdout.strip() == (
+        "True 31536000 True True ('HTTP_X_FORWARDED_PROTO', 'https') "
+        "['https://annihilation.example.com']"
+    ), result.stderr
+
+
+def test_it_keeps_development_working_with_nothing_set():
+    code = (
+        "from django.conf import settings as s; print(s.DEBUG, s.SECURE_SSL_REDIRECT,"
+        " s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, s.SECRET_KEY.startswith('dev-only'))"
+    )
+    result = run_settings(without(*SECURITY_VARIABLES), code)
+    assert result.stdout.strip() == "True False 0 False True", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("x", "shorter than 50 characters"),
+        (
+            "django-insecure-" + "q8Zr2Lx7Vn4Tb1Wm6Kc9Hd3Jf5Gs0Ap" * 2,
+            "starts with 'django-insecure-'",
+        ),
+        ("abcd" * 20, "fewer than 5 different characters"),
+    ],
+)
+def test_it_refuses_a_weak_secret_key_without_debug_in_one_line(key, why):
+    env_vars = {**without(*SECURITY_VARIABLES), **PRODUCTION, "SECRET_KEY": key}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=env_vars,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: SECRET_KEY ")
+    assert why in last

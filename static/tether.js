@@ -1,6 +1,5 @@
-<script>
-// Countdowns to each reaching's deadline, and a CSRF token for forms added by live fragments
-// (rendered without a request, they carry none).
+// The Tether page: countdowns to each reaching's deadline, the queue order of the reachings, and
+// a CSRF token for forms added by live fragments (rendered without a request, they carry none).
 (function () {
   "use strict";
   function tick() {
@@ -12,8 +11,17 @@
       el.classList.toggle("overdue", left < 0);
     });
   }
+  // The CSS order keeps live-appended cards in queue order. Set through the CSSOM: the
+  // Content-Security-Policy refuses style="" attributes in the markup.
+  function order() {
+    document.querySelectorAll("[data-order]").forEach(function (el) {
+      el.style.order = el.dataset.order;
+    });
+  }
   tick();
+  order();
   setInterval(tick, 1000);
+  document.addEventListener("annihilation:event", order);
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
     if (form.method.toLowerCase() !== "post" || form.querySelector("[name=csrfmiddlewaretoken]")) return;
@@ -21,4 +29,3 @@
     if (token) form.append(token.cloneNode());
   }, true);
 })();
-</script>
