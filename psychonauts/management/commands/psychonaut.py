@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annihilation.cli import emit_json, parse_id, shorten, table
+from annihilation.redaction import redact
 from psychonauts import leases, selectors, services
 from psychonauts.errors import PsychonautError
 from psychonauts.registry import registry_rebuild
@@ -75,21 +76,24 @@ class Command(BaseCommand):
         )  # fmt: skip
 
     def _observer(self, quiet: bool) -> services.Observer:
+        # The runtime hands over redacted text (the deltas by whole lines); what is printed here
+        # is redacted once more, so nothing an agent wrote reaches the terminal unredacted.
         def show(event_type: str, payload: dict[str, Any]) -> None:
             if quiet:
                 return
             if event_type == "delta":
-                sys.stdout.write(payload["text"])
+                sys.stdout.write(redact(payload["text"]))
                 sys.stdout.flush()
             elif event_type == "phase":
                 self.stdout.write(self.style.HTTP_INFO(f"\n[{payload['phase']}]"))
             elif event_type == "tool_call":
-                self.stdout.write(self.style.WARNING(f"→ {payload['name']} {payload['input']}"))
+                shown = redact(f"→ {payload['name']} {payload['input']}")
+                self.stdout.write(self.style.WARNING(shown))
             elif event_type == "tool_result":
                 style = self.style.ERROR if payload["is_error"] else self.style.SUCCESS
-                self.stdout.write(style(f"← {shorten(payload['output'], 300)}"))
+                self.stdout.write(style(f"← {shorten(redact(payload['output']), 300)}"))
             elif event_type in {"usage", "started", "commit"}:
-                self.stdout.write(self.style.HTTP_INFO(f"[{event_type}] {payload}"))
+                self.stdout.write(self.style.HTTP_INFO(redact(f"[{event_type}] {payload}")))
 
         return show
 
@@ -116,11 +120,11 @@ class Command(BaseCommand):
         style = self.style.SUCCESS if outcome.status == "done" else self.style.ERROR
         self.stdout.write(style(f"\n== {outcome.status}"))
         if outcome.result:
-            self.stdout.write(outcome.result)
+            self.stdout.write(redact(outcome.result))
         if outcome.error:
-            self.stdout.write(outcome.error)
+            self.stdout.write(redact(outcome.error))
         if outcome.status == "error":
-            raise CommandError(outcome.error)
+            raise CommandError(redact(outcome.error))
 
     def _agents(self, options: dict[str, Any]) -> None:
         if options["rebuild"]:
