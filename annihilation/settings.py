@@ -6,18 +6,25 @@ needs no configuration at all.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
+from csp.constants import NONE as CSP_NONE
+from csp.constants import SELF as CSP_SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from annihilation.env import (
     env_bool,
+    env_csv,
     env_database_url,
     env_float,
     env_int,
+    env_origins,
     env_path,
+    env_proxy_ssl_header,
     env_redis_url,
+    env_secret_key,
     env_str,
 )
 
@@ -27,12 +34,10 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
-ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+SECRET_KEY = env_secret_key(
+    "SECRET_KEY", debug=DEBUG, debug_default="dev-only-insecure-key-do-not-use-in-production"
+)
+ALLOWED_HOSTS = env_csv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 
 ANNIHILATION_HOME = env_path("ANNIHILATION_HOME", BASE_DIR / ".annihilation")
 
@@ -47,6 +52,8 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "channels",
     "django_htmx",
+    "csp",
+    "axes",
     "annihilation",
     "quanta",
     "psychonauts",
@@ -58,6 +65,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "annihilation.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -65,7 +73,58 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Turns a login refused for too many failures into the lockout page (axes' own position).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Axes first: it refuses a locked-out username and address before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# --- security ---
+# Production defaults follow DEBUG: with it off every browser-facing protection is on and
+# `manage.py check --deploy` is clean; each can be changed from the environment.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# Behind a TLS-terminating proxy Django sees plain HTTP: name the header the proxy sets to
+# `https` (e.g. X-Forwarded-Proto), or the redirect above would loop.
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+# The origins a form may be posted from when they differ from the Host (a proxy that rewrites it).
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Scripts and styles come from our static files only (no inline code, no attributes): an
+# injected <script> or onclick= does not run. connect-src also gets ws(s)://<host> per request
+# (annihilation.security). The admin's own templates pass this policy as they are.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [CSP_SELF],
+        "script-src": [CSP_SELF],
+        "style-src": [CSP_SELF],
+        "img-src": [CSP_SELF],
+        "connect-src": [CSP_SELF],
+        "object-src": [CSP_NONE],
+        "base-uri": [CSP_SELF],
+        "form-action": [CSP_SELF],
+        "frame-ancestors": [CSP_NONE],
+    }
+}
+# Login throttling (django-axes): this many failures for one username from one address lock
+# that pair out for the cool-off; each further failure restarts it, a success clears the count.
+AXES_FAILURE_LIMIT = env_int("ANNIHILATION_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_float("ANNIHILATION_LOGIN_COOLOFF_S", 900.0, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "annihilation.security.login_lockout_response"
+# Flower (`manage.py flower`) refuses to start without these: it can shut workers down.
+FLOWER_USER = env_str("ANNIHILATION_FLOWER_USER", "")
+FLOWER_PASSWORD = env_str("ANNIHILATION_FLOWER_PASSWORD", "")
 
 ROOT_URLCONF = "annihilation.urls"
 WSGI_APPLICATION = "annihilation.wsgi.application"
@@ -127,10 +186,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 
+# A live page's consumer waits for its next event in a blocking read of up to 5 s
+# (channels_redis's BZPOPMIN, RedisChannelLayer.brpop_timeout). A socket timeout at or below that
+# (redis-py 8's default is 5 s) ends every idle websocket with 1011, so it is set here, well
+# above the blocking read, whatever the client library's default.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S}],
+            "capacity": 1000,
+            "expiry": 30,
+        },
     }
 }
 
