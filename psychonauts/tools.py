@@ -362,7 +362,7 @@ def _violation(result: SandboxResult) -> str:
     if result.returncode in (-24, 128 + 24, 152):  # SIGXCPU
         return "ran past its CPU time"
     for pattern, what in _VIOLATIONS:
-        if pattern.search(result.stderr):
+        if pattern.search(result.stderr) or pattern.search(result.stdout):
             return what
     return ""
 
