@@ -23,14 +23,7 @@ import regex
 from django.conf import settings
 from django.utils import timezone
 
-try:  # TEMPORARY until the redaction module lands
-    from annihilation.redaction import redact
-except ImportError:  # pragma: no cover
-
-    def redact(text: str) -> str:
-        return text
-
-
+from annihilation.redaction import redact
 from psychonauts import leases
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge
@@ -120,9 +113,7 @@ def tool_execute(ctx: ToolContext, name: str, args: Any, allowed: list[str]) -> 
     # agent's command prints never leaves the worker.
     try:
         return ToolResult(redact(truncate(tool.handler(ctx, args))), False)
-    except SandboxUnavailable as exc:
-        return ToolResult(f"{name} refused: {exc}", True)
-    except ToolFailure as exc:
+    except (ToolFailure, SandboxUnavailable) as exc:
         return ToolResult(redact(f"{name} refused: {exc}"), True)
     except OSError as exc:
         return ToolResult(redact(f"{name} failed: {exc.strerror or exc}"), True)

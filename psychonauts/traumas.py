@@ -11,6 +11,7 @@ import logging
 from django.db.models import F
 from django.utils import timezone
 
+from annihilation.redaction import redact
 from psychonauts.models import CommandTrauma, TraumaSource
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ PATTERN_MAX = CommandTrauma._meta.get_field("pattern").max_length or 300
 
 def trauma_record(*, pattern: str, reason: str, source: str, agent_id: str) -> CommandTrauma:
     """Record (or count again) an incident for `pattern`, a regular expression."""
-    pattern = pattern[:PATTERN_MAX]
+    # A command can carry a secret: stored redacted, like everything else an agent wrote.
+    pattern, reason = redact(pattern)[:PATTERN_MAX], redact(reason)
     if pattern.endswith("\\") and not pattern.endswith("\\\\"):
         pattern = pattern[:-1]  # a cut escape would not compile
     now = timezone.now()
