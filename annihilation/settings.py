@@ -284,15 +284,39 @@ PSYCHONAUTS_LEASE_TTL_S = env_float("ANNIHILATION_LEASE_TTL_S", 300.0, minimum=1
 # The beat removes the worktrees of closed quanta this often (their branches stay).
 PSYCHONAUTS_WORKSPACE_SWEEP_S = env_float("ANNIHILATION_WORKSPACE_SWEEP_S", 60.0, minimum=1)
 PSYCHONAUTS_SHELL_TIMEOUT_S = env_float("ANNIHILATION_SHELL_TIMEOUT_S", 120.0, minimum=1)
+# The grep tool's whole search (a catastrophic expression fails the call after this long).
+PSYCHONAUTS_GREP_TIMEOUT_S = env_float("ANNIHILATION_GREP_TIMEOUT_S", 5.0, minimum=0.1)
 PSYCHONAUTS_OUTPUT_LIMIT = env_int("ANNIHILATION_OUTPUT_LIMIT", 20_000, minimum=100)
 PSYCHONAUTS_TEXT_FLUSH_S = env_float("ANNIHILATION_TEXT_FLUSH_S", 0.5, minimum=0)
 PSYCHONAUTS_ROLE_DIR = BASE_DIR / "psychonauts" / "roles"
 PSYCHONAUTS_SCRIPT_DIRS = [BASE_DIR / "psychonauts" / "scripts"] + [
     Path(p) for p in env_str("ANNIHILATION_SCRIPT_DIRS", "").split(":") if p
 ]
+# The agent sandbox (psychonauts/sandbox.py): "on" runs every command an agent starts in
+# bubblewrap, and refuses agents that run commands where it cannot start; "off" runs them
+# unconfined (a deliberate choice, shown on the dashboard).
+SANDBOX_MODE = env_str("ANNIHILATION_SANDBOX", "on").strip().lower()
+if SANDBOX_MODE not in {"on", "off"}:
+    raise ImproperlyConfigured("ANNIHILATION_SANDBOX must be 'on' or 'off'")
+SANDBOX_BWRAP = env_str("ANNIHILATION_SANDBOX_BWRAP", "bwrap")
+SANDBOX_NETWORK = env_bool("ANNIHILATION_SANDBOX_NETWORK", False)
+SANDBOX_PATH = env_str(
+    "ANNIHILATION_SANDBOX_PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+# A root worker runs each quantum's commands as uid BASE + (quantum id mod 100000): an id range
+# no account or subordinate-id range of the machine uses.
+SANDBOX_UID_BASE = env_int("ANNIHILATION_SANDBOX_UID_BASE", 1_500_000_000, minimum=1000)
+SANDBOX_CPU_S = env_int("ANNIHILATION_SANDBOX_CPU_S", 600, minimum=1)
+SANDBOX_MEMORY_BYTES = env_int("ANNIHILATION_SANDBOX_MEMORY_MB", 2048, minimum=16) * 2**20
+SANDBOX_PROCESSES = env_int("ANNIHILATION_SANDBOX_PROCESSES", 256, minimum=8)
+SANDBOX_FILE_BYTES = env_int("ANNIHILATION_SANDBOX_FILE_MB", 1024, minimum=1) * 2**20
+SANDBOX_TMP_BYTES = env_int("ANNIHILATION_SANDBOX_TMP_MB", 512, minimum=1) * 2**20
+SANDBOX_OUTPUT_BYTES = env_int("ANNIHILATION_SANDBOX_OUTPUT_KB", 4096, minimum=1) * 2**10
+# More folders mounted empty inside the sandbox (colon-separated), e.g. ~/.ssh:~/.aws.
+SANDBOX_HIDE = [Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p]
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [
-    r for r in env_str("ANNIHILATION_COMMAND_ALLOW", r"^git (add|commit)\b").split("|||") if r
+    r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r
 ]
 
 # --- bursts ---
@@ -361,6 +385,15 @@ CELERY_BEAT_SCHEDULE = {
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
     )
 }
+
+# --- hostile input ---
+# The most an import file, an upload, a pipeline, role or script file may hold (bytes); a larger
+# one is refused before it is read in full.
+IMPORT_MAX_BYTES = env_int("ANNIHILATION_IMPORT_MAX_BYTES", 5 * 2**20, minimum=1)
+# A form post of up to the import limit must reach the form (a pasted pipeline is a form field,
+# up to three times longer once URL-encoded) so that its size is reported next to the field;
+# only a far larger body gets Django's bare 400.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, 3 * IMPORT_MAX_BYTES + 2**20)
 
 # --- redaction ---
 # More secret patterns for annihilation.redaction (regular expressions separated by `|||`): each
