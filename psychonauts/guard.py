@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import PurePosixPath
@@ -198,7 +198,7 @@ def _outside(path: str) -> bool:
     return p.startswith(("/", "~", "$HOME", "$")) or ".." in PurePosixPath(p).parts
 
 
-def _values(args: Sequence[str]) -> list[str]:
+def _values(args: Iterable[str]) -> list[str]:
     """Every argument and every `--option=value`'s value: where a program may be told a path."""
     found = []
     for arg in args:
