@@ -1,21 +1,81 @@
-"""Shared pieces of the management commands: readable tables, --json output, id arguments."""
+"""Shared pieces of the management commands: readable tables, --json output, id arguments,
+and `SafeCommand`, the base of every command: bad arguments are one line and exit 2."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import PurePath
 from typing import Any
 
-from django.core.management.base import CommandParser, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
+
+from annihilation.safetext import quoted, text_problem
+
+ID_MAX = 2**63 - 1  # ids are bigints
+COUNT_MAX = 2**31 - 1  # counts and limits fit an integer column
+_DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also takes "²" and "٣"
+
+USAGE_ERROR = 2  # the exit status of a bad argument (argparse's); a refused action exits 1
+
+
+class SafeCommand(BaseCommand):
+    """A management command whose bad input is one line on stderr, never a traceback.
+
+    From a terminal an argument argparse refuses exits 2 with `prog: error: why` alone (no
+    usage block), and so does a value no text column could store (a NUL, bytes that are not
+    UTF-8): checked here for every command, before the command sees its options.
+    """
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        # A parser not "called from the command line" raises CommandError instead of printing
+        # the usage and exiting; run_from_argv below prints it as one line.
+        from_terminal = getattr(self, "_called_from_command_line", None)
+        self._called_from_command_line = False
+        try:
+            parser = super().create_parser(prog_name, subcommand, **kwargs)
+        finally:
+            self._called_from_command_line = bool(from_terminal)
+        self._prog = parser.prog
+        return parser
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        try:
+            super().run_from_argv(argv)
+        except CommandError as exc:  # only the parser's: Django reports the command's own
+            message = str(exc).removeprefix("Error: ")
+            self.stderr.write(f"{getattr(self, '_prog', argv[0])}: error: {message}")
+            sys.exit(USAGE_ERROR)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        for name, value in options.items():
+            problem = _option_problem(value)
+            if problem is not None:
+                raise CommandError(f"{name}: {problem}", returncode=USAGE_ERROR)
+        return super().execute(*args, **options)
+
+
+def _option_problem(value: Any) -> str | None:
+    if isinstance(value, list | tuple):
+        return next((p for p in map(_option_problem, value) if p is not None), None)
+    if isinstance(value, PurePath):
+        # A file name may hold any bytes but NUL (the file system takes them).
+        return "contains a NUL character" if "\x00" in str(value) else None
+    if isinstance(value, str):
+        return text_problem(value)
+    return None
 
 
 def parse_id(value: str) -> int:
     """An id as typed by a human: `12`, `#12` or `q12`."""
     text = value.strip().lstrip("#").removeprefix("q").removeprefix("Q")
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an id (a positive number)")
+    if not _DIGITS.fullmatch(text) or not 0 < int(text) <= ID_MAX:
+        raise argparse.ArgumentTypeError(f"{quoted(value)} is not an id (a positive number)")
     return int(text)
 
 
@@ -35,16 +95,27 @@ def subcommands(parser: CommandParser) -> Callable[[str, str], CommandParser]:
 
 def positive_int(value: str) -> int:
     """An argparse type: a count or limit, 1 or more."""
-    if not value.isdigit() or int(value) <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
+    if not _DIGITS.fullmatch(value) or not 0 < int(value) <= COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{quoted(value)} is not a positive number")
     return int(value)
 
 
 def non_negative_int(value: str) -> int:
     """An argparse type: a count that may be 0 (none)."""
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of 0 or more")
+    if not _DIGITS.fullmatch(value) or int(value) > COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{quoted(value)} is not a number of 0 or more")
     return int(value)
+
+
+def seconds(value: str) -> float:
+    """An argparse type: a duration in seconds, more than 0 and finite."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise argparse.ArgumentTypeError(f"{quoted(value)} is not a number of seconds")
+    return number
 
 
 def emit_json(out: OutputWrapper, data: Any) -> None:

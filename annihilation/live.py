@@ -24,6 +24,7 @@ from django.template.loader import select_template
 
 from annihilation.events import EventMessage
 from annihilation.models import Event
+from annihilation.safetext import text_problem
 
 LiveContext = Callable[[EventMessage, Mapping[str, str]], dict[str, Any]]
 
@@ -89,7 +90,41 @@ _ACTIONS: dict[str, WsAction] = {}
 
 
 class ActionRefused(Exception):
-    """An action that cannot be done as asked (stale object, bad argument); message for humans."""
+    """An action that cannot be done as asked (stale object, bad argument); message for humans.
+
+    `field` names the argument that was wrong, when one was.
+    """
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+ID_MAX = 2**63 - 1  # ids are bigints
+ACTION_TEXT_MAX = 10_000  # characters of an answer, a reason or a note (the forms' limit)
+
+
+def action_id(message: Mapping[str, Any], key: str) -> int:
+    """The id an action names under `key`; ActionRefused naming it otherwise."""
+    value = message.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ActionRefused(f"{key} must be an integer", field=key)
+    if not 0 < value <= ID_MAX:
+        raise ActionRefused(f"{key} must be an id (1 or more, below 2**63)", field=key)
+    return value
+
+
+def action_text(message: Mapping[str, Any], key: str) -> str:
+    """Text an action takes under `key` ("" when absent); ActionRefused naming it otherwise."""
+    value = message.get(key, "")
+    if not isinstance(value, str):
+        raise ActionRefused(f"{key} must be text", field=key)
+    if len(value) > ACTION_TEXT_MAX:
+        raise ActionRefused(f"{key} is longer than {ACTION_TEXT_MAX:,} characters", field=key)
+    problem = text_problem(value)
+    if problem is not None:
+        raise ActionRefused(f"{key} {problem}", field=key)
+    return value
 
 
 def ws_action(name: str) -> Callable[[WsAction], WsAction]:

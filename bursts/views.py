@@ -6,11 +6,12 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from annihilation.access import operator_required
 from annihilation.events import EventMessage
-from annihilation.live import ActionRefused, LivePageError, live_page, ws_action
+from annihilation.live import ActionRefused, LivePageError, action_id, live_page, ws_action
 from annihilation.views import dashboard_render, live_attrs
 from bursts.errors import BurstsError, WaveNotFound
 from bursts.forms import WaveCancelForm, WaveStartForm
@@ -55,14 +56,18 @@ def wave_cancel_view(request: HttpRequest, wave_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Wave {wave_id} cancelled.")
-    return redirect(request.POST.get("next") or "dashboard")
+    # Back to the page the form was on; never to another site (`next` comes from the client).
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "dashboard"
+    return redirect(target)
 
 
 @ws_action("wave_cancel")
 def wave_cancel_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    wave_id = message.get("wave_id")
-    if not isinstance(wave_id, int):
-        raise ActionRefused("wave_cancel needs an integer wave_id")
+    wave_id = action_id(message, "wave_id")
     try:
         wave = wave_cancel(wave_id=wave_id, reason=f"cancelled by {user.get_username()}")
     except BurstsError as exc:
@@ -112,9 +117,13 @@ def wave_page(request: HttpRequest, wave_id: int) -> HttpResponse:
 
 @live_page("wave")
 def wave_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
-    if event["payload"].get("wave_id") != int(params.get("wave_id", "0") or 0):
+    try:
+        wave_id = int(params["wave_id"])
+    except (KeyError, ValueError):  # the page's parameters come from the client
+        raise LivePageError("no wave id") from None
+    if event["payload"].get("wave_id") != wave_id:
         raise LivePageError("another wave's event")
     try:
-        return _wave_page_context(int(params["wave_id"]))
-    except (Http404, KeyError, ValueError):
+        return _wave_page_context(wave_id)
+    except Http404:
         raise LivePageError("no such wave") from None

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from annihilation.safeyaml import InputRefused, read_text, yaml_parse
 from psychonauts.errors import InvalidDefinition
 
 
@@ -15,18 +16,12 @@ class YamlDoc:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.node: yaml.Node | None
+        self.data: Any
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidDefinition(f"{path}: cannot read: {exc.strerror}") from None
-        try:
-            self.node = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data: Any = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise InvalidDefinition(f"{path}{line}: invalid YAML: {problem}") from None
+            self.node, self.data = yaml_parse(read_text(path))
+        except InputRefused as exc:
+            raise InvalidDefinition(exc.where(str(path))) from None
 
     def line(self, *keys: str | int) -> int:
         """1-based line of the value at `keys` (or of the nearest existing parent)."""

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from annihilation.safetext import quoted, text_problem
 from quanta.errors import InvalidQuantum
 from quanta.models import (
     PRIORITY_MAX,
@@ -21,12 +22,21 @@ from quanta.models import (
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
 TITLE_MAX = Quantum._meta.get_field("title").max_length or 500
+LABEL_RULE = "letters, digits and _.:/- , starting with a letter or digit, up to 64"
+
+
+def check_text(field: str, value: str) -> str:
+    """`value`, or InvalidQuantum naming `field` when the database could not store it."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidQuantum(f"{field}: {problem}")
+    return value
 
 
 def clean_title(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidQuantum("title: must not be empty")
-    title = value.strip()
+    title = check_text("title", value.strip())
     if len(title) > TITLE_MAX:
         raise InvalidQuantum(f"title: at most {TITLE_MAX} characters (got {len(title)})")
     return title
@@ -38,7 +48,7 @@ def clean_text(field: str) -> Callable[[Any], str]:
             return ""
         if not isinstance(value, str):
             raise InvalidQuantum(f"{field}: must be text")
-        return value
+        return check_text(field, value)
 
     return check
 
@@ -49,9 +59,13 @@ def clean_priority(value: Any) -> int:
     try:
         priority = int(value)
     except (TypeError, ValueError):
-        raise InvalidQuantum(f"priority: must be an integer 0..4, got {value!r}") from None
+        raise InvalidQuantum(f"priority: must be an integer 0..4, got {quoted(value)}") from None
+    except OverflowError:  # float("inf")
+        raise InvalidQuantum(
+            f"priority: must be 0..4 (0 = critical), got {quoted(value)}"
+        ) from None
     if isinstance(value, float) and value != priority:
-        raise InvalidQuantum(f"priority: must be an integer 0..4, got {value!r}")
+        raise InvalidQuantum(f"priority: must be an integer 0..4, got {quoted(value)}")
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise InvalidQuantum(f"priority: must be 0..4 (0 = critical), got {priority}")
     return priority
@@ -60,7 +74,9 @@ def clean_priority(value: Any) -> int:
 def clean_choice(field: str, choices: list[str]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
-            raise InvalidQuantum(f"{field}: must be one of {', '.join(choices)}; got {value!r}")
+            raise InvalidQuantum(
+                f"{field}: must be one of {', '.join(choices)}; got {quoted(value)}"
+            )
         return str(value)
 
     return check
@@ -75,14 +91,20 @@ def clean_labels(value: Any) -> list[str]:
         raise InvalidQuantum("labels: must be a list of labels")
     labels: list[str] = []
     for raw in value:
-        label = str(raw).strip() if isinstance(raw, str | int) else None
-        if not label or not _LABEL.match(label):
-            raise InvalidQuantum(
-                f"labels: {raw!r} is not a label (letters, digits and _.:/- , up to 64)"
-            )
+        label = clean_label(raw)
         if label not in labels:
             labels.append(label)
     return labels
+
+
+def clean_label(value: Any) -> str:
+    """One label, as quanta carry them and waves and filters name them."""
+    label = (
+        str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    )
+    if not label or not _LABEL.fullmatch(label):
+        raise InvalidQuantum(f"labels: {quoted(value)} is not a label ({LABEL_RULE})")
+    return label
 
 
 def clean_commands(value: Any) -> list[str]:
@@ -92,7 +114,7 @@ def clean_commands(value: Any) -> list[str]:
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
         raise InvalidQuantum("verify_commands: must be a list of commands")
-    return list(value)
+    return [check_text("verify_commands", v) for v in value]
 
 
 def clean_pipeline(value: Any) -> str:
@@ -100,7 +122,7 @@ def clean_pipeline(value: Any) -> str:
         return ""
     if not isinstance(value, str) or len(value) > 100:
         raise InvalidQuantum("pipeline: must be a pipeline name (up to 100 characters)")
-    return value.strip()
+    return check_text("pipeline", value.strip())
 
 
 # Fields an operator may set on create and update, each with its checker.

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 
 from quanta.errors import QuantaError
 from quanta.models import Complexity, QuantumKind, QuantumStatus
@@ -25,6 +27,20 @@ def service_error_to_form(form: forms.Form, exc: QuantaError) -> None:
         form.add_error(None, message)
 
 
+ID_MAX = 2**63 - 1  # ids are bigints
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _size_error(size: int) -> forms.ValidationError:
+    limit = settings.IMPORT_MAX_BYTES
+    return forms.ValidationError(
+        f"{_mib(size)} is over the import limit of {_mib(limit)} (ANNIHILATION_IMPORT_MAX_BYTES)"
+    )
+
+
 class QuantumForm(forms.Form):
     title = forms.CharField(max_length=500)
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}), required=False)
@@ -34,7 +50,9 @@ class QuantumForm(forms.Form):
     labels = forms.CharField(required=False, help_text="comma separated")
     pipeline = forms.CharField(required=False, max_length=100, help_text="blank = matched")
     acceptance = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-    parent = forms.IntegerField(required=False, min_value=1, help_text="id of the parent quantum")
+    parent = forms.IntegerField(
+        required=False, min_value=1, max_value=ID_MAX, help_text="id of the parent quantum"
+    )
 
     def clean_labels(self) -> list[str]:
         return _words(self.cleaned_data["labels"])
@@ -48,9 +66,10 @@ class QuantumCreateForm(QuantumForm):
     def clean_depends_on(self) -> list[int]:
         ids: list[int] = []
         for word in _words(self.cleaned_data["depends_on"]):
-            if not word.lstrip("#").isdigit():
-                raise forms.ValidationError(f"{word!r} is not a quantum id")
-            ids.append(int(word.lstrip("#")))
+            digits = word.lstrip("#")
+            if not (digits.isascii() and digits.isdigit()) or not 0 < int(digits) <= ID_MAX:
+                raise forms.ValidationError(f"{word[:30]!r} is not a quantum id")
+            ids.append(int(digits))
         return ids
 
 
@@ -76,15 +95,23 @@ class CloseForm(forms.Form):
 
 
 class DependencyForm(forms.Form):
-    depends_on = forms.IntegerField(min_value=1, label="waits on quantum #")
+    depends_on = forms.IntegerField(min_value=1, max_value=ID_MAX, label="waits on quantum #")
 
 
 class DependencyRemoveForm(forms.Form):
-    depends_on = forms.IntegerField(min_value=1, label="stop waiting on quantum #")
+    depends_on = forms.IntegerField(
+        min_value=1, max_value=ID_MAX, label="stop waiting on quantum #"
+    )
 
 
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="YAML (a list of quanta) or JSON lines; all or nothing")
+
+    def clean_file(self) -> UploadedFile[Any]:
+        upload: UploadedFile[Any] = self.cleaned_data["file"]
+        if (upload.size or 0) > settings.IMPORT_MAX_BYTES:
+            raise _size_error(upload.size or 0)
+        return upload
 
 
 class ExportForm(forms.Form):
@@ -111,3 +138,15 @@ class PipelineLoadForm(forms.Form):
         label="pipeline YAML",
         help_text="one pipeline, a list, or `pipelines:` and a list (the files in pipelines/)",
     )
+    replace_default = forms.BooleanField(
+        required=False,
+        label="replace the current default pipeline",
+        help_text="needed when the YAML marks a pipeline `default: true` and another is the default",
+    )
+
+    def clean_yaml(self) -> str:
+        text: str = self.cleaned_data["yaml"]
+        size = len(text.encode("utf-8", "replace"))
+        if size > settings.IMPORT_MAX_BYTES:
+            raise _size_error(size)
+        return text

@@ -16,24 +16,33 @@ JSON object per line. `quanta export` writes the same format, so export -> impor
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from annihilation.events import publish
+from annihilation.safetext import quoted, text_problem
+from annihilation.safeyaml import (
+    InputRefused,
+    LineMap,
+    json_load,
+    read_text,
+    source_name,
+    yaml_load,
+)
 from quanta.errors import ImportFailed, InvalidQuantum
 from quanta.fields import FIELD_CHECKS
-from quanta.models import AuthorKind, DependencyKind, Quantum, QuantumStatus
+from quanta.models import AuthorKind, Comment, DependencyKind, Quantum, QuantumStatus
 from quanta.services import SEARCH_VECTOR_SQL
 
 Ref = str | int
+ID_MAX = 2**63 - 1  # ids are bigints
+AUTHOR_MAX = Comment._meta.get_field("author").max_length or 200
 ANALYZE_AFTER = 10_000  # rows imported at once
 
 IMPORTABLE_STATUSES = [
@@ -64,69 +73,49 @@ class Record:
     comments: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, author, body)
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers the line of every mapping and of each of its keys."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    mapping: dict[str, Any] = {
-        str(k): v for k, v in loader.construct_mapping(node, deep=True).items()
-    }
-    mapping["__line__"] = node.start_mark.line + 1
-    mapping["__lines__"] = {str(key.value): value.start_mark.line + 1 for key, value in node.value}
-    return mapping
-
-
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-def _raw_records(path: Path, text: str) -> list[tuple[int, Any]]:
-    """(line, raw record) pairs; a syntax error raises ImportFailed with its line."""
-    name = path.name
+def _raw_records(name: str, path: Path, text: str) -> list[tuple[int, Any]]:
+    """(line, raw record) pairs; an unreadable document raises ImportFailed with its line."""
     is_jsonl = path.suffix in {".jsonl", ".ndjson"} or (
         path.suffix not in {".yaml", ".yml", ".json"} and text.lstrip().startswith("{")
     )
-    if is_jsonl:
-        out: list[tuple[int, Any]] = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ImportFailed([f"{name}:{number}: not valid JSON: {exc.msg}"]) from None
-        return out
     try:
-        data = yaml.load(text, Loader=_LineLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line_no = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ImportFailed([f"{name}:{line_no}: not valid YAML: {problem}"]) from None
+        if is_jsonl:
+            # Split on newlines only: a JSON string may hold U+2028, which splitlines() splits on.
+            return [
+                (number, json_load(line, line=number))
+                for number, line in enumerate(text.split("\n"), start=1)
+                if line.strip()
+            ]
+        data = yaml_load(text, line_maps=True)
+    except InputRefused as exc:
+        raise ImportFailed([exc.where(name)]) from None
     if isinstance(data, dict) and "quanta" in data:
         data = data["quanta"]
     if data is None:
         return []
     if not isinstance(data, list):
         raise ImportFailed([f"{name}:1: expected a list of quanta (or 'quanta:' and a list)"])
-    return [(item.get("__line__", 1) if isinstance(item, dict) else 1, item) for item in data]
+    return [(item.line if isinstance(item, LineMap) else 1, item) for item in data]
 
 
 def _ref(value: Any) -> Ref:
     if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-        raise InvalidQuantum(f"{value!r} is neither a ref in this file nor a quantum id")
+        raise InvalidQuantum(f"{quoted(value)} is neither a ref in this file nor a quantum id")
+    if isinstance(value, int) and not 0 < value <= ID_MAX:
+        raise InvalidQuantum(f"{quoted(value)} is not a quantum id (a positive number)")
     return value
+
+
+def _field(key: str) -> str:
+    """A key as a message names it: as written when short and printable, else quoted."""
+    return key if len(key) <= 60 and key.isprintable() else quoted(key)
 
 
 def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record | None:
     if not isinstance(raw, dict):
         problems.append(f"{name}:{line}: each quantum must be a mapping, got {type(raw).__name__}")
         return None
-    lines: dict[str, int] = raw.pop("__lines__", {})
-    raw.pop("__line__", None)
+    lines: dict[str, int] = raw.lines if isinstance(raw, LineMap) else {}
 
     def where(key: str) -> str:
         return f"{name}:{lines.get(key, line)}"
@@ -134,7 +123,7 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
     before = len(problems)
     for key in raw:
         if key not in KNOWN_KEYS:
-            problems.append(f"{where(key)}: {key}: unknown field")
+            problems.append(f"{where(key)}: {_field(key)}: unknown field")
     if "title" not in raw:
         problems.append(f"{name}:{line}: title: required")
     ref = raw.get("ref")
@@ -150,11 +139,17 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
     status = raw.get("status", QuantumStatus.OPEN)
     if status not in IMPORTABLE_STATUSES:
         problems.append(
-            f"{where('status')}: status: must be one of {', '.join(IMPORTABLE_STATUSES)}; got {status!r}"
+            f"{where('status')}: status: must be one of {', '.join(IMPORTABLE_STATUSES)}; got {quoted(status)}"
         )
-    record.status = str(status)
+    else:
+        record.status = str(status)
     reason = raw.get("close_reason", "")
-    record.close_reason = reason if isinstance(reason, str) else ""
+    if not isinstance(reason, str):
+        problems.append(f"{where('close_reason')}: close_reason: must be text")
+    elif text_problem(reason):
+        problems.append(f"{where('close_reason')}: close_reason: {text_problem(reason)}")
+    else:
+        record.close_reason = reason
     if record.status == QuantumStatus.CLOSED and not record.close_reason:
         record.close_reason = "imported closed"
     if raw.get("parent") is not None:
@@ -177,22 +172,34 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
         comments = []
     for comment in comments:
         if isinstance(comment, str) and comment.strip():
-            record.comments.append((AuthorKind.OPERATOR, "import", comment))
+            body, author, author_kind = comment, "import", str(AuthorKind.OPERATOR)
         elif (
             isinstance(comment, dict)
             and isinstance(comment.get("body"), str)
             and comment["body"].strip()
         ):
-            kind = comment.get("author_kind", AuthorKind.OPERATOR)
-            if kind not in AuthorKind.values:
+            body, author = comment["body"], comment.get("author") or "import"
+            author_kind = comment.get("author_kind", AuthorKind.OPERATOR)
+            if author_kind not in AuthorKind.values:
                 problems.append(
                     f"{where('comments')}: comments: author_kind must be one of {', '.join(AuthorKind.values)}"
                 )
-            record.comments.append((kind, str(comment.get("author") or "import"), comment["body"]))
+                continue
+            if not isinstance(author, str) or len(author) > AUTHOR_MAX:
+                problems.append(
+                    f"{where('comments')}: comments: author must be text of up to {AUTHOR_MAX} characters"
+                )
+                continue
         else:
             problems.append(
                 f"{where('comments')}: comments: each comment is text or {{author, body}}"
             )
+            continue
+        problem = text_problem(body) or text_problem(author)
+        if problem is not None:
+            problems.append(f"{where('comments')}: comments: a comment {problem}")
+        else:
+            record.comments.append((str(author_kind), author, body))
     return record if len(problems) == before else None
 
 
@@ -208,7 +215,7 @@ def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
             continue
         if record.ref in refs:
             problems.append(
-                f"{record.where}: ref: {record.ref!r} is already used at {refs[record.ref].where}"
+                f"{record.where}: ref: {quoted(record.ref)} is already used at {refs[record.ref].where}"
             )
         refs[record.ref] = record
     wanted_ids = {t for r in records for _, t in r.edges if isinstance(t, int)}
@@ -229,7 +236,7 @@ def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
                 problems.append(f"{record.where}: {label}: no quantum #{target}")
             elif isinstance(target, str) and target not in refs:
                 problems.append(
-                    f"{record.where}: {label}: no record with ref {target!r} in this file"
+                    f"{record.where}: {label}: no record with ref {quoted(target)} in this file"
                 )
             elif isinstance(target, str) and refs[target] is record:
                 problems.append(f"{record.where}: {label}: a quantum cannot point at itself")
@@ -251,7 +258,9 @@ def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
             graph[i] = [index[id(refs[t])] for t in local]
         cycle = _find_cycle(graph)
         if cycle:
-            names = " -> ".join(records[i].ref or records[i].where for i in cycle)
+            names = " -> ".join(_field(records[i].ref or records[i].where) for i in cycle[:20])
+            if len(cycle) > 20:
+                names += f" -> … ({len(cycle)} in all)"
             problems.append(f"{records[cycle[0]].where}: {label}: cycle {names}")
     return existing
 
@@ -289,14 +298,15 @@ def parse_import(path: Path) -> tuple[list[Record], dict[int, str]]:
 
     Returns the records and the statuses of the existing quanta they point at.
     """
+    name = source_name(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ImportFailed([f"{path}: cannot read: {exc}"]) from None
+        text = read_text(path)
+    except InputRefused as exc:
+        raise ImportFailed([exc.where(name)]) from None
     problems: list[str] = []
     records: list[Record] = []
-    for line, raw in _raw_records(path, text):
-        record = _parse_record(path.name, line, raw, problems)
+    for line, raw in _raw_records(name, path, text):
+        record = _parse_record(name, line, raw, problems)
         if record is not None:
             records.append(record)
     existing: dict[int, str] = {}
@@ -440,5 +450,5 @@ def quanta_import(*, path: Path) -> list[int]:
         # Fresh planner statistics, or the first queries after a big import plan blind.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE quanta_quantum, quanta_dependency")
-    publish("quanta", "quanta_imported", {"count": len(ids), "file": path.name})
+    publish("quanta", "quanta_imported", {"count": len(ids), "file": source_name(path)})
     return ids

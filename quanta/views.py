@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from django.views.decorators.http import require_POST
 from annihilation.access import operator_required
 from annihilation.events import EventMessage
 from annihilation.live import LivePageError, live_page
+from annihilation.safetext import display_name
 from annihilation.views import live_attrs
 from bursts.selectors import pipeline_versions_used, quantum_runs
 from psychonauts.selectors import roles_list
@@ -37,7 +39,12 @@ from quanta.forms import (
 from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.pipelines.loader import PipelineInvalid, pipelines_read
-from quanta.pipelines.services import known_roles, pipelines_list, pipelines_save
+from quanta.pipelines.services import (
+    DefaultPipelineTaken,
+    known_roles,
+    pipelines_list,
+    pipelines_save,
+)
 from quanta.selectors import (
     EXPORT_FORMATS,
     Neighbourhood,
@@ -52,6 +59,26 @@ from tether.selectors import quantum_changes, quantum_drifts
 
 # The neighbourhood picture: waits-on column, the quantum, waited-on-by column.
 NODE_W, NODE_H, GAP, COL = 210, 34, 12, 300
+# An import's problems shown under the form, like the first lines `quanta import` prints: a
+# file with a problem on every line must not become a page of megabytes.
+PROBLEMS_SHOWN = 50
+_UNSAFE_NAME = re.compile(r"[^\w.+-]+")
+
+
+def upload_name(raw: str) -> str:
+    """The upload's base name, reduced to a safe file name that keeps its suffix (the importer
+    tells YAML from JSON lines by it)."""
+    name = PurePath(_UNSAFE_NAME.sub("_", display_name(PurePath(raw).name)))
+    suffix = name.suffix if len(name.suffix) <= 10 else ""
+    stem = name.stem.strip("._")[:80] or "upload"
+    return stem + (suffix or ".yaml")
+
+
+def _problems_to_form(form: Any, field: str, problems: list[str]) -> None:
+    for problem in problems[:PROBLEMS_SHOWN]:
+        form.add_error(field, problem)
+    if len(problems) > PROBLEMS_SHOWN:
+        form.add_error(field, f"… and {len(problems) - PROBLEMS_SHOWN} more")
 
 
 def _quantum_or_404(quantum_id: int) -> Quantum:
@@ -111,7 +138,7 @@ def quanta_import_upload(request: HttpRequest) -> HttpResponse:
     upload = form.cleaned_data["file"]
     # The importer reads a path and names it in its messages (`file:line: field: why`): the
     # upload is written under its own base name in a private directory, removed afterwards.
-    name = Path(upload.name or "").name or "upload.yaml"
+    name = upload_name(upload.name or "")
     with tempfile.TemporaryDirectory(prefix="annihilation-import-") as tmp:
         path = Path(tmp) / name
         with path.open("wb") as out:
@@ -121,8 +148,7 @@ def quanta_import_upload(request: HttpRequest) -> HttpResponse:
             ids = quanta_import(path=path)
         except ImportFailed as exc:
             form.add_error(None, f"import failed, nothing written ({len(exc.problems)} problems):")
-            for problem in exc.problems:
-                form.add_error("file", problem)
+            _problems_to_form(form, "file", exc.problems)
             return _index(request, form, status=400)
         except QuantaError as exc:
             form.add_error("file", str(exc))
@@ -438,10 +464,21 @@ def pipelines_load_pasted(request: HttpRequest) -> HttpResponse:
         try:
             specs = pipelines_read([path], roles=known_roles())
         except PipelineInvalid as exc:
-            for problem in exc.problems:
-                form.add_error("yaml", problem.replace(str(path), PASTED))
+            problems = [problem.replace(str(path), PASTED) for problem in exc.problems]
+            _problems_to_form(form, "yaml", problems)
             return _pipelines_page(request, form, status=400)
-    loaded = pipelines_save(specs=[(source, spec) for _, spec in specs])
+    try:
+        loaded = pipelines_save(
+            specs=[(source, spec) for _, spec in specs],
+            replace_default=form.cleaned_data["replace_default"],
+        )
+    except DefaultPipelineTaken as exc:
+        form.add_error(
+            "replace_default",
+            f"{exc.new!r} would replace {exc.current!r} as the default pipeline: tick this "
+            "to confirm, and load again. Nothing was loaded.",
+        )
+        return _pipelines_page(request, form, status=400)
     summary = ", ".join(f"{x.name} v{x.version} ({x.change})" for x in loaded)
     messages.success(request, f"Loaded {summary}.")
     return redirect("pipelines")

@@ -18,7 +18,14 @@ from django.views.decorators.http import require_POST
 
 from annihilation.access import operator_required
 from annihilation.events import EventMessage
-from annihilation.live import ActionRefused, LivePageError, live_page, ws_action
+from annihilation.live import (
+    ActionRefused,
+    LivePageError,
+    action_id,
+    action_text,
+    live_page,
+    ws_action,
+)
 from annihilation.views import live_attrs
 from psychonauts.views import diff_files
 from quanta.errors import QuantaError
@@ -479,20 +486,6 @@ def grounding_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
 # --- websocket actions (the consumer has checked user_can_operate) --------------------------------
 
 
-def _id(message: Mapping[str, Any], key: str) -> int:
-    value = message.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ActionRefused(f"{key} must be an integer")
-    return value
-
-
-def _text_arg(message: Mapping[str, Any], key: str) -> str:
-    value = message.get(key, "")
-    if not isinstance(value, str):
-        raise ActionRefused(f"{key} must be text")
-    return value
-
-
 def _refusing(fn: Callable[[], T]) -> T:
     try:
         return fn()
@@ -502,7 +495,7 @@ def _refusing(fn: Callable[[], T]) -> T:
 
 @ws_action("reaching_answer")
 def reaching_answer_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    reaching_id, text = _id(message, "reaching_id"), _text_arg(message, "text")
+    reaching_id, text = action_id(message, "reaching_id"), action_text(message, "text")
     result = _refusing(
         lambda: reaching_answer(reaching_id=reaching_id, text=text, by=user.get_username())
     )
@@ -521,7 +514,7 @@ def _drift_reply(drift: Drift) -> dict[str, Any]:
 
 @ws_action("drift_ground")
 def drift_ground_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    drift_id, comment = _id(message, "drift_id"), _text_arg(message, "comment")
+    drift_id, comment = action_id(message, "drift_id"), action_text(message, "comment")
     return _drift_reply(
         _refusing(lambda: drift_ground(drift_id=drift_id, comment=comment, by=user.get_username()))
     )
@@ -529,7 +522,7 @@ def drift_ground_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
 
 @ws_action("drift_reject")
 def drift_reject_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    drift_id, reason = _id(message, "drift_id"), _text_arg(message, "reason")
+    drift_id, reason = action_id(message, "drift_id"), action_text(message, "reason")
     return _drift_reply(
         _refusing(lambda: drift_reject(drift_id=drift_id, reason=reason, by=user.get_username()))
     )
@@ -537,7 +530,7 @@ def drift_reject_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
 
 @ws_action("drift_note")
 def drift_note_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    drift_id, text = _id(message, "drift_id"), _text_arg(message, "text")
+    drift_id, text = action_id(message, "drift_id"), action_text(message, "text")
     return _drift_reply(
         _refusing(lambda: drift_note(drift_id=drift_id, text=text, by=user.get_username()))
     )
@@ -545,14 +538,14 @@ def drift_note_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
 
 @ws_action("change_approve")
 def change_approve_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    change_id = _id(message, "change_id")
+    change_id = action_id(message, "change_id")
     review = _refusing(lambda: change_approve(change_id=change_id, by=user.get_username()))
     return {"change_id": review.pk, "status": review.status, "message": change_message(review)[1]}
 
 
 @ws_action("change_reject")
 def change_reject_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    change_id, reason = _id(message, "change_id"), _text_arg(message, "reason")
+    change_id, reason = action_id(message, "change_id"), action_text(message, "reason")
     review = _refusing(
         lambda: change_reject(change_id=change_id, reason=reason, by=user.get_username())
     )
@@ -561,14 +554,14 @@ def change_reject_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
 
 @ws_action("mutation_approve")
 def mutation_approve_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    mutation_id = _id(message, "mutation_id")
+    mutation_id = action_id(message, "mutation_id")
     m = _refusing(lambda: mutation_approve(mutation_id=mutation_id, by=user.get_username()))
     return {"mutation_id": m.pk, "status": m.status, "version": m.resulting_version}
 
 
 @ws_action("mutation_reject")
 def mutation_reject_ws(user: Any, message: Mapping[str, Any]) -> dict[str, Any]:
-    mutation_id, reason = _id(message, "mutation_id"), _text_arg(message, "reason")
+    mutation_id, reason = action_id(message, "mutation_id"), action_text(message, "reason")
     m = _refusing(
         lambda: mutation_reject(mutation_id=mutation_id, reason=reason, by=user.get_username())
     )

@@ -20,7 +20,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from bursts.canvas import tasks_revoke_unsafe
-from bursts.errors import WaveNotFound, WaveNotRunning
+from bursts.errors import InvalidWave, WaveNotFound, WaveNotRunning
 from bursts.events import BurstEvent, burst_event, burst_events
 from bursts.hooks import ON_RUN_DRAINED
 from bursts.models import (
@@ -43,7 +43,8 @@ from bursts.services.stages import (
     stage_spec,
     stages_begin,
 )
-from quanta.errors import QuantaError
+from quanta.errors import InvalidQuantum, QuantaError
+from quanta.fields import clean_labels
 from quanta.models import Quantum, QuantumStatus
 from quanta.pipelines.services import (
     PipelineNotFound,
@@ -78,7 +79,15 @@ def wave_start(
     max_bursts: int | None = None,
     started_by: str = "",
 ) -> Wave:
-    """Create a wave and collect its first burst at once (the first agents start on commit)."""
+    """Create a wave and collect its first burst at once (the first agents start on commit).
+
+    `labels` are checked as quanta's labels are (InvalidWave names the first bad one): a label
+    no quantum can carry would scope the wave to nothing.
+    """
+    try:
+        labels = clean_labels(list(labels))
+    except InvalidQuantum as exc:
+        raise InvalidWave(str(exc)) from None
     pipelines_ensure_defaults()
     with transaction.atomic():
         wave = Wave.objects.create(

@@ -19,13 +19,15 @@ A file holds one pipeline, a list of them, or `pipelines:` followed by a list:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from quanta.errors import QuantaError
+from annihilation.safetext import quoted
+from annihilation.safeyaml import InputRefused, LineMap, read_text, yaml_load
+from quanta.errors import InvalidQuantum, QuantaError
+from quanta.fields import clean_label
 from quanta.models import QuantumKind
 from quanta.pipeline_models import StageMode
 from quanta.pipelines.conditions import BadCondition, condition_parse
@@ -34,6 +36,9 @@ from quanta.pipelines.spec import AgentSpec, PipelineSpec, StageSpec
 PIPELINE_KEYS = {"name", "description", "default", "match", "stages"}
 STAGE_KEYS = {"name", "mode", "agents", "condition", "retries", "timeout"}
 MATCH_KEYS = {"labels", "kinds"}
+NAME_MAX = 100  # pipeline and stage names (their columns)
+CONDITION_MAX = 500
+NUMBER_MAX = 2**31 - 1  # retries and timeout (integer columns)
 
 
 class PipelineInvalid(QuantaError):
@@ -44,28 +49,12 @@ class PipelineInvalid(QuantaError):
         super().__init__("\n".join(problems))
 
 
-class _Node(dict[str, Any]):
-    """A YAML mapping that remembers its own line and the line of each key."""
-
-    line: int = 0
-    lines: dict[str, int]
+_Node = LineMap  # a YAML mapping that remembers its own line and the line of each key
 
 
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Node:
-    mapping = _Node({str(k): v for k, v in loader.construct_mapping(node, deep=True).items()})
-    mapping.line = node.start_mark.line + 1
-    mapping.lines = {str(key.value): value.start_mark.line + 1 for key, value in node.value}
-    return mapping
-
-
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
+def _name(key: str) -> str:
+    """A key as a message names it: as written when short and printable, else quoted."""
+    return key if len(key) <= 60 and key.isprintable() else quoted(key)
 
 
 class _Problems:
@@ -106,7 +95,12 @@ def _agent(
         return None
     if roles is not None and role not in roles:
         known = ", ".join(sorted(roles)) or "none loaded"
-        p.add(line, where, f"unknown role {role!r} (known: {known})")
+        p.add(line, where, f"unknown role {quoted(role)} (known: {known})")
+        return None
+    try:
+        json.dumps(settings, allow_nan=False)
+    except (TypeError, ValueError):  # a date, binary, a set, NaN: nothing a JSON column holds
+        p.add(line, where, "settings must be text, numbers, true/false, lists and mappings")
         return None
     return {"role": role, "settings": settings}
 
@@ -121,7 +115,7 @@ def _stage(
     for key in sorted(set(raw) - STAGE_KEYS):
         p.add(
             _line(raw, key),
-            f"{field}.{key}",
+            f"{field}.{_name(key)}",
             f"unknown field (known: {', '.join(sorted(STAGE_KEYS))})",
         )
     ok = True
@@ -129,12 +123,15 @@ def _stage(
     if not isinstance(name, str) or not name.strip():
         p.add(_line(raw, "name"), f"{field}.name", "required, a non-empty string")
         ok = False
+    elif len(name.strip()) > NAME_MAX:
+        p.add(_line(raw, "name"), f"{field}.name", f"at most {NAME_MAX} characters")
+        ok = False
     mode = raw.get("mode", StageMode.SEQUENTIAL)
     if mode not in StageMode.values:
         p.add(
             _line(raw, "mode"),
             f"{field}.mode",
-            f"unknown mode {mode!r} (use {' or '.join(StageMode.values)})",
+            f"unknown mode {quoted(mode)} (use {' or '.join(StageMode.values)})",
         )
         ok = False
     agents_raw = raw.get("agents")
@@ -157,19 +154,24 @@ def _stage(
     if not isinstance(condition, str):
         p.add(_line(raw, "condition"), f"{field}.condition", "must be a string expression")
         ok = False
+    elif len(condition.strip()) > CONDITION_MAX:
+        p.add(_line(raw, "condition"), f"{field}.condition", f"at most {CONDITION_MAX} characters")
+        ok = False
     elif condition.strip():
         try:
             condition_parse(condition)
         except BadCondition as exc:
             p.add(
-                _line(raw, "condition"), f"{field}.condition", f"bad condition {condition!r}: {exc}"
+                _line(raw, "condition"),
+                f"{field}.condition",
+                f"bad condition {quoted(condition)}: {quoted(str(exc), 200)[1:-1]}",
             )
             ok = False
     numbers: dict[str, int] = {}
     for key in ("retries", "timeout"):
         value = raw.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            p.add(_line(raw, key), f"{field}.{key}", "must be a whole number >= 0")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= NUMBER_MAX:
+            p.add(_line(raw, key), f"{field}.{key}", f"must be a whole number 0..{NUMBER_MAX}")
             ok = False
         else:
             numbers[key] = value
@@ -193,11 +195,18 @@ def _pipeline(
         p.add(line, "pipeline", "a pipeline is a mapping with name and stages")
         return None
     for key in sorted(set(raw) - PIPELINE_KEYS):
-        p.add(_line(raw, key), key, f"unknown field (known: {', '.join(sorted(PIPELINE_KEYS))})")
+        p.add(
+            _line(raw, key),
+            _name(key),
+            f"unknown field (known: {', '.join(sorted(PIPELINE_KEYS))})",
+        )
     ok = True
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         p.add(_line(raw, "name"), "name", "required, a non-empty string")
+        ok = False
+    elif len(name.strip()) > NAME_MAX:
+        p.add(_line(raw, "name"), "name", f"at most {NAME_MAX} characters")
         ok = False
     description = raw.get("description", "") or ""
     if not isinstance(description, str):
@@ -215,7 +224,7 @@ def _pipeline(
         ok = False
     else:
         for key in sorted(set(match) - MATCH_KEYS):
-            p.add(_line(match, key), f"match.{key}", "unknown field (known: kinds, labels)")
+            p.add(_line(match, key), f"match.{_name(key)}", "unknown field (known: kinds, labels)")
             ok = False
         if "labels" in match:
             got = _str_list(match["labels"])
@@ -223,6 +232,16 @@ def _pipeline(
                 p.add(_line(match, "labels"), "match.labels", "must be a list of labels")
                 ok = False
             else:
+                for label in got:
+                    try:
+                        clean_label(label)
+                    except InvalidQuantum as exc:
+                        p.add(
+                            _line(match, "labels"),
+                            "match.labels",
+                            str(exc).removeprefix("labels: "),
+                        )
+                        ok = False
                 labels = sorted(set(got))
         if "kinds" in match:
             got = _str_list(match["kinds"])
@@ -235,7 +254,7 @@ def _pipeline(
                         p.add(
                             _line(match, "kinds"),
                             "match.kinds",
-                            f"unknown kind {kind!r} (known: {', '.join(QuantumKind.values)})",
+                            f"unknown kind {quoted(kind)} (known: {', '.join(QuantumKind.values)})",
                         )
                         ok = False
                 kinds = sorted(set(got))
@@ -256,7 +275,7 @@ def _pipeline(
                     p.add(
                         _line(stage_raw, "name"),
                         f"stages[{index}].name",
-                        f"duplicate stage name {key!r} (also stages[{seen[key]}])",
+                        f"duplicate stage name {quoted(key)} (also stages[{seen[key]}])",
                     )
                     ok = False
                 seen.setdefault(key, index)
@@ -282,11 +301,9 @@ def pipelines_parse(
     """Parse one file's text: ([(line, spec)], problems). `roles=None` skips the role check."""
     p = _Problems(source)
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        p.add(mark.line + 1 if mark else 1, "yaml", str(getattr(exc, "problem", exc)))
-        return [], p.items
+        data = yaml_load(text, line_maps=True)
+    except InputRefused as exc:
+        return [], [exc.where(source)]
     if isinstance(data, _Node) and set(data) == {"pipelines"}:
         data = data["pipelines"]
     items = data if isinstance(data, list) else [data]
@@ -326,9 +343,9 @@ def pipelines_read(
         raise PipelineInvalid(["no pipeline files found (expected *.yaml)"])
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            problems.append(f"{path}:0: file: cannot read ({exc.strerror})")
+            text = read_text(path)
+        except InputRefused as exc:
+            problems.append(exc.where(str(path)))
             continue
         specs, found = pipelines_parse(text, source=str(path), roles=roles)
         problems += found
@@ -336,7 +353,7 @@ def pipelines_read(
             where = f"{path}:{line}"
             if spec["name"] in names:
                 problems.append(
-                    f"{where}: name: duplicate pipeline name {spec['name']!r} (also at {names[spec['name']]})"
+                    f"{where}: name: duplicate pipeline name {quoted(spec['name'])} (also at {names[spec['name']]})"
                 )
                 continue
             names[spec["name"]] = where

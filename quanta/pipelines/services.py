@@ -20,9 +20,22 @@ from quanta.pipelines.spec import PipelineSnapshot, PipelineSpec, StageSpec
 
 logger = logging.getLogger(__name__)
 
+SOURCE_MAX = Pipeline._meta.get_field("source").max_length or 500
+
 
 class PipelineNotFound(QuantaError):
     """No pipeline has that name, or none matches and there is no default."""
+
+
+class DefaultPipelineTaken(QuantaError):
+    """Saving would make `new` the default pipeline in place of `current`, unasked."""
+
+    def __init__(self, *, new: str, current: str) -> None:
+        self.new = new
+        self.current = current
+        super().__init__(
+            f"default: pipeline {new!r} would replace {current!r} as the default pipeline"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,18 +109,33 @@ def _write_stages(pipeline: Pipeline, spec: PipelineSpec) -> None:
 
 
 @transaction.atomic
-def pipelines_save(*, specs: Iterable[tuple[str, PipelineSpec]]) -> list[LoadedPipeline]:
+def pipelines_save(
+    *, specs: Iterable[tuple[str, PipelineSpec]], replace_default: bool = False
+) -> list[LoadedPipeline]:
     """Create or update pipelines from checked specs; a changed definition bumps the version.
 
+    A spec marked default while another pipeline is the default raises DefaultPipelineTaken
+    (nothing saved) unless `replace_default`: the old default then stops being one.
     Runs already started keep their snapshot, so changing a pipeline never alters them.
     """
     items = list(specs)
-    if any(spec["is_default"] for _, spec in items):
-        # The loaded default replaces the old one (the partial unique index allows one).
-        names = [spec["name"] for _, spec in items if spec["is_default"]]
+    names = [spec["name"] for _, spec in items if spec["is_default"]]
+    if names:
+        # Locked: two loads racing to replace the default must not both pass this check.
+        current = (
+            Pipeline.objects.select_for_update()
+            .filter(is_default=True)
+            .exclude(name__in=names)
+            .values_list("name", flat=True)
+            .first()
+        )
+        if current is not None and not replace_default:
+            raise DefaultPipelineTaken(new=names[0], current=current)
+        # The partial unique index allows one default.
         Pipeline.objects.filter(is_default=True).exclude(name__in=names).update(is_default=False)
     loaded: list[LoadedPipeline] = []
     for source, spec in items:
+        source = source[:SOURCE_MAX]
         pipeline = Pipeline.objects.select_for_update().filter(name=spec["name"]).first()
         fields = {
             "description": spec["description"],
@@ -140,14 +168,18 @@ def pipelines_save(*, specs: Iterable[tuple[str, PipelineSpec]]) -> list[LoadedP
 
 
 def pipelines_load(
-    *, paths: Iterable[Path], roles: Collection[str] | None = None
+    *,
+    paths: Iterable[Path],
+    roles: Collection[str] | None = None,
+    replace_default: bool = False,
 ) -> list[LoadedPipeline]:
-    """Read, check and save pipeline YAML: all or nothing (PipelineInvalid lists every problem).
+    """Read, check and save pipeline YAML: all or nothing (PipelineInvalid lists every problem;
+    DefaultPipelineTaken when a file would take over the default without `replace_default`).
 
     `roles` are the role names an agent may use; None means ask the agent runtime.
     """
     specs = pipelines_read(paths, roles=known_roles() if roles is None else roles)
-    return pipelines_save(specs=specs)
+    return pipelines_save(specs=specs, replace_default=replace_default)
 
 
 def pipelines_ensure_defaults() -> list[LoadedPipeline]:

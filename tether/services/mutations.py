@@ -35,6 +35,20 @@ def proposal_check(*, pipeline: str, text: str) -> PipelineSpec:
         raise InvalidProposal(
             f"the YAML defines pipeline {spec['name']!r}, not {pipeline!r} as proposed"
         )
+    if spec["is_default"]:
+        current = (
+            Pipeline.objects.filter(is_default=True)
+            .exclude(name=pipeline)
+            .values_list("name", flat=True)
+            .first()
+        )
+        if current is not None:
+            # Approving would silently demote the current default: only the operator changes
+            # which pipeline is the default (`pipelines load --replace-default`).
+            raise InvalidProposal(
+                f"default: the proposal would make {pipeline!r} the default pipeline in place "
+                f"of {current!r}; propose it without `default: true`"
+            )
     return spec
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import connection, transaction
 
 from annihilation.access import operator_ensure
-from annihilation.cli import shorten, table
+from annihilation.cli import SafeCommand, seconds, shorten, table
 from annihilation.demo_worker import worker_for_command
 from bursts.models import QuantumRun, RunStatus
 from psychonauts.errors import WorkspaceError
@@ -43,13 +43,15 @@ DEMO_ANSWER = "Keep the old API: other teams still call it."
 DEMO_OPERATOR = "operator"
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Load the demo backlog and show the ready set and what blocks the rest."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--file", type=Path, default=DEMO_FILE, help="backlog to load")
         parser.add_argument("--no-wave", action="store_true", help="load and explain only")
-        parser.add_argument("--timeout", type=float, default=600, help="seconds the wave may take")
+        parser.add_argument(
+            "--timeout", type=seconds, default=600, help="seconds the wave may take"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -6,15 +6,27 @@ With --follow it prints progress until the wave ends; the exit code then tells t
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import emit_json, positive_int
+from annihilation.cli import SafeCommand, emit_json, positive_int, seconds
+from bursts.errors import BurstsError
 from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
 from bursts.selectors import WaveProgress, wave_detail, wave_progress
 from bursts.services import wave_start
+from quanta.errors import InvalidQuantum
+from quanta.fields import clean_label
+
+
+def wave_label(value: str) -> str:
+    """An argparse type: a label as quanta carry them (the quanta's own check)."""
+    try:
+        return clean_label(value)
+    except InvalidQuantum as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("labels: ")) from None
 
 
 def progress_line(p: WaveProgress) -> str:
@@ -71,7 +83,7 @@ def summary(cmd: BaseCommand, detail: dict[str, Any]) -> None:
             )
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Start a wave: bursts of ready quanta through their pipelines until nothing is ready."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -80,6 +92,7 @@ class Command(BaseCommand):
             action="append",
             dest="labels",
             default=[],
+            type=wave_label,
             metavar="LABEL",
             help="scope the wave to quanta with any of these labels (repeatable; default all)",
         )
@@ -95,18 +108,21 @@ class Command(BaseCommand):
             "--follow", action="store_true", help="show progress until the wave ends"
         )
         parser.add_argument(
-            "--timeout", type=float, help="with --follow: give up after this many seconds"
+            "--timeout", type=seconds, help="with --follow: give up after this many seconds"
         )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     def handle(self, *args: Any, **options: Any) -> None:
         as_json = bool(options["json"])
-        wave = wave_start(
-            labels=options["labels"],
-            continuous=bool(options["continuous"]),
-            max_bursts=options["max_bursts"],
-            started_by="cli",
-        )
+        try:
+            wave = wave_start(
+                labels=options["labels"],
+                continuous=bool(options["continuous"]),
+                max_bursts=options["max_bursts"],
+                started_by="cli",
+            )
+        except BurstsError as exc:
+            raise CommandError(str(exc)) from None
         if not options["follow"]:
             if as_json:
                 emit_json(self.stdout, {"wave_id": wave.pk, "status": wave.status})

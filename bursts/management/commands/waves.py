@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, positive_int, subcommands, table
+from annihilation.cli import SafeCommand, emit_json, parse_id, positive_int, subcommands, table
 from bursts.errors import BurstsError
 from bursts.management.commands.start_wave import summary
 from bursts.selectors import wave_data, wave_detail, waves_list
 from bursts.services import wave_cancel
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "List, inspect and cancel waves."
 
     def add_arguments(self, parser: CommandParser) -> None:

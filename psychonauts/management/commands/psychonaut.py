@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, shorten, table
+from annihilation.cli import SafeCommand, emit_json, parse_id, shorten, table
 from annihilation.redaction import redact
 from psychonauts import leases, selectors, services
 from psychonauts.errors import PsychonautError
@@ -17,7 +17,7 @@ from psychonauts.sandbox import sandbox_status
 from quanta.models import Quantum
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Psychonauts: list or load roles, run one agent, inspect running agents."
 
     def add_arguments(self, parser: CommandParser) -> None:

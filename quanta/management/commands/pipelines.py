@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import emit_json, subcommands, table
+from annihilation.cli import SafeCommand, emit_json, subcommands, table
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import PipelineInvalid
 from quanta.pipelines.services import (
+    DefaultPipelineTaken,
     PipelineNotFound,
     pipeline_get,
     pipeline_spec,
@@ -28,13 +29,17 @@ def pipeline_data(pipeline: Pipeline) -> dict[str, Any]:
     }
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Load pipelines from YAML and inspect them."
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = subcommands(parser)
-        add("load", "load pipeline YAML files or folders").add_argument(
-            "paths", nargs="*", type=Path, help=f"default: {shipped_pipelines_dir()}"
+        load = add("load", "load pipeline YAML files or folders")
+        load.add_argument("paths", nargs="*", type=Path, help=f"default: {shipped_pipelines_dir()}")
+        load.add_argument(
+            "--replace-default",
+            action="store_true",
+            help="let a pipeline marked `default: true` replace the current default",
         )
         add("list", "list pipelines")
         add("show", "show one pipeline and its stages").add_argument("name")
@@ -45,7 +50,13 @@ class Command(BaseCommand):
             case "load":
                 paths = options["paths"] or [shipped_pipelines_dir()]
                 try:
-                    loaded = pipelines_load(paths=paths)
+                    loaded = pipelines_load(
+                        paths=paths, replace_default=bool(options["replace_default"])
+                    )
+                except DefaultPipelineTaken as exc:
+                    raise CommandError(
+                        f"{exc}; nothing loaded (--replace-default to replace it)"
+                    ) from None
                 except PipelineInvalid as exc:
                     if as_json:
                         emit_json(self.stdout, {"ok": False, "problems": exc.problems})

@@ -6,9 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any, cast
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import emit_json, parse_id, positive_int, shorten, subcommands, table
+from annihilation.cli import (
+    SafeCommand,
+    emit_json,
+    parse_id,
+    positive_int,
+    shorten,
+    subcommands,
+    table,
+)
 from quanta import selectors, services
 from quanta.errors import ImportFailed, QuantaError
 from quanta.importer import quanta_import
@@ -30,7 +38,7 @@ def _priority(value: str) -> int:
     return int(value)
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Create, inspect and change quanta (units of work). Every subcommand takes --json."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from annihilation.cli import emit_json, parse_id, shorten, subcommands, table
+from annihilation.cli import SafeCommand, emit_json, parse_id, shorten, subcommands, table
 from psychonauts.errors import PsychonautError
 from quanta.errors import QuantaError
 from tether.errors import TetherError
@@ -118,7 +118,7 @@ def mutation_data(m: PipelineMutation) -> dict[str, Any]:
     }
 
 
-class Command(BaseCommand):
+class Command(SafeCommand):
     help = "Answer the psychonauts' questions and ground drifts, changes and pipeline mutations."
 
     def add_arguments(self, parser: CommandParser) -> None:
