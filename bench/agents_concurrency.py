@@ -5,7 +5,7 @@ under 1.5x), CPU by process, memory per concurrent agent (worker RSS growth / ag
 overhead per turn, one realistic model call's CPU against the SDK's typed method, and the same
 load on a prefork worker, which is why agents run on the threads pool (--prefork 0: skipped).
 
-    python bench/agents_concurrency.py [--agents 100] [--turns 3] [--prefork 8]
+    python bench/agents_concurrency.py [--agents 100] [--turns 3] [--prefork 8] [--no-shell]
 Uses the dev services (make bench) with a database of its own (annihilation_bench, migrated and
 emptied), a temporary ANNIHILATION_HOME (the target repository and its worktrees; in RAM where the
 machine has /dev/shm, see bench/_setup.scratch_dir) and its own Celery queue; the demo's data is
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import secrets
 import statistics
 import sys
 import threading
@@ -46,7 +47,7 @@ os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 # Production settings, here and in the worker (which inherits them): DEBUG on wraps every query
 # in Django's debug cursor, which logs it. `DEBUG=true` in the environment measures development.
 os.environ.setdefault("DEBUG", "false")
-os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # a strong one: DEBUG is off
 
 django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
@@ -57,34 +58,38 @@ from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server  
 QUEUE = "bench-agents"
 
 
-def slow_llm(turns: int) -> Callable[[dict[str, Any]], FakeReply]:
+def slow_llm(turns: int, shell: bool) -> Callable[[dict[str, Any]], FakeReply]:
+    """Each turn but the last writes a file and (with `shell`) runs one shell command on it, in
+    the agent sandbox as every agent's command is."""
+
     def reply(body: dict[str, Any]) -> FakeReply:
         index = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if index < turns - 1:
             path = f"bench/{abs(hash(str(body['messages'][0]['content']))) % 10**8}-{index}.txt"
-            return FakeReply(
-                text=f"turn {index}",
-                tool_uses=[("write_file", {"path": path, "content": "x" * 200})],
-                delay_s=1.0,
-            )
+            uses: list[tuple[str, dict[str, Any]]] = [
+                ("write_file", {"path": path, "content": "x" * 200})
+            ]
+            if shell:
+                uses.append(("shell", {"command": f"wc -c {path}"}))
+            return FakeReply(text=f"turn {index}", tool_uses=uses, delay_s=1.0)
         return FakeReply(text="all done", delay_s=1.0)
 
     return reply
 
 
-def _serve_fake(turns: int, conn: Connection) -> None:
-    with fake_anthropic_server(slow_llm(turns)) as fake:
+def _serve_fake(turns: int, shell: bool, conn: Connection) -> None:
+    with fake_anthropic_server(slow_llm(turns, shell)) as fake:
         conn.send(fake.base_url)
         threading.Event().wait()
 
 
 @contextmanager
-def fake_llm_process(turns: int) -> Iterator[tuple[str, int]]:
+def fake_llm_process(turns: int, shell: bool) -> Iterator[tuple[str, int]]:
     """The slow fake LLM in a process of its own (forked): it stands for a remote service, so
     its CPU is not the bench's and is counted apart. Yields its base URL and pid."""
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe()
-    server = context.Process(target=_serve_fake, args=(turns, child), daemon=True)
+    server = context.Process(target=_serve_fake, args=(turns, shell, child), daemon=True)
     server.start()
     try:
         yield parent.recv(), server.pid or 0
@@ -345,6 +350,10 @@ def main() -> None:
     parser.add_argument(
         "--prefork", type=non_negative_int, default=8, help="prefork processes to compare (0: none)"
     )
+    parser.add_argument(
+        "--no-shell", dest="shell", action="store_false",
+        help="turns only write a file (by default each also runs one sandboxed shell command)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from django.conf import settings
@@ -361,9 +370,13 @@ def main() -> None:
     roles_sync_defaults()
     demo_repo_ensure(HOME / "repo")
 
-    with fake_llm_process(args.turns) as (base_url, fake_pid):
+    from psychonauts.sandbox import sandbox_status
+
+    with fake_llm_process(args.turns, args.shell) as (base_url, fake_pid):
         os.environ["ANTHROPIC_BASE_URL"] = base_url
         print(f"fake LLM at {base_url}: each call sleeps 1 s; {args.turns} turns per agent")
+        tools = "write_file + one shell command" if args.shell else "write_file"
+        print(f"each turn but the last: {tools}; sandbox {sandbox_status().describe()}")
         print(f"scratch folder: {HOME} ({filesystem(HOME)}; creating a file there costs "
               f"{file_create_us(HOME):.0f} us of CPU; TMPDIR=... to run elsewhere)")  # fmt: skip
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -32,7 +33,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_HOME"] = str(HOME)
 os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ.setdefault("DEBUG", "false")
-os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use-0123456789")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # a strong one: DEBUG is off
 
 import django  # noqa: E402
 

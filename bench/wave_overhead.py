@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ os.environ["ANNIHILATION_BURSTS_EXECUTOR"] = "noop"
 # DEBUG on wraps every query in Django's debug cursor, which logs it. `DEBUG=true` in the
 # environment measures the development settings instead.
 os.environ.setdefault("DEBUG", "false")
-os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production-use")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # a strong one: DEBUG is off
 # The tether reviews each finished run's branch after the wave drains it (a Celery task running
 # git): give it an empty repository, as if the agents changed nothing, rather than a missing
 # one whose retries would pollute the next measurement.
