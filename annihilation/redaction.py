@@ -66,6 +66,14 @@ def _unless_placeholder(match: re.Match[str]) -> Span:
     return None if _placeholder(match["secret"]) else match.span("secret")
 
 
+def _mixed_case(match: re.Match[str]) -> Span:
+    """Upper and lower case letters and a digit: a random key, not a word, a path or a hash
+    (a git sha is lower-case hexadecimal)."""
+    value = match["secret"]
+    kinds = (str.isupper, str.islower, str.isdigit)
+    return match.span("secret") if all(any(map(k, value)) for k in kinds) else None
+
+
 @dataclass(frozen=True)
 class SecretRule:
     """One kind of secret, found by `pattern`.
@@ -113,6 +121,14 @@ _TOKEN_RULES: tuple[SecretRule, ...] = (
         "AWS access key",
         re.compile(r"A(?:KIA|SIA)(?P<secret>[A-Z0-9]{16})(?![A-Za-z0-9])"),
         _word_start(),
+    ),
+    SecretRule(
+        # Said without its name ("the id is AKIA…, its secret wJalr…"): where a text has an
+        # access key id, a 40-character mixed-case base64 word beside it is its secret key.
+        "AWS secret key",
+        re.compile(r"(?<![A-Za-z0-9/+=])(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+        _mixed_case,
+        needles=("akia", "asia"),
     ),
     SecretRule(
         "GitHub token",
