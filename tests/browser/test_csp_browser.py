@@ -37,7 +37,8 @@ def violations(page):
     page.add_init_script(RECORD_VIOLATIONS)
 
     def seen() -> list[str]:
-        return console + page.evaluate("window.__cspViolations")
+        events: list[str] = page.evaluate("window.__cspViolations")
+        return console + events
 
     return seen
 
