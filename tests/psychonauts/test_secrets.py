@@ -164,3 +164,45 @@ def test_the_cli_stream_prints_no_secret(
     assert "The token is ghp_…(redacted)" in printed
     assert "-----BEGIN OPENSSH PRIVATE KEY-----…(redacted)" in printed
     assert_no_secret(printed, "the terminal")
+
+
+class _Crash(BaseException):
+    """The worker dies in the middle of a tool call (not an error the run would record)."""
+
+
+def test_a_resumed_call_whose_input_held_a_secret_is_not_run_with_the_mark(
+    repo: Path,
+    scripts: Callable[[str, str], None],
+    make_quantum: Callable[..., Quantum],
+    make_run: Callable[..., AgentRun],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Only the redacted input was stored: run again after a restart, write_file would put
+    # `ghp_…(redacted)` in the file where the agent wrote its token.
+    scripts(
+        "resumed-leak",
+        f"""
+name: resumed-leak
+match: {{roles: [coder], labels: [resumed-leak]}}
+turns:
+  - tools:
+      - write_file: {{path: "creds.env", content: "GITHUB_TOKEN={GITHUB}"}}
+  - text: "Done."
+""",
+    )
+    run = make_run("coder", quantum=make_quantum(labels=["resumed-leak"]))
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise _Crash
+
+    with monkeypatch.context() as patch:
+        patch.setattr("psychonauts.services.tool_execute", crash)
+        with pytest.raises(_Crash):
+            agent_run_execute(agent_run_id=run.pk)
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    call = ToolCall.objects.get(agent_run=run)
+    assert call.is_error and call.output.startswith("not run: this call's input held a secret")
+    worktree = repo.parent / "home" / "worktrees" / f"q-{run.quantum_id}"
+    assert not (worktree / "creds.env").exists()
