@@ -87,6 +87,8 @@ AUTHENTICATION_BACKENDS = [
 # Production defaults follow DEBUG: with it off every browser-facing protection is on and
 # `manage.py check --deploy` is clean; each can be changed from the environment.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# A supervisor's or load balancer's probe talks plain HTTP to the web process itself.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Behind a TLS-terminating proxy Django sees plain HTTP: name the header the proxy sets to
 # `https` (e.g. X-Forwarded-Proto), or the redirect above would loop.
 SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")

@@ -107,3 +107,11 @@ def test_it_sends_a_content_security_policy_without_inline_code(client, operator
     assert "unsafe" not in policy
     secure = client.get("/", secure=True).headers["Content-Security-Policy"]
     assert "connect-src 'self' wss://testserver" in secure
+
+
+def test_it_redirects_plain_http_to_https_except_the_health_probe(settings, redis_client):
+    settings.SECURE_SSL_REDIRECT = True  # as with DEBUG off
+    client = Client()  # its middleware is built on the first request, with these settings
+    response = client.get("/login/")
+    assert response.status_code == 301 and response["Location"] == "https://testserver/login/"
+    assert client.get("/healthz").status_code == 200
