@@ -372,15 +372,17 @@ def _apply(rule: SecretRule, text: str, found: list[str] | None) -> str:
 # a line). A longer text is cheaper to give to each rule: the hint, many alternatives tried at
 # every common letter, costs ~30 ns a character, the rules' literal searches together ~10.
 _SHORT = 256
+# Shorter strings (the payloads' many ids, names and phases) skip even the hint: a built-in rule
+# only ever matches eight characters or more, bar a URL with a password of one or two.
+_SHORTEST = 8
 
 
 def _scan(text: str, found: list[str] | None) -> str:
     rules = _active()
-    if (
-        len(text) <= _SHORT
-        and rules.hint.search(text.lower()) is None
-        and not any(p.search(text) for p in rules.extra)
-    ):
+    hinted = len(text) > _SHORT or (
+        len(text) >= _SHORTEST and rules.hint.search(text.lower()) is not None
+    )
+    if not hinted and not (rules.extra and any(p.search(text) for p in rules.extra)):
         return text
     lowered: str | None = None
     for rule in rules.rules:
