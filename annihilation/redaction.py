@@ -78,19 +78,18 @@ def _mixed_case(match: re.Match[str]) -> Span:
 class SecretRule:
     """One kind of secret, found by `pattern`.
 
-    Its group `secret` is replaced by `mark`; the rest of the match (a prefix such as `sk-ant-`)
+    Its group `secret` is replaced by the mark; the rest of the match (a prefix such as `sk-ant-`)
     stays, so that a reader knows what was there. `span` may pick another part of the match, or
     None to leave it alone (a reference like `$TOKEN`, a token inside a longer word).
     `needles`: lower-case literals one of which occurs wherever the pattern matches; without
-    one in the text the rule is skipped. Rules without needles begin with a literal, which the
-    regex engine looks for about as fast as a substring search.
+    one in the text the rule is skipped. Built-in rules without needles begin with a literal,
+    which the regex engine looks for about as fast as a substring search.
     """
 
     name: str
     pattern: re.Pattern[str]
     span: Callable[[re.Match[str]], Span] = _secret_group
     needles: tuple[str, ...] = ()
-    mark: str = _REDACTED
     marks: Mapping[str, str] | None = None  # by matched text: the configured secrets' marks
 
 
@@ -187,11 +186,7 @@ def _assigned(name: str, keyword: str, value: re.Match[str]) -> tuple[str, int, 
         return "AWS secret key", start, start + 40
     if keyword == "key" and not lname.endswith(("_key", "-key", ".key", "apikey")):
         return None  # `monkey`, `key`: a bare `key = …` is everywhere in code
-    if keyword in {"pass", "pwd"} and lname[-len(keyword) - 1 : -len(keyword)] not in {
-        "_",
-        "-",
-        ".",
-    }:
+    if keyword in {"pass", "pwd"} and not lname[: -len(keyword)].endswith(("_", "-", ".")):
         return None  # `bypass`, `pwd`: `DB_PASS` and `DB_PWD` are the names meant
     if lname.endswith(_PUBLIC):
         return None
@@ -359,7 +354,7 @@ def _apply(rule: SecretRule, text: str, found: list[str] | None) -> str:
             return whole
         base = match.start()
         start, end = chosen[0] - base, chosen[1] - base
-        mark = rule.marks.get(whole[start:end], rule.mark) if rule.marks else rule.mark
+        mark = rule.marks.get(whole[start:end], _REDACTED) if rule.marks else _REDACTED
         out = whole[:start] + mark + whole[end:]
         if found is not None:
             found.append(f"{rule.name}: {(out.splitlines() or [out])[0]}")
