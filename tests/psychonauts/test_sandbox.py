@@ -23,13 +23,19 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from psychonauts.guard import command_judge
-from psychonauts.models import CommandTrauma, TraumaSource
+from psychonauts.models import CommandTrauma, Role, TraumaSource
+from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import SandboxResult, sandbox_run, sandbox_status, sandbox_uid
+from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
 from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
+from quanta.services import quantum_create
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
 
@@ -510,3 +516,45 @@ def test_where_the_sandbox_cannot_start_commands_are_refused_unless_switched_off
     assert "ANNIHILATION_SANDBOX=off" in refused.output
     assert not unconfined.is_error and "hi" in unconfined.output
     assert sandbox_status().state == "off"
+
+
+@pytest.mark.django_db
+def test_the_operator_sees_the_sandbox_state_on_the_dashboard_and_the_cli(
+    box: Box, settings: SettingsWrapper, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client.force_login(User.objects.create_user("op", password="pw-for-tests-only"))
+
+    on = client.get("/").content.decode()
+    call_command("psychonaut", "agents")
+    cli_on = capsys.readouterr().out
+    settings.SANDBOX_MODE = "off"
+    off = client.get("/").content.decode()
+    settings.SANDBOX_MODE = "on"
+    settings.SANDBOX_BWRAP = "/nonexistent/bwrap"
+    call_command("psychonaut", "agents")
+    cli_unavailable = capsys.readouterr().out
+
+    assert 'id="sandbox-state"' in on and ">on<" in on and "bubblewrap" in on
+    assert ">off<" in off and "ANNIHILATION_SANDBOX=off" in off
+    assert cli_on.startswith("sandbox on: bubblewrap")
+    assert cli_unavailable.startswith("sandbox unavailable: /nonexistent/bwrap not found")
+
+
+@pytest.mark.django_db
+def test_an_agent_that_runs_commands_is_refused_where_the_sandbox_cannot_start(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_BWRAP = "/nonexistent/bwrap"
+    roles_sync_defaults()
+    quantum = quantum_create(title="needs a shell")
+    coder = agent_run_create(quantum_id=quantum.pk, role="coder")
+    planner_role = Role.objects.get(name="planner")
+    planner_role.allowed_tools = ["read_file", "list_dir"]
+    planner_role.save()
+    planner = agent_run_create(quantum_id=quantum.pk, role="planner")
+
+    refused = agent_run_execute(agent_run_id=coder.pk)
+    allowed = agent_run_execute(agent_run_id=planner.pk)
+
+    assert refused.status == "error" and "sandbox cannot start" in refused.error
+    assert allowed.status == "done", allowed.error
