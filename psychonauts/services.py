@@ -157,10 +157,11 @@ def agent_run_create(
 
 
 def tool_call_complete(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> None:
-    """Record the result of a pending tool call (ask_tether's answer) before resuming the run."""
+    """Record the result of a pending tool call (ask_tether's answer) before resuming the run;
+    stored redacted, as every tool result is."""
     updated = ToolCall.objects.filter(
         agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
-    ).update(output=output, is_error=is_error, completed=True)
+    ).update(output=redact(output), is_error=is_error, completed=True)
     if updated != 1:
         raise PsychonautError(f"no pending tool call {tool_use_id} on agent run {agent_run_id}")
 
