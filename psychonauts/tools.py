@@ -112,9 +112,9 @@ def tool_execute(ctx: ToolContext, name: str, args: Any, allowed: list[str]) -> 
     # Redacted before the model, the database, the events or a terminal see it: a secret an
     # agent's command prints never leaves the worker.
     try:
-        return ToolResult(redact(truncate(tool.handler(ctx, args))), False)
+        return ToolResult(truncate(redact(tool.handler(ctx, args))), False)
     except (ToolFailure, SandboxUnavailable) as exc:
-        return ToolResult(redact(f"{name} refused: {exc}"), True)
+        return ToolResult(truncate(redact(f"{name} refused: {exc}")), True)
     except OSError as exc:
         return ToolResult(redact(f"{name} failed: {exc.strerror or exc}"), True)
 
