@@ -191,11 +191,13 @@ def _limits(timeout_s: float) -> list[str]:
     ]
 
 
-def _environment(workspace: Path, extra: Mapping[str, str]) -> dict[str, str]:
-    """All a command gets (and bubblewrap too): no variable of the worker's."""
+def _environment(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """All a command gets (and bubblewrap too): no variable of the worker's. `home`: the
+    sandbox's private /tmp, so that dot-files and caches do not land in the agent's commit (the
+    workspace itself when unconfined)."""
     return {
         "PATH": settings.SANDBOX_PATH,
-        "HOME": str(workspace),
+        "HOME": str(home),
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
@@ -246,7 +248,7 @@ def sandbox_run(
     status = sandbox_status()
     if status.state == "unavailable":
         raise SandboxUnavailable(_refusal(status))
-    environment = _environment(workspace.resolve(), env or {})
+    environment = _environment(Path("/tmp") if status.state == "on" else workspace, env or {})
     if status.state == "on":
         full = sandbox_argv(argv, workspace=workspace, quantum_id=quantum_id, timeout_s=timeout_s)
     else:
