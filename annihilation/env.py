@@ -70,11 +70,21 @@ def env_path(name: str, default: Path) -> Path:
     return Path(raw).expanduser().resolve() if raw else default
 
 
+def _shown(url: str) -> str:
+    """A URL for an error message: its password left out (settings load before the log
+    redaction is installed)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return url.replace(f":{password}@", ":…(redacted)@", 1) if password else url
+
+
 def env_redis_url(name: str, default: str) -> str:
     url = os.environ.get(name, default)
     parts = urlsplit(url)
     if parts.scheme not in {"redis", "rediss", "unix"} or not (parts.hostname or parts.path):
-        raise ImproperlyConfigured(f"{name}={url!r} is not a redis:// URL")
+        raise ImproperlyConfigured(f"{name}={_shown(url)!r} is not a redis:// URL")
     return url
 
 
@@ -108,11 +118,13 @@ def env_database_url(name: str, default: str) -> DatabaseURL:
         )
     db_name = parts.path.lstrip("/")
     if not db_name:
-        raise ImproperlyConfigured(f"{name}={url!r} names no database (postgres://host:port/NAME)")
+        raise ImproperlyConfigured(
+            f"{name}={_shown(url)!r} names no database (postgres://host:port/NAME)"
+        )
     try:
         port = parts.port
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={url!r} has an invalid port") from None
+        raise ImproperlyConfigured(f"{name}={_shown(url)!r} has an invalid port") from None
     return DatabaseURL(
         name=unquote(db_name),
         user=unquote(parts.username or ""),

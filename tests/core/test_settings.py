@@ -220,3 +220,18 @@ def test_it_refuses_a_weak_secret_key_without_debug_in_one_line(key, why):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("django.core.exceptions.ImproperlyConfigured: SECRET_KEY ")
     assert why in last
+
+
+def test_a_bad_database_url_is_named_without_its_password():
+    env = {**os.environ, "DATABASE_URL": "postgres://app:hunter2-secret@db:99x/annihilation"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import annihilation.settings"], env=env,
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+    assert proc.returncode != 0
+    assert (
+        "DATABASE_URL='postgres://app:…(redacted)@db:99x/annihilation' has an invalid port"
+        in proc.stderr
+    )
+    assert "hunter2-secret" not in proc.stderr
