@@ -25,7 +25,7 @@ from annihilation.access import user_can_operate
 from annihilation.errors import UnknownTopic
 from annihilation.events import ChannelEvent, EventMessage, check_topic, group_for_topic
 from annihilation.live import ActionRefused, fragment_render, live_page_known, ws_action_get
-from annihilation.safetext import text_problem
+from annihilation.safetext import quoted, text_problem
 from annihilation.safeyaml import MAX_DEPTH
 from annihilation.selectors import events_after
 
@@ -108,7 +108,8 @@ class EventConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         for key, value in content.items():
             problem = _bad_value(value) or text_problem(key)
             if problem is not None:
-                await self.send_json(_error(key[:NAME_MAX], f"{key[:NAME_MAX]} {problem}"))
+                field = key if 0 < len(key) <= NAME_MAX and key.isprintable() else quoted(key)
+                await self.send_json(_error(field, f"{field} {problem}"))
                 return
         await self.receive_json(content)
 

@@ -20,7 +20,7 @@ from quanta.errors import (
     InvalidQuantum,
     QuantumNotFound,
 )
-from quanta.fields import clean_fields
+from quanta.fields import check_text, clean_fields
 from quanta.models import (
     AuthorKind,
     Comment,
@@ -33,6 +33,7 @@ from quanta.models import (
 logger = logging.getLogger(__name__)
 
 S = QuantumStatus
+AUTHOR_MAX = Comment._meta.get_field("author").max_length or 200
 
 # A constant advisory-lock key: adding `blocks` edges is serialised so that two concurrent adds
 # cannot each pass the cycle check and together close a cycle.
@@ -200,6 +201,7 @@ def quantum_close(
     which passes `allowed_from={in_progress}`."""
     if not reason.strip():
         raise InvalidQuantum("reason: say why the quantum is closed")
+    check_text("reason", reason)
     quantum = _transition(
         quantum_id,
         allowed_from=allowed_from,
@@ -402,6 +404,10 @@ def comment_add(
 ) -> Comment:
     if not body.strip():
         raise InvalidQuantum("comment: must not be empty")
+    check_text("comment", body)
+    check_text("author", author)
+    if not author.strip() or len(author) > AUTHOR_MAX:
+        raise InvalidQuantum(f"author: 1 to {AUTHOR_MAX} characters")
     if author_kind not in AuthorKind.values:
         raise InvalidQuantum(f"author_kind: must be one of {', '.join(AuthorKind.values)}")
     _require_quantum(quantum_id)

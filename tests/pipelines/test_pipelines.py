@@ -12,6 +12,7 @@ from quanta.pipeline_models import Pipeline
 from quanta.pipelines.conditions import BadCondition, condition_holds
 from quanta.pipelines.loader import PipelineInvalid, pipelines_read
 from quanta.pipelines.services import (
+    DefaultPipelineTaken,
     PipelineNotFound,
     pipeline_match,
     pipeline_snapshot,
@@ -170,3 +171,65 @@ def test_the_command_loads_lists_and_shows_as_json(
     with pytest.raises(CommandError, match="nothing loaded"):
         call_command("pipelines", "load", str(bad))
     assert f"{bad}:4: stages[0].mode: unknown mode 'nope'" in capsys.readouterr().err
+
+
+QUICK_DEFAULT = "name: quick\ndefault: true\nstages: [{name: only, agents: [coder]}]\n"
+
+
+@pytest.mark.django_db
+def test_it_refuses_to_replace_the_default_unless_asked(tmp_path: Path) -> None:
+    pipelines_load(paths=[shipped_pipelines_dir()], roles=ROLES)
+    before = {p.name: (p.version, p.is_default) for p in Pipeline.objects.all()}
+    quick = write(tmp_path, "quick.yaml", QUICK_DEFAULT)
+    with pytest.raises(DefaultPipelineTaken, match="'quick' would replace 'default'"):
+        pipelines_load(paths=[quick], roles=ROLES)
+    assert {p.name: (p.version, p.is_default) for p in Pipeline.objects.all()} == before
+    # Loading the default itself again (changed or not) replaces nothing.
+    assert pipelines_load(paths=[shipped_pipelines_dir()], roles=ROLES)[0].change == "unchanged"
+
+    [loaded] = pipelines_load(paths=[quick], roles=ROLES, replace_default=True)
+    assert loaded.change == "created"
+    assert list(Pipeline.objects.filter(is_default=True).values_list("name", flat=True)) == [
+        "quick"
+    ]
+    old = Pipeline.objects.get(name="default")
+    assert [s.name for s in old.stages.order_by("index")] == [
+        "plan",
+        "implement",
+        "review",
+        "verify",
+    ]
+
+
+@pytest.mark.django_db
+def test_the_command_needs_replace_default_and_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call_command("pipelines", "load")
+    quick = write(tmp_path, "quick.yaml", QUICK_DEFAULT)
+    with pytest.raises(CommandError) as exc:
+        call_command("pipelines", "load", str(quick))
+    assert str(exc.value) == (
+        "default: pipeline 'quick' would replace 'default' as the default pipeline; "
+        "nothing loaded (--replace-default to replace it)"
+    )
+    assert exc.value.returncode == 1
+    assert not Pipeline.objects.filter(name="quick").exists()
+    assert Pipeline.objects.get(is_default=True).name == "default"
+    call_command("pipelines", "load", str(quick), "--replace-default")
+    assert Pipeline.objects.get(is_default=True).name == "quick"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("name: a\nname: b\nstages: [{name: s, agents: [coder]}]\n", "p.yaml:2: key 'name' appears twice (first at line 1)"),
+        ("name: " + "n" * 101 + "\nstages: [{name: s, agents: [coder]}]\n", "p.yaml:1: name: at most 100 characters"),
+        ("name: a\nstages: [{name: s, agents: [coder], retries: 99999999999}]\n", "p.yaml:2: stages[0].retries: must be a whole number 0..2147483647"),
+        ("name: a\nmatch: {labels: ['../x']}\nstages: [{name: s, agents: [coder]}]\n", "p.yaml:2: match.labels: '../x' is not a label (letters, digits and _.:/- , starting with a letter or digit, up to 64)"),
+        ("name: a\nstages: [{name: s, agents: [{role: coder, model: 2024-01-01}]}]\n", "p.yaml:2: stages[0].agents[0]: settings must be text, numbers, true/false, lists and mappings"),
+        ("name: a\n" + "x" * 70 + ": 1\nstages: [{name: s, agents: [coder]}]\n", "p.yaml:2: '" + "x" * 60 + "'… (70 characters): unknown field (known: default, description, match, name, stages)"),
+    ],
+)  # fmt: skip
+def test_it_refuses_what_the_tables_cannot_hold(tmp_path: Path, text: str, problem: str) -> None:
+    assert problems(tmp_path, text) == [problem]

@@ -139,3 +139,31 @@ def test_exit_codes_from_a_real_terminal():
     assert missing.returncode == 1 and "no quantum #99999" in missing.stderr
     assert Quantum.objects.filter(pk=qid).exists()
     assert Quantum.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hostile_arguments_from_a_real_terminal_get_one_line_and_no_traceback():
+    cases = [
+        (["create", "x", "--priority", "99999999999999999999"], 2, "priority is 0..4"),
+        (["show", "99999999999999999999"], 2, "is not an id"),
+        (["show", "٣"], 2, "is not an id"),
+        (["list", "--limit", "1e9"], 2, "is not a positive number"),
+        (["create", os.fsdecode(b"caf\xe9")], 2, "title: is not valid UTF-8"),
+        (["import", "/dev/zero"], 1, "zero: larger than the import limit of 5.0 MiB"),
+    ]
+    for args, code, message in cases:
+        done = _manage(*args)
+        assert done.returncode == code, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    assert Quantum.objects.count() == 0
+
+
+def test_text_no_column_can_store_is_refused_with_its_field():
+    with pytest.raises(CommandError, match="title: contains a NUL character") as exc:
+        run("create", "a\x00b")
+    assert exc.value.returncode == 2
+    quantum = make_quantum("target")
+    with pytest.raises(CommandError, match="author: 1 to 200 characters"):
+        run("comment", str(quantum.pk), "hello", "--author", "x" * 201)
+    assert Quantum.objects.count() == 1 and not quantum.comments.exists()

@@ -186,3 +186,78 @@ def test_imported_quanta_are_ready_exactly_when_their_blockers_are_closed(tmp_pa
     services.quantum_close(quantum_id=open_existing.pk, reason="ok")
     assert held in [q.pk for q in quanta_ready()]
     assert [h.quantum.pk for h in quanta_search(query="zebra")] == [free]
+
+
+# --- hostile files ----------------------------------------------------------------------------
+
+
+def _refused(path) -> list[str]:
+    with pytest.raises(ImportFailed) as exc:
+        quanta_import(path=path)
+    assert Quantum.objects.count() == 0 and Comment.objects.count() == 0
+    return exc.value.problems
+
+
+def test_it_refuses_a_yaml_bomb_briefly_and_writes_nothing(tmp_path):
+    lines = ['- &a {title: "lol", body: "lol"}']
+    previous = "a"
+    for name in "bcdefghij":
+        lines.append(f"- &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 400
+    assert _refused(path) == [
+        "bomb.yaml:5: aliases would expand the document by more than 10,000 nodes"
+    ]
+
+
+def test_it_stops_reading_dev_zero_at_the_limit(settings):
+    settings.IMPORT_MAX_BYTES = 64 * 1024
+    from pathlib import Path
+
+    assert _refused(Path("/dev/zero")) == [
+        "zero: larger than the import limit of 65,536 bytes (ANNIHILATION_IMPORT_MAX_BYTES)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "problem"),
+    [
+        ("dupe.yaml", b"- title: one\n  title: two\n", "dupe.yaml:2: key 'title' appears twice (first at line 1)"),
+        ("nul.yaml", b"- title: a\n- title: b\x00\n", "nul.yaml:2: contains a NUL byte"),
+        ("latin1.jsonl", b'{"title": "a"}\n{"title": "caf\xe9"}\n', "latin1.jsonl:2: not valid UTF-8 (byte 0xe9)"),
+        ("escape.yaml", b'- title: "a\\0b"\n', "escape.yaml:1: a value contains a NUL character"),
+        ("escape.jsonl", b'{"title": "a\\u0000b"}\n', "escape.jsonl:1: a value contains a NUL character"),
+        ("deep.jsonl", b'{"title": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", "deep.jsonl:1: nested deeper than 50 levels"),
+        ("date.yaml", b"- title: a\n  body: 2024-02-30\n", "date.yaml:2: cannot read the value '2024-02-30': day is out of range for month"),
+    ],
+)  # fmt: skip
+def test_it_refuses_hostile_bytes_with_file_and_line(tmp_path, name, data, problem):
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert _refused(path) == [problem]
+
+
+def test_it_never_echoes_a_huge_value_and_refuses_what_the_database_cannot_store(tmp_path):
+    huge = "x" * 1_000_000
+    path = tmp_path / "huge.jsonl"
+    records = [
+        {"title": "a", huge: 1},
+        {"title": "b", "status": huge},
+        {"title": "c", "depends_on": [99999999999999999999]},
+        {"title": "d", "comments": [{"author": {"a": 1}, "body": "hi"}]},
+        {"title": "e", "comments": [{"author": "x" * 201, "body": "hi"}]},
+        {"title": "f", "labels": [huge]},
+    ]
+    path.write_text(
+        "\n".join(json.dumps(r) for r in records) + '\n{"title": "g", "priority": 1e400}'
+    )
+    problems = _refused(path)
+    assert len(problems) == len(records) + 1
+    assert all(len(p) < 300 for p in problems), [len(p) for p in problems]
+    assert problems[2] == (
+        "huge.jsonl:3: depends_on: 99999999999999999999 is not a quantum id (a positive number)"
+    )
+    assert problems[3] == "huge.jsonl:4: comments: author must be text of up to 200 characters"
+    assert problems[6] == "huge.jsonl:7: priority: must be 0..4 (0 = critical), got inf"

@@ -17,7 +17,7 @@ from tests.tether.conftest import SOLO_WITH_TESTER, agent_status
 from tether.errors import AlreadyDecided, InvalidProposal
 from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
 from tether.selectors import mutations_list
-from tether.services import mutation_approve, mutation_reject
+from tether.services import mutation_approve, mutation_propose, mutation_reject
 
 BAD = """name: solo
 stages:
@@ -119,3 +119,12 @@ def test_it_keeps_the_old_version_and_records_a_pipeline_drift_on_timeout(
     assert "stays at version 1" in drift.assumption
     assert drift.rationale == "a tester should check the coder's work"
     assert Pipeline.objects.get(name="solo").version == 1
+
+
+def test_a_proposal_may_not_make_itself_the_default_pipeline(solo):
+    pipeline("main", ("sequential", ["coder"]), default=True)
+    text = "name: solo\ndefault: true\nstages: [{name: implement, agents: [coder]}]\n"
+    with pytest.raises(InvalidProposal, match="default pipeline in place of 'main'"):
+        mutation_propose(pipeline="solo", text=text, rationale="make me the default")
+    assert not PipelineMutation.objects.exists()
+    assert Pipeline.objects.get(is_default=True).name == "main"

@@ -128,7 +128,9 @@ class Command(SafeCommand):
             handler(options)
         except ImportFailed as exc:
             problems = exc.problems
-            head = f"import failed, nothing written ({len(problems)} problem{'s' * (len(problems) != 1)}):"
+            if len(problems) == 1:
+                raise CommandError(f"import failed, nothing written: {problems[0]}") from None
+            head = f"import failed, nothing written ({len(problems)} problems):"
             raise CommandError("\n".join([head, *(f"  {p}" for p in problems[:50])])) from None
         except QuantaError as exc:
             raise CommandError(str(exc)) from None
