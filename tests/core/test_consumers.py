@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
@@ -136,4 +137,33 @@ async def test_an_idle_live_page_stays_connected_and_still_receives(redis_client
         message = await communicator.receive_json_from(timeout=5)
     assert message["event"]["id"] == event.pk
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    await communicator.disconnect()
+
+
+async def test_a_frame_it_cannot_use_gets_an_error_frame_naming_the_field(redis_client):
+    from annihilation.access import operator_ensure
+
+    operator = await database_sync_to_async(operator_ensure)(username="o2", password="pw")
+    communicator, _ = await connect(operator)
+    frames: list[tuple[dict[str, Any], dict[str, str]]] = [
+        ({"bytes": b"\x00\x01"}, {"field": "frame", "error": "send JSON text frames, not binary ones"}),
+        ({"text": "{"}, {"field": "frame", "error": "not valid JSON"}),
+        ({"text": "[" * 60_000}, {"field": "frame", "error": "not valid JSON"}),
+        ({"text": " " * 70_000}, {"field": "frame", "error": "larger than 65,536 characters"}),
+        ({"text": "[1]"}, {"field": "frame", "error": "send a JSON object"}),
+        ({"text": '{"action": "reaching_answer", "reaching_id": 1, "text": "a\\u0000"}'}, {"field": "text", "error": "text contains a NUL character"}),
+        ({"text": '{"subscribe": ["quanta"], "page": "\\ud800"}'}, {"field": "page", "error": "page is not valid UTF-8"}),
+        ({"text": '{"subscribe": "quanta"}'}, {"field": "subscribe", "error": "send {'subscribe': [topics], 'after': <event id>}"}),
+    ]  # fmt: skip
+    for frame, reply in frames:
+        await communicator.send_input({"type": "websocket.receive", **frame})
+        assert await communicator.receive_json_from(timeout=2) == {"type": "error", **reply}
+    await communicator.send_json_to({"action": "wave_cancel", "wave_id": 2**70})
+    assert await communicator.receive_json_from(timeout=2) == {
+        "type": "error",
+        "field": "wave_id",
+        "error": "wave_id must be an id (1 or more, below 2**63)",
+        "action": "wave_cancel",
+        "ok": False,
+    }
     await communicator.disconnect()

@@ -189,6 +189,24 @@ def test_it_names_file_line_and_field_of_a_malformed_role(tmp_path):
     assert not Role.objects.filter(name="bad").exists()
 
 
+def test_it_refuses_a_hostile_role_or_script_file_with_its_line(tmp_path, settings):
+    dupe = tmp_path / "dupe.yaml"
+    dupe.write_text("name: one\nsystem_prompt: hi\nname: two\n")
+    with pytest.raises(InvalidDefinition, match=r"dupe\.yaml:3: key 'name' appears twice"):
+        roles_load(dupe)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(
+        "name: s\nturns:\n  - &a {text: lol}\n"
+        + "".join(f"  - &{n} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, n in zip("abcdef", "bcdefg", strict=True))
+    )  # fmt: skip
+    with pytest.raises(InvalidDefinition, match=r"bomb\.yaml:\d+: aliases would expand"):
+        script_parse(bomb)
+    settings.IMPORT_MAX_BYTES = 1024
+    with pytest.raises(InvalidDefinition, match=r"^/dev/zero: larger than the import limit"):
+        roles_load(Path("/dev/zero"))
+    assert not Role.objects.filter(name__in=["one", "two"]).exists()
+
+
 def test_it_names_file_line_and_field_of_a_malformed_script(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: s\nturns:\n  - text: hi\n  - tools: {write_file: 3}\n")
