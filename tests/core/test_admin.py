@@ -123,3 +123,35 @@ def test_editing_a_pipeline_in_admin_bumps_its_version(admin_client):
     )
     pipeline.refresh_from_db()
     assert (pipeline.description, pipeline.version) == ("edited in admin", 2)
+
+
+def _pipeline_post(pipeline):
+    """The admin's change form of `pipeline`, as the browser would post it unchanged."""
+    data = {
+        "name": pipeline.name,
+        "description": pipeline.description,
+        "match_labels": ",".join(pipeline.match_labels),
+        "match_kinds": ",".join(pipeline.match_kinds),
+        "stages-TOTAL_FORMS": "0",
+        "stages-INITIAL_FORMS": "0",
+        "stages-MIN_NUM_FORMS": "0",
+        "stages-MAX_NUM_FORMS": "1000",
+    }
+    if pipeline.is_default:
+        data["is_default"] = "on"
+    return data
+
+
+def test_making_another_pipeline_the_default_in_admin_is_refused_with_a_reason(admin_client):
+    pipelines_ensure_defaults()
+    from quanta.pipeline_models import Pipeline
+
+    frontend = Pipeline.objects.get(name="frontend")
+    url = reverse("admin:quanta_pipeline_change", args=[frontend.pk])
+    response = admin_client.post(url, {**_pipeline_post(frontend), "is_default": "on"})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["is_default"] == [
+        "'default' is the default pipeline: untick it there first (there is one default)."
+    ]
+    assert Pipeline.objects.get(is_default=True).name == "default"
+    assert Pipeline.objects.get(name="frontend").version == frontend.version
