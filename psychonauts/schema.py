@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from annihilation.safetext import text_problem
+
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
     "string": (str,),
@@ -37,6 +39,9 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "") -> list[s
             errors.append(f"{here}: must be at most {schema['maximum']}")
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         errors.append(f"{here}: must have at least {schema['minLength']} characters")
+    if isinstance(value, str) and (problem := text_problem(value)) is not None:
+        # The tool call is recorded (jsonb refuses a NUL) and may reach a text column.
+        errors.append(f"{here}: {problem}")
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             errors.append(f"{here}: needs at least {schema['minItems']} items")

@@ -35,7 +35,7 @@ anything = st.one_of(
 # key of the wrong type or one the schema does not know.
 SHAPES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "read_file": {"path": paths, "offset": numbers, "limit": numbers},
-    "write_file": {"path": paths, "content": st.text(max_size=50)},
+    "write_file": {"path": paths, "content": st.one_of(st.text(max_size=50), st.just("a\x00b"))},
     "edit_file": {"path": paths, "old": st.text(max_size=10), "new": st.text(max_size=10)},
     "list_dir": {"path": paths},
     "glob": {"pattern": patterns},
@@ -71,4 +71,6 @@ def test_file_tools_answer_any_arguments_with_a_result(repo: Path, settings, cal
     name, args = call
     result = tool_execute(_ctx(repo), name, args, FILE_TOOLS)
     assert isinstance(result, ToolResult) and isinstance(result.output, str)
+    if isinstance(args, dict) and any("\x00" in v for v in args.values() if isinstance(v, str)):
+        assert result.is_error  # a NUL can be neither recorded nor stored
     event(f"{name}: {'error' if result.is_error else 'done'}")
