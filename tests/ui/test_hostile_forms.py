@@ -127,3 +127,10 @@ def test_cancelling_a_wave_never_redirects_to_another_site(op_client):
     wave = Wave.objects.create()
     back = op_client.post(reverse("wave_cancel", args=[wave.pk]), {"next": "/waves/"})
     assert back["Location"] == "/waves/"
+
+
+def test_a_post_far_over_the_limit_is_djangos_plain_400(op_client, settings):
+    body = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    response = op_client.post(reverse("pipelines_load"), {"yaml": body})
+    assert response.status_code == 400 and len(response.content) < 10_000
+    assert not Pipeline.objects.exists()
