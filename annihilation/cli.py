@@ -15,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 
+from annihilation.redaction import redact
 from annihilation.safetext import quoted, text_problem
 
 ID_MAX = 2**63 - 1  # ids are bigints
@@ -24,13 +25,34 @@ _DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also ta
 USAGE_ERROR = 2  # the exit status of a bad argument (argparse's); a refused action exits 1
 
 
+class _RedactingStream:
+    """A text stream whose every write is redacted first (the stream's other attributes, such
+    as `isatty`, are the wrapped stream's)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(redact(text)) or 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class SafeCommand(BaseCommand):
-    """A management command whose bad input is one line on stderr, never a traceback.
+    """A management command whose bad input is one line on stderr, never a traceback, and
+    whose output is redacted (annihilation.redaction) whatever it prints.
 
     From a terminal an argument argparse refuses exits 2 with `prog: error: why` alone (no
     usage block), and so does a value no text column could store (a NUL, bytes that are not
     UTF-8): checked here for every command, before the command sees its options.
     """
+
+    def __init__(self, stdout: Any = None, stderr: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(
+            _RedactingStream(stdout or sys.stdout), _RedactingStream(stderr or sys.stderr),
+            *args, **kwargs,
+        )  # fmt: skip
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         # A parser not "called from the command line" raises CommandError instead of printing
@@ -57,6 +79,9 @@ class SafeCommand(BaseCommand):
             problem = _option_problem(value)
             if problem is not None:
                 raise CommandError(f"{name}: {problem}", returncode=USAGE_ERROR)
+        for stream in ("stdout", "stderr"):
+            if options.get(stream) and not isinstance(options[stream], _RedactingStream):
+                options[stream] = _RedactingStream(options[stream])
         return super().execute(*args, **options)
 
 

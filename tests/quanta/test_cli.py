@@ -167,3 +167,15 @@ def test_text_no_column_can_store_is_refused_with_its_field():
     with pytest.raises(CommandError, match="author: 1 to 200 characters"):
         run("comment", str(quantum.pk), "hello", "--author", "x" * 201)
     assert Quantum.objects.count() == 1 and not quantum.comments.exists()
+
+
+@pytest.mark.django_db
+def test_it_prints_no_secret_whatever_the_data_holds(capsys):
+    key = "sk-ant-api03-" + "Zq7" * 12
+    quantum = make_quantum(title=f"rotate {key}", body=f"ANTHROPIC_API_KEY={key}")
+
+    call_command("quanta", "show", str(quantum.pk))
+    call_command("quanta", "list", "--json")
+
+    out = capsys.readouterr().out
+    assert key not in out and "sk-ant-…(redacted)" in out
