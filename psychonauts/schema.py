@@ -1,7 +1,7 @@
 """A small JSON-schema validator: the subset our tool schemas use (no new dependency).
 
 Supported: type (object, string, integer, number, boolean, array), properties, required,
-additionalProperties (false), items, enum, minimum, maximum, minLength, minItems, maxItems.
+additionalProperties (false), items, enum, minimum, maximum, minLength, maxLength, minItems, maxItems.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "") -> list[s
             errors.append(f"{here}: must be at most {schema['maximum']}")
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         errors.append(f"{here}: must have at least {schema['minLength']} characters")
+    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
+        errors.append(f"{here}: must have at most {schema['maxLength']} characters")
     if isinstance(value, str) and (problem := text_problem(value)) is not None:
         # The tool call is recorded (jsonb refuses a NUL) and may reach a text column.
         errors.append(f"{here}: {problem}")

@@ -466,7 +466,8 @@ for _tool in (
          _obj({"kind": {"type": "string", "enum": DiaryKind.values},
                "text": {"type": "string", "minLength": 1}}, ["kind", "text"]), _diary),
     Tool("mail_send", "Send a message to another agent (agent id or role).",
-         _obj({"to": {"type": "string", "minLength": 1}, "subject": _STR,
+         _obj({"to": {"type": "string", "minLength": 1, "maxLength": 200},
+               "subject": {"type": "string", "maxLength": 300},
                "body": {"type": "string", "minLength": 1}}, ["to", "body"]), _mail_send),
     Tool("mail_read", "Read (and mark read) your unread messages.", _obj({}, []), _mail_read),
     Tool("spawn", "Run sub-agents (one `role`+`task`, or several `agents` at once) and get "

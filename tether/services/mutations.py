@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annihilation.events import publish
+from annihilation.redaction import redact
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import known_roles, pipelines_save
@@ -89,8 +90,9 @@ def mutation_propose(
     mutation = PipelineMutation.objects.create(
         pipeline_name=pipeline,
         base_version=current or 0,
-        proposed_yaml=text,
-        rationale=rationale.strip(),
+        # What an agent wrote is stored redacted, like all its text.
+        proposed_yaml=redact(text),
+        rationale=redact(rationale.strip()),
         agent_run_id=agent_run_id,
         quantum_id=quantum_id,
         tool_use_id=tool_use_id,
