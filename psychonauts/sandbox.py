@@ -121,9 +121,11 @@ def _under(path: Path, folder: Path) -> bool:
     return path == folder or path.is_relative_to(folder)
 
 
-def _hidden_roots(uid: int | None, needed: Sequence[Path]) -> list[Path]:
+def _hidden_roots(uid: int | None, needed: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     """Folders mounted empty inside: private ones, the data folder, the worktrees, and (for an
-    unprivileged uid) the first folder above each needed path that the uid could not pass."""
+    unprivileged uid) the first folder above each needed path that the uid could not pass.
+    Returns those to mount before the workspace's binds, and those inside the workspace (the
+    data folder inside the shared tree), to mount after them: its bind would show them again."""
     hidden = [Path("/tmp"), Path("/dev/shm"), Path("/run")]
     for folder in (settings.ANNIHILATION_HOME, settings.PSYCHONAUTS_WORKTREES,
                    *settings.SANDBOX_HIDE):  # fmt: skip
@@ -138,20 +140,22 @@ def _hidden_roots(uid: int | None, needed: Sequence[Path]) -> list[Path]:
                 if not _traversable(ancestor, uid):
                     hidden.append(ancestor)
                     break
+    workspace = needed[0]
+    inside = sorted({h for h in hidden if h != workspace and _under(h, workspace)})
     # An outer hidden folder covers the inner ones; each is mounted once, outermost first.
-    hidden = sorted(set(hidden), key=lambda p: len(p.parts))
-    return [h for i, h in enumerate(hidden) if not any(_under(h, o) for o in hidden[:i])]
+    hidden = sorted(set(hidden) - set(inside), key=lambda p: len(p.parts))
+    outer = [h for i, h in enumerate(hidden) if not any(_under(h, o) for o in hidden[:i])]
+    return outer, inside
 
 
 def _mount_args(workspace: Path, uid: int | None) -> list[str]:
     git_dirs = _git_dirs(workspace)
     needed = [workspace, *git_dirs]
-    hidden = _hidden_roots(uid, needed)
+    hidden, inside = _hidden_roots(uid, needed)
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for folder in hidden:
         perms = "1777" if folder in (Path("/tmp"), Path("/dev/shm")) else "0755"
-        args += ["--perms", perms, "--size", str(settings.SANDBOX_TMP_BYTES), "--tmpfs",
-                 str(folder)]  # fmt: skip
+        args += _empty(folder, perms)
     made: set[Path] = set()
     for path in needed:
         # Folders above a bind inside an empty mount are made passable (bubblewrap would make
@@ -172,7 +176,13 @@ def _mount_args(workspace: Path, uid: int | None) -> list[str]:
     dot = workspace / ".git"
     if dot.is_file():
         args += ["--ro-bind", str(dot), str(dot)]
+    for folder in inside:
+        args += _empty(folder, "0755")
     return args
+
+
+def _empty(folder: Path, perms: str) -> list[str]:
+    return ["--perms", perms, "--size", str(settings.SANDBOX_TMP_BYTES), "--tmpfs", str(folder)]
 
 
 def _limits(timeout_s: float) -> list[str]:

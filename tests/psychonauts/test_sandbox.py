@@ -558,3 +558,26 @@ def test_an_agent_that_runs_commands_is_refused_where_the_sandbox_cannot_start(
 
     assert refused.status == "error" and "sandbox cannot start" in refused.error
     assert allowed.status == "done", allowed.error
+
+
+def test_in_the_shared_tree_the_git_folder_and_the_data_folder_stay_out_of_reach(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.PSYCHONAUTS_WORKSPACE_MODE = "shared"
+    settings.ANNIHILATION_HOME = box.repo / ".annihilation"
+    (box.repo / ".annihilation").mkdir()
+    (box.repo / ".annihilation" / "locks.txt").write_text("the runtime's\n")
+    tree = workspace_ensure(quantum_id=QUANTUM)
+    refs = git("for-each-ref", cwd=box.repo)
+
+    result = sandbox_run(
+        ["bash", "-c", "echo mine > src/new.py; echo x > .annihilation/locks.txt; "
+         "echo x > .git/HEAD; git branch -D " + branch_for(OTHER) + "; git status --short"],
+        workspace=tree, quantum_id=0, timeout_s=20,
+    )  # fmt: skip
+
+    assert tree == box.repo
+    assert (box.repo / "src" / "new.py").read_text() == "mine\n"
+    assert (box.repo / ".annihilation" / "locks.txt").read_text() == "the runtime's\n"
+    assert git("for-each-ref", cwd=box.repo) == refs
+    assert "src/new.py" in result.stdout
