@@ -315,11 +315,11 @@ SANDBOX_FILE_BYTES = env_int("ANNIHILATION_SANDBOX_FILE_MB", 1024, minimum=1) * 
 SANDBOX_TMP_BYTES = env_int("ANNIHILATION_SANDBOX_TMP_MB", 512, minimum=1) * 2**20
 SANDBOX_OUTPUT_BYTES = env_int("ANNIHILATION_SANDBOX_OUTPUT_KB", 4096, minimum=1) * 2**10
 # More folders mounted empty inside the sandbox (colon-separated), e.g. ~/.ssh:~/.aws.
-SANDBOX_HIDE = [Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p]
-# Caution-tier shell commands allowed by rule (regexes matched against each command part).
-PSYCHONAUTS_COMMAND_ALLOW = [
-    r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r
+SANDBOX_HIDE = [
+    Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p
 ]
+# Caution-tier shell commands allowed by rule (regexes matched against each command part).
+PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
 
 # --- bursts ---
 # The agent executor the stage tasks call: "psychonauts" (the agent runtime), "noop" (finishes at
