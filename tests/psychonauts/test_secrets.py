@@ -10,12 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
 from annihilation.access import operator_ensure
+from annihilation.asgi import application
 from annihilation.selectors import events_after
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from psychonauts.focus import worktree_diff
@@ -206,3 +210,36 @@ turns:
     assert call.is_error and call.output.startswith("not run: this call's input held a secret")
     worktree = repo.parent / "home" / "worktrees" / f"q-{run.quantum_id}"
     assert not (worktree / "creds.env").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_no_websocket_frame_holds_a_secret(
+    leaky_quantum: Quantum, make_run: Callable[..., AgentRun], redis_client: object
+) -> None:
+    """What a live page receives over its socket: the agent's events caught up, and its rendered
+    fragments."""
+    run = await database_sync_to_async(make_run)("coder", quantum=leaky_quantum)
+    outcome = await database_sync_to_async(agent_run_execute)(agent_run_id=run.pk)
+    assert outcome.status == "done", outcome.error
+    user = await database_sync_to_async(User.objects.create_user)("op", password="pw-for-tests")
+    socket = WebsocketCommunicator(
+        application, "/ws/events/", headers=[(b"origin", b"http://localhost")]
+    )
+    socket.scope["user"] = user
+    connected, _ = await socket.connect()
+    assert connected
+
+    await socket.send_json_to(
+        {"subscribe": [f"agent:{run.agent_id}"], "after": 0, "page": "focus",
+         "params": {"agent_run_id": str(run.pk)}}
+    )  # fmt: skip
+    frames = []
+    while not await socket.receive_nothing(timeout=1.0):
+        frames.append(await socket.receive_from())
+    await socket.disconnect()
+
+    assert len(frames) >= 5  # the run's events came through
+    text = "\n".join(json.dumps(json.loads(f), ensure_ascii=False) for f in frames)
+    assert "sk-ant-…(redacted)" in text
+    assert_no_secret("\n".join(frames) + text, "the websocket")
