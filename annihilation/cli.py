@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
@@ -50,7 +50,8 @@ class SafeCommand(BaseCommand):
 
     def __init__(self, stdout: Any = None, stderr: Any = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(
-            _RedactingStream(stdout or sys.stdout), _RedactingStream(stderr or sys.stderr),
+            cast(TextIO, _RedactingStream(stdout or sys.stdout)),
+            cast(TextIO, _RedactingStream(stderr or sys.stderr)),
             *args, **kwargs,
         )  # fmt: skip
 
