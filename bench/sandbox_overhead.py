@@ -83,14 +83,12 @@ def main() -> None:
 
     def plain(command: str) -> sandbox.SandboxResult:
         return sandbox._execute(
-            [*sandbox._limits(30), "bash", "-c", command], cwd=worktree, env=environment,
+            sandbox.shell_argv(command, 30), cwd=worktree, env=environment,
             timeout_s=30, sandboxed=False,
         )  # fmt: skip
 
     def boxed(command: str) -> sandbox.SandboxResult:
-        return sandbox.sandbox_run(
-            ["bash", "-c", command], workspace=worktree, quantum_id=QUANTUM, timeout_s=30
-        )
+        return sandbox.sandbox_run(command, workspace=worktree, quantum_id=QUANTUM, timeout_s=30)
 
     print(f"{'command':<12} {'plain p50':>10} {'p90':>7} {'sandbox p50':>12} {'p90':>7} "
           f"{'+p50 ms':>8} {'ratio':>6}")  # fmt: skip

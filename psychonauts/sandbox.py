@@ -185,20 +185,21 @@ def _empty(folder: Path, perms: str) -> list[str]:
     return ["--perms", perms, "--size", str(settings.SANDBOX_TMP_BYTES), "--tmpfs", str(folder)]
 
 
-def _limits(timeout_s: float) -> list[str]:
-    """`prlimit` arguments: they hold for bubblewrap and everything it starts."""
+def shell_argv(command: str, timeout_s: float) -> list[str]:
+    """`bash -c command` with the limits set first, in the same shell: soft and hard alike, so
+    they hold for everything the command starts and none of it can raise them (no process of
+    its own to start for them)."""
     cpu = max(1, int(min(timeout_s, settings.SANDBOX_CPU_S)))
-    return [
-        "prlimit",
-        f"--cpu={cpu}",
+    limits = (
+        f"ulimit -t {cpu}"
         # The data limit, not the address space: runtimes that reserve large address ranges
         # (V8, the JVM, Go) still start, while what is actually allocated is bounded.
-        f"--data={settings.SANDBOX_MEMORY_BYTES}",
-        f"--nproc={settings.SANDBOX_PROCESSES}",
-        f"--fsize={settings.SANDBOX_FILE_BYTES}",
-        "--core=0",
-        "--",
-    ]
+        f" -d {settings.SANDBOX_MEMORY_BYTES // 1024}"
+        f" -u {settings.SANDBOX_PROCESSES}"
+        f" -f {settings.SANDBOX_FILE_BYTES // 1024}"  # bash counts in KiB
+        " -c 0 || exit 125"
+    )
+    return ["bash", "-c", f"{limits}\n{command}"]
 
 
 def _environment(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
@@ -220,9 +221,7 @@ def _environment(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def sandbox_argv(
-    argv: Sequence[str], *, workspace: Path, quantum_id: int, timeout_s: float
-) -> list[str]:
+def sandbox_argv(argv: Sequence[str], *, workspace: Path, quantum_id: int) -> list[str]:
     """The full command line that runs `argv` in the sandbox of a quantum's workspace."""
     workspace = workspace.resolve()
     uid = sandbox_uid(quantum_id)
@@ -230,10 +229,13 @@ def sandbox_argv(
     box += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if not settings.SANDBOX_NETWORK:
         box.append("--unshare-net")
+    # Bubblewrap's own init stays the namespace's PID 1: it keeps the signal that kills it
+    # with its parent, which the command loses when it becomes the quantum's uid, and when it
+    # dies the kernel kills everything in the namespace.
     box += ["--die-with-parent", "--new-session", "--chdir", str(workspace)]
     if uid is None:
         box += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--"]
-        return [*_limits(timeout_s), *box, *argv]
+        return [*box, *argv]
     # Only what setpriv needs to become the quantum's uid; it drops these too.
     box += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
             "--cap-add", "CAP_SETPCAP", "--"]  # fmt: skip
@@ -241,29 +243,29 @@ def sandbox_argv(
         "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
     ]  # fmt: skip
-    return [*_limits(timeout_s), *box, *drop, *argv]
+    return [*box, *drop, *argv]
 
 
 def sandbox_run(
-    argv: Sequence[str],
+    command: str,
     *,
     workspace: Path,
     quantum_id: int,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
 ) -> SandboxResult:
-    """Run `argv` in the sandbox of the workspace (or without one where switched off).
+    """Run a shell command in the sandbox of the workspace, within the limits (without the
+    sandbox where it is switched off: the same environment and limits).
 
     SandboxUnavailable when the sandbox cannot start and is not switched off."""
     status = sandbox_status()
     if status.state == "unavailable":
         raise SandboxUnavailable(_refusal(status))
-    environment = _environment(Path("/tmp") if status.state == "on" else workspace, env or {})
+    argv = shell_argv(command, timeout_s)
     if status.state == "on":
-        full = sandbox_argv(argv, workspace=workspace, quantum_id=quantum_id, timeout_s=timeout_s)
-    else:
-        full = [*_limits(timeout_s), *argv]
-    return _execute(full, cwd=workspace, env=environment, timeout_s=timeout_s,
+        argv = sandbox_argv(argv, workspace=workspace, quantum_id=quantum_id)
+    environment = _environment(Path("/tmp") if status.state == "on" else workspace, env or {})
+    return _execute(argv, cwd=workspace, env=environment, timeout_s=timeout_s,
                     sandboxed=status.state == "on")  # fmt: skip
 
 
@@ -384,19 +386,15 @@ def _probe(bwrap: str, home: str) -> SandboxStatus:
         return SandboxStatus(
             "unavailable", f"{bwrap} not found (Debian: apt-get install bubblewrap)"
         )
-    for tool in ("prlimit", "setpriv"):
-        if shutil.which(tool) is None:
-            return SandboxStatus("unavailable", f"{tool} not found (Debian: util-linux)")
+    if _is_root() and shutil.which("setpriv") is None:
+        return SandboxStatus("unavailable", "setpriv not found (Debian: util-linux)")
     probe = Path(home) / "sandbox-probe"
     probe.mkdir(parents=True, exist_ok=True)
     workspace_own(probe, quantum_id=0)
     try:
         result = _execute(
             sandbox_argv(
-                ["sh", "-c", "echo ok > probe && cat probe"],
-                workspace=probe,
-                quantum_id=0,
-                timeout_s=10,
+                shell_argv("echo ok > probe && cat probe", 10), workspace=probe, quantum_id=0
             ),
             cwd=probe,
             env=_environment(probe, {}),

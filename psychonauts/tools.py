@@ -364,7 +364,7 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
     timeout = min(args.get("timeout_s", settings.PSYCHONAUTS_SHELL_TIMEOUT_S),
                   settings.PSYCHONAUTS_SHELL_TIMEOUT_S)  # fmt: skip
     result = sandbox_run(
-        ["bash", "-c", command],
+        command,
         workspace=ctx.workspace,
         quantum_id=0 if ctx.shared else ctx.quantum_id,
         timeout_s=timeout,

@@ -53,7 +53,7 @@ class Box:
 
     def run(self, command: str, timeout_s: float = 20) -> SandboxResult:
         return sandbox_run(
-            ["bash", "-c", self.fill(command)],
+            self.fill(command),
             workspace=self.worktree,
             quantum_id=QUANTUM,
             timeout_s=timeout_s,
@@ -571,8 +571,8 @@ def test_in_the_shared_tree_the_git_folder_and_the_data_folder_stay_out_of_reach
     refs = git("for-each-ref", cwd=box.repo)
 
     result = sandbox_run(
-        ["bash", "-c", "echo mine > src/new.py; echo x > .annihilation/locks.txt; "
-         "echo x > .git/HEAD; git branch -D " + branch_for(OTHER) + "; git status --short"],
+        "echo mine > src/new.py; echo x > .annihilation/locks.txt; "
+        "echo x > .git/HEAD; git branch -D " + branch_for(OTHER) + "; git status --short",
         workspace=tree, quantum_id=0, timeout_s=20,
     )  # fmt: skip
 
