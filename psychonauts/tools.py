@@ -171,12 +171,16 @@ def _open_beneath(
             os.close(fd)
             fd = inner
         try:
-            return os.open(parts[-1], flags | _NOFOLLOW, 0o644, dir_fd=fd), path
+            # O_NONBLOCK: a FIFO an agent made fails at once instead of holding the worker
+            # (it changes nothing for a regular file).
+            return os.open(parts[-1], flags | _NOFOLLOW | os.O_NONBLOCK, 0o644, dir_fd=fd), path
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise PathEscape(f"{rel}: is a link; read its target instead") from None
             if exc.errno == errno.ENOENT:
                 raise ToolFailure(f"{rel}: no such file") from None
+            if exc.errno == errno.ENXIO:
+                raise ToolFailure(f"{rel}: not a regular file") from None
             raise
     finally:
         os.close(fd)

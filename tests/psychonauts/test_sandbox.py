@@ -581,3 +581,19 @@ def test_in_the_shared_tree_the_git_folder_and_the_data_folder_stay_out_of_reach
     assert (box.repo / ".annihilation" / "locks.txt").read_text() == "the runtime's\n"
     assert git("for-each-ref", cwd=box.repo) == refs
     assert "src/new.py" in result.stdout
+
+
+@pytest.mark.django_db
+def test_a_fifo_in_the_worktree_does_not_hold_the_file_tools(box: Box) -> None:
+    os.mkfifo(box.worktree / "pipe")
+    ctx = _ctx(box)
+    started = time.monotonic()
+
+    results = [
+        tool_execute(ctx, "read_file", {"path": "pipe"}, []),
+        tool_execute(ctx, "write_file", {"path": "pipe", "content": "x"}, []),
+        tool_execute(ctx, "grep", {"pattern": "x"}, []),
+    ]
+
+    assert time.monotonic() - started < 5
+    assert results[0].is_error and results[1].is_error and not results[2].is_error
