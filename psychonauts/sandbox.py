@@ -131,7 +131,7 @@ def _hidden_roots(
     hidden = [Path("/tmp"), Path("/dev/shm"), Path("/run")]
     for folder in private:
         path = folder.resolve()
-        if path != Path("/"):
+        if path != Path("/") and path.is_dir():  # what does not exist needs no hiding
             hidden.append(path)
     if uid is not None:
         for path in needed:
@@ -392,9 +392,11 @@ def _walk_no_git(root: Path) -> Iterator[Path]:
 
 
 _status_lock = threading.Lock()
+# A sandbox that started once starts again: kept per process. A failure is probed again on the
+# next command (it may have been passing: a fork refused under load).
+_started: dict[tuple[str, str], SandboxStatus] = {}
 
 
-@functools.cache
 def _probe(bwrap: str, home: str) -> SandboxStatus:
     """Start one sandbox for real (the checks a user namespace or a mount can fail)."""
     if shutil.which(bwrap) is None:
@@ -432,8 +434,12 @@ def sandbox_status() -> SandboxStatus:
     """Whether agents' commands run sandboxed here: on, off (by setting), or unavailable."""
     if settings.SANDBOX_MODE == "off":
         return SandboxStatus("off", "ANNIHILATION_SANDBOX=off: agents' commands run unconfined")
+    key = (settings.SANDBOX_BWRAP, str(Path(settings.ANNIHILATION_HOME).resolve()))
     with _status_lock:
-        return _probe(settings.SANDBOX_BWRAP, str(Path(settings.ANNIHILATION_HOME).resolve()))
+        status = _started.get(key) or _probe(*key)
+        if status.state == "on":
+            _started[key] = status
+        return status
 
 
 def sandbox_require() -> None:

@@ -23,6 +23,7 @@ from annihilation.demo_worker import worker_for_command
 from bursts.models import QuantumRun, RunStatus
 from psychonauts.errors import WorkspaceError
 from psychonauts.roles import roles_sync_defaults
+from psychonauts.sandbox import sandbox_status
 from psychonauts.workspaces import branch_for, demo_repo_ensure, git
 from quanta.errors import QuantaError
 from quanta.importer import quanta_import
@@ -102,8 +103,10 @@ class Command(SafeCommand):
             f"  user {DEMO_OPERATOR!r}, password {password!r} (an operator: may start waves, answer, ground)"
         )
         w(
-            "  Django admin: http://127.0.0.1:8000/admin/ (`manage.py createsuperuser`); Flower: http://127.0.0.1:5555/"
+            "  Django admin: http://127.0.0.1:8000/admin/ (`manage.py createsuperuser`); Flower: "
+            "http://127.0.0.1:5555/ (user 'dev', password in .annihilation/flower-password, made by `make dev`)"
         )
+        w(f"Agent sandbox: {sandbox_status().describe()}")
 
     def run_wave(self, ids: list[int], *, timeout: float) -> None:
         w = self.stdout.write
