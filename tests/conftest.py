@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from annihilation.redis import get_redis
+from psychonauts.workspaces import demo_repo_ensure
 
 
 @pytest.fixture
@@ -17,3 +20,17 @@ def redis_client() -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.flushdb()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, settings: SettingsWrapper, redis_client: redis.Redis) -> Iterator[Path]:
+    """A fresh demo repository; worktrees, locks and scripts under the test's own folder."""
+    path = demo_repo_ensure(tmp_path / "repo")
+    settings.ANNIHILATION_REPO = path
+    settings.ANNIHILATION_HOME = tmp_path / "home"
+    settings.PSYCHONAUTS_WORKTREES = tmp_path / "home" / "worktrees"
+    settings.PSYCHONAUTS_WORKSPACE_MODE = "worktree"
+    settings.PSYCHONAUTS_PROVIDER = ""
+    settings.PSYCHONAUTS_RETRY_BASE_S = 0.01
+    settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.0
+    yield path

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from bursts.models import AgentRun
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create
-from psychonauts.workspaces import demo_repo_ensure
 from quanta.models import Quantum
 from quanta.services import quantum_create
-
-
-@pytest.fixture
-def repo(tmp_path: Path, settings: SettingsWrapper, redis_client: redis.Redis) -> Iterator[Path]:
-    """A fresh demo repository; worktrees, locks and scripts under the test's own folder."""
-    path = demo_repo_ensure(tmp_path / "repo")
-    settings.ANNIHILATION_REPO = path
-    settings.ANNIHILATION_HOME = tmp_path / "home"
-    settings.PSYCHONAUTS_WORKTREES = tmp_path / "home" / "worktrees"
-    settings.PSYCHONAUTS_WORKSPACE_MODE = "worktree"
-    settings.PSYCHONAUTS_PROVIDER = ""
-    settings.PSYCHONAUTS_RETRY_BASE_S = 0.01
-    settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.0
-    yield path
 
 
 @pytest.fixture
