@@ -284,8 +284,6 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
     for target in _WRITE_TARGET.findall(text):
         if _outside(target):
             return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({target})")
-    if re.search(r":\s*\(\s*\)\s*\{", text):
-        return PartVerdict(text, Tier.DANGER, "fork bomb")
     if re.search(r"/proc/[^/\s]+/(?:environ|mem|root|cwd|fd)\b", text):
         return PartVerdict(text, Tier.DANGER, "reads another process's environment or memory")
     try:

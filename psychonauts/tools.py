@@ -222,12 +222,14 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _check_write(ctx: ToolContext, rel: str) -> None:
+    """In the shared tree, the writer must hold the file's lease."""
+    if not ctx.shared:
+        return
     path = resolve_path(ctx.workspace, rel)
-    if ctx.shared:
-        leases.lease_require_exclusive(
-            workspace=str(ctx.workspace), path=str(path.relative_to(ctx.workspace.resolve())),
-            holder=ctx.holder,
-        )  # fmt: skip
+    leases.lease_require_exclusive(
+        workspace=str(ctx.workspace), path=str(path.relative_to(ctx.workspace.resolve())),
+        holder=ctx.holder,
+    )  # fmt: skip
 
 
 def _write_file(ctx: ToolContext, args: dict[str, Any]) -> str:
