@@ -19,9 +19,9 @@ from django.db import connection
 
 from bursts.models import AgentRun
 from tests.bursts.conftest import Worker, worker_env
-from tests.psychonauts.conftest import make_quantum, make_run, repo, scripts
+from tests.psychonauts.conftest import make_quantum, make_run, scripts
 
-__all__ = ["make_quantum", "make_run", "repo", "scripts"]
+__all__ = ["make_quantum", "make_run", "scripts"]
 
 SWEEP_S = "0.3"
 
