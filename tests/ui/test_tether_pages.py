@@ -18,7 +18,6 @@ from tests.tether.conftest import (
     SOLO_WITH_TESTER,
     make_quantum,
     make_run,
-    repo,
     scripts,
     tether_settings,
 )
@@ -42,7 +41,7 @@ from tether.services import (
     reaching_expire,
 )
 
-__all__ = ["make_quantum", "make_run", "repo", "scripts", "tether_settings"]
+__all__ = ["make_quantum", "make_run", "scripts", "tether_settings"]
 
 pytestmark = pytest.mark.django_db
 
