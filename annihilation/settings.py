@@ -14,7 +14,7 @@ from csp.constants import NONE as CSP_NONE
 from csp.constants import SELF as CSP_SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from annihilation.env import (
+from core.env import (
     env_bool,
     env_csv,
     env_database_url,
@@ -54,18 +54,19 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "axes",
-    "annihilation",
+    "core",
     "quanta",
-    "psychonauts",
     "bursts",
+    "psychonauts",
     "tether",
     "reflection",
+    "annihilation",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "annihilation.security.ContentSecurityPolicyMiddleware",
+    "core.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -103,7 +104,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 # Scripts and styles come from our static files only (no inline code, no attributes): an
 # injected <script> or onclick= does not run. connect-src also gets ws(s)://<host> per request
-# (annihilation.security). The admin's own templates pass this policy as they are.
+# (core.security). The admin's own templates pass this policy as they are.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [CSP_SELF],
@@ -123,7 +124,7 @@ AXES_FAILURE_LIMIT = env_int("ANNIHILATION_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_float("ANNIHILATION_LOGIN_COOLOFF_S", 900.0, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "annihilation.security.login_lockout_response"
+AXES_LOCKOUT_CALLABLE = "core.security.login_lockout_response"
 # Flower (`manage.py flower`) refuses to start without these: it can shut workers down.
 FLOWER_USER = env_str("ANNIHILATION_FLOWER_USER", "")
 FLOWER_PASSWORD = env_str("ANNIHILATION_FLOWER_PASSWORD", "")
@@ -234,12 +235,23 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "filters": {"redact": {"()": "annihilation.redaction.RedactingFilter"}},
+    "filters": {"redact": {"()": "core.redaction.RedactingFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
-    "loggers": {"annihilation": {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True}},
+    "loggers": {
+        app: {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True}
+        for app in (
+            "core",
+            "quanta",
+            "bursts",
+            "psychonauts",
+            "tether",
+            "reflection",
+            "annihilation",
+        )
+    },
 }
 
 # --- psychonauts ---
@@ -336,7 +348,7 @@ BURSTS_SAFETY_NET_INTERVAL_S = env_float("ANNIHILATION_SAFETY_NET_INTERVAL_S", 5
 # it. Pooled (DB_POOL_MAX), closing hands it back to the pool, which every thread of a threads
 # worker must be able to do: 0. Unpooled, a new connection costs ~8 ms (a Postgres backend
 # fork), more than a no-op stage: workers keep theirs for this many tasks, and
-# annihilation/celery.py drops one that broke.
+# core/celery.py drops one that broke.
 CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 0 if DB_POOL_MAX else 1000, minimum=0)
 # A lost worker's unacknowledged task comes back after this long (Redis broker); the safety net
 # usually re-dispatches first, and a redelivered task finds its work done and returns.
@@ -346,9 +358,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 
 # --- ui ---
 # The control room (issue 6): login everywhere (views opt out with @login_not_required), the
-# operator/viewer roles (annihilation.access), static files of the live script, nav context.
+# operator/viewer roles (core.access), static files of the live script, nav context.
 MIDDLEWARE = [*MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
-TEMPLATES[0]["OPTIONS"]["context_processors"].append("annihilation.views.ui_context")  # type: ignore[index]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("annihilation.views.dashboard.ui_context")  # type: ignore[index]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -398,7 +410,7 @@ IMPORT_MAX_BYTES = env_int("ANNIHILATION_IMPORT_MAX_BYTES", 5 * 2**20, minimum=1
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, 3 * IMPORT_MAX_BYTES + 2**20)
 
 # --- redaction ---
-# More secret patterns for annihilation.redaction (regular expressions separated by `|||`): each
+# More secret patterns for core.redaction (regular expressions separated by `|||`): each
 # match, or its first group when it has groups, is redacted wherever the built-in ones are.
 # Checked when the apps load: an invalid expression stops the process.
 REDACT_EXTRA_PATTERNS = [

@@ -4,16 +4,20 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from annihilation import views
+from annihilation.views import dashboard, pipelines, quantum
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", dashboard.dashboard, name="dashboard"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("quanta/<int:quantum_id>/", quantum.quantum_detail, name="quantum"),
+    path("pipelines/", pipelines.pipelines, name="pipelines"),
+    path("pipelines/load/", pipelines.pipelines_load_pasted, name="pipelines_load"),
     path("", include("quanta.urls")),
+    path("waves/start/", dashboard.wave_start_view, name="wave_start"),
     path("waves/", include("bursts.urls")),
     path("agents/", include("psychonauts.urls")),
     path("", include("tether.urls")),
     path("admin/", admin.site.urls),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", dashboard.healthz, name="healthz"),
 ]

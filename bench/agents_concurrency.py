@@ -342,7 +342,7 @@ def compare_prefork(processes: int, agents: int, threads_wall: float, threads_pe
 
 
 def main() -> None:
-    from annihilation.cli import non_negative_int, positive_int
+    from core.cli import non_negative_int, positive_int
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=positive_int, default=100)

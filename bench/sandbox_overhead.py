@@ -41,7 +41,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from annihilation.cli import positive_int  # noqa: E402
+from core.cli import positive_int  # noqa: E402
 from psychonauts import sandbox  # noqa: E402
 from psychonauts.workspaces import demo_repo_ensure, workspace_ensure  # noqa: E402
 

@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from annihilation.celery import app
-    from annihilation.models import Event
+    from core.models import Event
     from psychonauts.roles import roles_sync_defaults
     from psychonauts.services import agent_run_create
     from psychonauts.workspaces import demo_repo_ensure

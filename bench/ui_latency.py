@@ -47,7 +47,7 @@ import os, sys, time, django
 sys.path.insert(0, {base!r})
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 django.setup()
-from annihilation.events import flush_live, publish
+from core.events import flush_live, publish
 for i in range({n}):
     publish({topic!r}, "text", {{"agent_run_id": {run_id}, "text": f"token {{i}}", "t": time.time()}})
     time.sleep(0.01)

@@ -23,7 +23,7 @@ from celery import chain, chord, group
 from celery.canvas import Signature
 from django.db import transaction
 
-from annihilation.celery import app
+from core.celery import app
 from quanta.pipeline_models import StageMode
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from annihilation.events import publish, publish_many
+from core.events import publish, publish_many
 
 TOPIC = "burst:events"
 

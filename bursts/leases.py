@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from annihilation.redis import get_redis
 from bursts.models import AgentRun
+from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
 

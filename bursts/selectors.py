@@ -211,7 +211,7 @@ def _spend(qs: QuerySet[AgentRun]) -> Spend:
 
 def celery_queue_depths() -> dict[str, int | None]:
     """Messages waiting per Celery queue (Redis LLEN of each queue's list); None if unreachable."""
-    from annihilation.celery import app
+    from core.celery import app
 
     names = sorted({q.name for q in (app.conf.task_queues or [])} | {app.conf.task_default_queue})
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5)

@@ -6,7 +6,6 @@ from bursts import views
 
 urlpatterns = [
     path("", views.waves, name="waves"),
-    path("start/", views.wave_start_view, name="wave_start"),
     path("<int:wave_id>/", views.wave_page, name="wave"),
     path("<int:wave_id>/cancel/", views.wave_cancel_view, name="wave_cancel"),
 ]

@@ -9,15 +9,21 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from annihilation.access import operator_required
-from annihilation.events import EventMessage
-from annihilation.live import ActionRefused, LivePageError, action_id, live_page, ws_action
-from annihilation.views import dashboard_render, live_attrs
 from bursts.errors import BurstsError, WaveNotFound
-from bursts.forms import WaveCancelForm, WaveStartForm
+from bursts.forms import WaveCancelForm
 from bursts.models import Wave
 from bursts.selectors import TimelineBar, wave_timeline, waves_list
-from bursts.services import wave_cancel, wave_start
+from bursts.services import wave_cancel
+from core.access import operator_required
+from core.events import EventMessage
+from core.live import (
+    ActionRefused,
+    LivePageError,
+    action_id,
+    live_attrs,
+    live_page,
+    ws_action,
+)
 
 # The timeline picture: one row per burst and run, time on x.
 ROW_H, LABEL_W, PLOT_W = 22, 260, 640
@@ -25,21 +31,6 @@ ROW_H, LABEL_W, PLOT_W = 22, 260, 640
 
 def waves(request: HttpRequest) -> HttpResponse:
     return render(request, "bursts/waves.html", {"waves": waves_list(limit=100)})
-
-
-@require_POST
-@operator_required
-def wave_start_view(request: HttpRequest) -> HttpResponse:
-    form = WaveStartForm(request.POST)
-    if not form.is_valid():
-        return dashboard_render(request, start_form=form, status=400)
-    wave = wave_start(
-        labels=form.cleaned_data["labels"],
-        continuous=form.cleaned_data["continuous"],
-        started_by=request.user.get_username(),
-    )
-    messages.success(request, f"Wave {wave.pk} started ({wave.status}).")
-    return redirect("dashboard")
 
 
 @require_POST

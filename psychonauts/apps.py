@@ -6,3 +6,9 @@ from django.apps import AppConfig
 class PsychonautsConfig(AppConfig):
     name = "psychonauts"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from psychonauts.selectors import role_names
+        from quanta.pipelines.services import role_names_source
+
+        role_names_source(role_names)

@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 from django.db import connection, models
 
-from annihilation.events import EventBatch
 from bursts.models import AGENT_LIVE, AgentRun
+from core.events import EventBatch
+from core.models import Session
 from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 from quanta.models import Quantum
@@ -83,7 +84,7 @@ def run_read(agent_run_id: int) -> tuple[AgentRun, Role | None] | None:
 # Claiming a run to execute it (pending | running | waiting -> running), guarded, with its
 # session: found when an earlier execution opened it, else opened now (when `open_session`; a
 # run refused before it starts gets none).
-_RUN_CLAIM = """
+_RUN_CLAIM = f"""
 WITH run AS (
     UPDATE bursts_agentrun
     SET status = 'running', worker = %(worker)s, started_at = COALESCE(started_at, %(now)s),
@@ -92,9 +93,9 @@ WITH run AS (
     WHERE id = %(id)s AND status = ANY(%(live)s)
     RETURNING id
 ), found AS (
-    SELECT min(id) AS id FROM annihilation_session WHERE kind = 'agent_run' AND ref = %(ref)s
+    SELECT min(id) AS id FROM {Session._meta.db_table} WHERE kind = 'agent_run' AND ref = %(ref)s
 ), opened AS (
-    INSERT INTO annihilation_session (kind, ref, title, started_at)
+    INSERT INTO {Session._meta.db_table} (kind, ref, title, started_at)
     SELECT 'agent_run', %(ref)s, %(title)s, %(now)s
     WHERE %(open_session)s AND EXISTS (SELECT FROM run) AND (SELECT id FROM found) IS NULL
     RETURNING id
@@ -352,7 +353,7 @@ WITH run AS (
     WHERE id = %(id)s AND status = 'running'
     RETURNING id
 ), session AS (
-    UPDATE annihilation_session SET ended_at = %(now)s
+    UPDATE {Session._meta.db_table} SET ended_at = %(now)s
     WHERE id = %(session)s AND EXISTS (SELECT FROM run)
 ), {EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
 SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}

@@ -7,9 +7,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import QuerySet
 
-from annihilation.models import Event
-from annihilation.redaction import redact
 from bursts.models import AgentRun
+from core.models import Event
+from core.redaction import redact
 from psychonauts.models import DiaryEntry, ToolCall
 from psychonauts.workspaces import branch_for, git_run
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from django.conf import settings
 
-from annihilation.redis import get_redis
+from core.redis import get_redis
 from psychonauts.errors import LeaseConflict
 
 LeaseMode = Literal["exclusive", "shared_read"]

@@ -20,9 +20,9 @@ from django.conf import settings
 from django.utils import timezone
 from redis.typing import EncodableT, FieldT
 
-from annihilation.events import flush_live, run_later
-from annihilation.redis import get_redis
 from bursts.models import AGENT_LIVE, AgentRun
+from core.events import flush_live, run_later
+from core.redis import get_redis
 
 KEY = "agents:registry"
 BUILT = "agents:registry:built"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from annihilation.safetext import text_problem
+from core.safetext import text_problem
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),

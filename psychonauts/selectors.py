@@ -14,6 +14,10 @@ def roles_list() -> QuerySet[Role]:
     return Role.objects.order_by("name")
 
 
+def role_names() -> list[str]:
+    return [str(name) for name in roles_list().values_list("name", flat=True)]
+
+
 def agent_turns(*, agent_run_id: int) -> QuerySet[AgentTurn]:
     return AgentTurn.objects.filter(agent_run_id=agent_run_id).order_by("index")
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from django.conf import settings
 
-from annihilation.redis import get_redis
+from core.redis import get_redis
 from psychonauts.errors import SlotTimeout
 
 KEY = "semaphore:spawn"

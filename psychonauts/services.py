@@ -26,9 +26,9 @@ from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
 
-from annihilation.events import EventBatch, publish, publish_many
-from annihilation.redaction import MARK, TextStream, redact, redact_data
 from bursts.models import AGENT_LIVE, AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
+from core.events import EventBatch, publish, publish_many
+from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry, semaphore
 from psychonauts.checkpoint import (
     TurnCompletion,

@@ -23,7 +23,7 @@ import regex
 from django.conf import settings
 from django.utils import timezone
 
-from annihilation.redaction import redact
+from core.redaction import redact
 from psychonauts import leases
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge

@@ -11,7 +11,7 @@ import logging
 from django.db.models import F
 from django.utils import timezone
 
-from annihilation.redaction import redact
+from core.redaction import redact
 from psychonauts.models import CommandTrauma, TraumaSource
 
 logger = logging.getLogger(__name__)

@@ -9,13 +9,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from annihilation.access import operator_required
-from annihilation.events import EventMessage
-from annihilation.live import LivePageError, live_page
-from annihilation.views import live_attrs
 from bursts.selectors import agent_run_find
+from core.access import operator_required
+from core.events import EventMessage
+from core.live import LivePageError, live_attrs, live_page
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
-from psychonauts.selectors import roles_list
+from psychonauts.selectors import role_names
 from psychonauts.services import agent_run_create
 from psychonauts.tasks import execute_agent_run
 from quanta.errors import QuantumNotFound
@@ -36,10 +35,6 @@ def diff_files(diff: str) -> list[dict[str, Any]]:
         files[-1]["adds" if tag == "add" else "dels"] += tag in ("add", "del")
         files[-1]["lines"].append({"tag": tag, "text": line})
     return files
-
-
-def role_names() -> list[str]:
-    return list(roles_list().values_list("name", flat=True))
 
 
 @require_POST

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from annihilation.safeyaml import InputRefused, read_text, yaml_parse
+from core.safeyaml import InputRefused, read_text, yaml_parse
 from psychonauts.errors import InvalidDefinition
 
 

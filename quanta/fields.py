@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from annihilation.safetext import quoted, text_problem
+from core.safetext import quoted, text_problem
 from quanta.errors import InvalidQuantum
 from quanta.models import (
     PRIORITY_MAX,

@@ -150,3 +150,16 @@ class PipelineLoadForm(forms.Form):
         if size > settings.IMPORT_MAX_BYTES:
             raise _size_error(size)
         return text
+
+
+# A file's problems shown under the form, like the first lines `quanta import` prints: a
+# file with a problem on every line must not become a page of megabytes.
+PROBLEMS_SHOWN = 50
+
+
+def problems_to_form(form: forms.Form, field: str, problems: list[str]) -> None:
+    """Problems of a file or pasted text under the form's field, at most PROBLEMS_SHOWN."""
+    for problem in problems[:PROBLEMS_SHOWN]:
+        form.add_error(field, problem)
+    if len(problems) > PROBLEMS_SHOWN:
+        form.add_error(field, f"… and {len(problems) - PROBLEMS_SHOWN} more")

@@ -25,9 +25,9 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from annihilation.events import publish
-from annihilation.safetext import quoted, text_problem
-from annihilation.safeyaml import (
+from core.events import publish
+from core.safetext import quoted, text_problem
+from core.safeyaml import (
     InputRefused,
     LineMap,
     json_load,

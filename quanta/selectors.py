@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import yaml
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
@@ -277,7 +274,6 @@ class Neighbourhood:
 
 def quantum_neighbourhood(*, quantum_id: int, limit: int = 25) -> Neighbourhood:
     """One hop of the dependency graph around a quantum (two queries, capped per side)."""
-    from quanta.models import Dependency
 
     quantum = quantum_get(quantum_id=quantum_id)
     up = (
@@ -328,30 +324,3 @@ def quanta_browse(
 
 def quantum_comments(*, quantum_id: int) -> QuerySet[Comment]:
     return Comment.objects.filter(quantum_id=quantum_id).order_by("created_at", "id")
-
-
-EXPORT_FORMATS = ("yaml", "jsonl")
-
-
-def quanta_export(*, status: str | None = None, fmt: str = "yaml") -> str:
-    """Quanta (all, or those in `status`) as the text of an import file (`quanta.importer`).
-
-    Shared by `manage.py quanta export` and the control room's download, so both write the same.
-    """
-    # quanta.serializers imports this module (WhyNotReady): imported here to avoid the cycle.
-    from quanta.serializers import export_record
-
-    if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"format: must be one of {', '.join(EXPORT_FORMATS)}")
-    quanta = list(quanta_list(status=status).order_by("id"))
-    ids = {q.pk for q in quanta}
-    edges: dict[int, list[Dependency]] = defaultdict(list)
-    for d in Dependency.objects.filter(quantum_id__in=ids).order_by("id"):
-        edges[d.quantum_id].append(d)
-    comments: dict[int, list[Comment]] = defaultdict(list)
-    for c in Comment.objects.filter(quantum_id__in=ids).order_by("created_at", "id"):
-        comments[c.quantum_id].append(c)
-    records = [export_record(q, edges[q.pk], comments[q.pk], ids) for q in quanta]
-    if fmt == "jsonl":
-        return "".join(json.dumps(record) + "\n" for record in records)
-    return str(yaml.safe_dump(records, sort_keys=False, allow_unicode=True))

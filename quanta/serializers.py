@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from typing import Any, TypedDict
 
+import yaml
+
 from quanta.models import Comment, Dependency, Quantum
-from quanta.selectors import WhyNotReady
+from quanta.selectors import WhyNotReady, quanta_list
 
 
 class QuantumData(TypedDict):
@@ -123,3 +127,27 @@ def export_record(
             {"author": c.author, "author_kind": c.author_kind, "body": c.body} for c in comments
         ]
     return record
+
+
+EXPORT_FORMATS = ("yaml", "jsonl")
+
+
+def quanta_export(*, status: str | None = None, fmt: str = "yaml") -> str:
+    """Quanta (all, or those in `status`) as the text of an import file (`quanta.importer`).
+
+    Shared by `manage.py quanta export` and the control room's download, so both write the same.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format: must be one of {', '.join(EXPORT_FORMATS)}")
+    quanta = list(quanta_list(status=status).order_by("id"))
+    ids = {q.pk for q in quanta}
+    edges: dict[int, list[Dependency]] = defaultdict(list)
+    for d in Dependency.objects.filter(quantum_id__in=ids).order_by("id"):
+        edges[d.quantum_id].append(d)
+    comments: dict[int, list[Comment]] = defaultdict(list)
+    for c in Comment.objects.filter(quantum_id__in=ids).order_by("created_at", "id"):
+        comments[c.quantum_id].append(c)
+    records = [export_record(q, edges[q.pk], comments[q.pk], ids) for q in quanta]
+    if fmt == "jsonl":
+        return "".join(json.dumps(record) + "\n" for record in records)
+    return str(yaml.safe_dump(records, sort_keys=False, allow_unicode=True))

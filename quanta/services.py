@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from annihilation.events import publish, publish_many
-from annihilation.redaction import redact
+from core.events import publish, publish_many
+from core.redaction import redact
 from quanta.errors import (
     DependencyCycle,
     DependencyNotFound,

@@ -9,7 +9,6 @@ urlpatterns = [
     path("quanta/import/", views.quanta_import_upload, name="quanta_import"),
     path("quanta/export/", views.quanta_export_download, name="quanta_export"),
     path("quanta/new/", views.quantum_create, name="quantum_create"),
-    path("quanta/<int:quantum_id>/", views.quantum_detail, name="quantum"),
     path("quanta/<int:quantum_id>/edit/", views.quantum_edit, name="quantum_edit"),
     path("quanta/<int:quantum_id>/comment/", views.quantum_comment, name="quantum_comment"),
     path("quanta/<int:quantum_id>/close/", views.quantum_close, name="quantum_close"),
@@ -25,6 +24,4 @@ urlpatterns = [
         views.quantum_dependency_remove,
         name="quantum_dependency_remove",
     ),
-    path("pipelines/", views.pipelines, name="pipelines"),
-    path("pipelines/load/", views.pipelines_load_pasted, name="pipelines_load"),
 ]

@@ -9,7 +9,7 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from annihilation.redis import get_redis
+from core.redis import get_redis
 from psychonauts.workspaces import demo_repo_ensure
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from annihilation.celery import app
 from bursts.models import QuantumRun, RunStatus
+from core.celery import app
 from tether.services import reaching_quarantine
 
 REVIEW_TASK = "tether.change_review_create"

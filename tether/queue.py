@@ -14,7 +14,7 @@ from datetime import datetime
 
 import redis
 
-from annihilation.redis import get_redis
+from core.redis import get_redis
 from tether.models import PRIORITY_RANK, Reaching, ReachingStatus
 
 logger = logging.getLogger(__name__)

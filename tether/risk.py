@@ -1,7 +1,7 @@
 """The risk tier of a code change, from deterministic rules, and the secret scan.
 
 The tier is the highest any rule gives:
-- a secret in an added line (any `annihilation.redaction` finds: API keys and tokens, private key
+- a secret in an added line (any `core.redaction` finds: API keys and tokens, private key
   blocks, `password=`/`*_TOKEN=`/`*_KEY=` assignments of a literal, the process's own
   secrets ...) -> high;
 - a sensitive path (migrations, settings, CI, auth, dependency manifests) -> medium;
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from annihilation.redaction import redact, secrets_found
+from core.redaction import redact, secrets_found
 
 __all__ = ["FileChange", "RiskVerdict", "redact", "risk_assess", "secrets_found"]
 

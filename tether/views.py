@@ -16,17 +16,17 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from annihilation.access import operator_required
-from annihilation.events import EventMessage
-from annihilation.live import (
+from core.access import operator_required
+from core.events import EventMessage
+from core.live import (
     ActionRefused,
     LivePageError,
     action_id,
     action_text,
+    live_attrs,
     live_page,
     ws_action,
 )
-from annihilation.views import live_attrs
 from psychonauts.views import diff_files
 from quanta.errors import QuantaError
 from tether.errors import InvalidInput, NotFound, TetherError

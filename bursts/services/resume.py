@@ -9,10 +9,10 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annihilation.celery import app
 from bursts.canvas import StageDispatch, stages_send
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
 from bursts.services.stages import stage_spec
+from core.celery import app
 from quanta.pipeline_models import StageMode
 
 STANDALONE_TASK = "psychonauts.tasks.execute_agent_run"

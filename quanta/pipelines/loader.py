@@ -24,8 +24,8 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from annihilation.safetext import quoted
-from annihilation.safeyaml import InputRefused, LineMap, read_text, yaml_load
+from core.safetext import quoted
+from core.safeyaml import InputRefused, LineMap, read_text, yaml_load
 from quanta.errors import InvalidQuantum, QuantaError
 from quanta.fields import clean_label
 from quanta.models import QuantumKind

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
-from annihilation.events import publish
+from core.events import publish
 from quanta.errors import QuantaError
 from quanta.models import Quantum
 from quanta.pipeline_models import Pipeline, Stage
@@ -50,13 +50,21 @@ def shipped_pipelines_dir() -> Path:
     return Path(settings.BASE_DIR) / "pipelines"
 
 
+RoleNames = Callable[[], Collection[str]]
+_role_names: RoleNames | None = None
+
+
+def role_names_source(source: RoleNames) -> None:
+    """Where pipeline checks learn which roles exist: the agent runtime, which sits above this
+    app, registers its roles table here when the apps load."""
+    global _role_names
+    _role_names = source
+
+
 def known_roles() -> frozenset[str] | None:
-    """Role names the agent runtime knows, or None when it has no roles table yet."""
-    try:
-        from psychonauts.models import Role
-    except ImportError:
-        return None
-    names = frozenset(str(n) for n in Role.objects.values_list("name", flat=True))
+    """Role names a pipeline's agents may use, or None when no roles are known (then any name
+    is accepted)."""
+    names = frozenset(_role_names()) if _role_names is not None else frozenset()
     return names or None
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from annihilation.access import operator_ensure, viewer_ensure
 from bursts.models import AgentRun, Wave
+from core.access import operator_ensure, viewer_ensure
 from psychonauts.roles import roles_sync_defaults
 from quanta.importer import quanta_import
 from quanta.models import Quantum

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from annihilation.access import operator_ensure
 from bursts.models import AgentRun
+from core.access import operator_ensure
 from psychonauts.services import agent_run_create
 from tests.factories import make_chain
 from tether.models import Priority

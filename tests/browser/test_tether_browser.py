@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from annihilation.access import operator_ensure
 from bursts.models import Wave
 from bursts.services import wave_start
+from core.access import operator_ensure
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create
 from quanta.models import Quantum

@@ -19,9 +19,9 @@ import pytest
 from django.utils import timezone
 
 from annihilation.celery import app
-from annihilation.models import Event
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
 from bursts.services import safety_net, wave_start
+from core.models import Event
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import ROOT, Worker, pipeline, wait_wave, worker_env

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from annihilation.models import Event
 from bursts.models import AgentRun, AgentStatus, Burst, QuantumRun, RunStatus, WaveStatus
 from bursts.services import wave_start
+from core.models import Event
 from quanta.models import Comment, Quantum, QuantumStatus
 from quanta.services import dependency_add, quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave

@@ -8,9 +8,9 @@ from django.contrib import admin
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from annihilation.events import publish
-from annihilation.models import Session
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
+from core.events import publish
+from core.models import Session
 from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.services import comment_add
@@ -70,10 +70,8 @@ def test_runs_and_their_record_are_read_only_in_admin(admin_client):
 
 def test_events_cannot_be_added_or_edited_in_admin(admin_client):
     event = publish("quanta", "quantum_created", {"quantum_id": 1})
-    assert admin_client.get(reverse("admin:annihilation_event_add")).status_code == 403
-    response = admin_client.post(
-        reverse("admin:annihilation_event_change", args=[event.pk]), {"type": "x"}
-    )
+    assert admin_client.get(reverse("admin:core_event_add")).status_code == 403
+    response = admin_client.post(reverse("admin:core_event_change", args=[event.pk]), {"type": "x"})
     assert response.status_code == 403
 
 

@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser, User
 
 from annihilation.asgi import application
-from annihilation.events import publish
+from core.events import publish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -96,8 +96,8 @@ async def test_it_pushes_the_pages_fragments_on_catch_up_and_live(redis_client):
 
 
 async def test_a_viewer_cannot_act_over_the_socket_and_an_operator_can(redis_client):
-    from annihilation.access import operator_ensure, viewer_ensure
     from bursts.models import Wave
+    from core.access import operator_ensure, viewer_ensure
 
     viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
     operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")
@@ -141,7 +141,7 @@ async def test_an_idle_live_page_stays_connected_and_still_receives(redis_client
 
 
 async def test_a_frame_it_cannot_use_gets_an_error_frame_naming_the_field(redis_client):
-    from annihilation.access import operator_ensure
+    from core.access import operator_ensure
 
     operator = await database_sync_to_async(operator_ensure)(username="o2", password="pw")
     communicator, _ = await connect(operator)

@@ -9,9 +9,9 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from annihilation.errors import UnknownTopic
-from annihilation.events import group_for_topic, publish, publish_many
-from annihilation.models import Event
+from core.errors import UnknownTopic
+from core.events import group_for_topic, publish, publish_many
+from core.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,7 +124,7 @@ def test_events_are_full_text_searchable():
 
 
 async def test_live_sends_keep_publication_order(redis_client):
-    from annihilation.events import flush_live
+    from core.events import flush_live
 
     layer, channel = await _subscribe("agent:order_s0_coder")
 
@@ -142,7 +142,7 @@ async def test_live_sends_keep_publication_order(redis_client):
 def test_live_sends_go_only_to_groups_someone_listens_to(redis_client):
     from asgiref.sync import async_to_sync
 
-    from annihilation.events import _sender
+    from core.events import _sender
 
     listened, alone = "agent:1_s0_watched", "agent:2_s0_alone"
     layer = RedisChannelLayer(hosts=[settings.REDIS_URL])

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from annihilation.events import publish, publish_many
-from annihilation.models import Event
-from annihilation.redaction import (
+from core.events import publish, publish_many
+from core.models import Event
+from core.redaction import (
     RedactingFilter,
     TextStream,
     extra_patterns_check,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from annihilation import safeyaml
-from annihilation.safeyaml import InputRefused, json_load, read_bytes, read_text, yaml_load
+from core import safeyaml
+from core.safeyaml import InputRefused, json_load, read_bytes, read_text, yaml_load
 
 
 def billion_laughs() -> str:

@@ -11,9 +11,9 @@ from django.urls import reverse
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from annihilation.access import operator_ensure
-from annihilation.models import Event
 from bursts.models import Wave
+from core.access import operator_ensure
+from core.models import Event
 from quanta.models import Comment, Dependency, Quantum
 from quanta.pipeline_models import Pipeline
 from tests.factories import make_chain

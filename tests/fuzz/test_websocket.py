@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from annihilation.access import operator_ensure
 from annihilation.asgi import application
 from bursts.models import Wave
+from core.access import operator_ensure
 from tests.factories import make_chain
 from tests.fuzz.conftest import FUZZ
 

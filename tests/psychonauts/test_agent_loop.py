@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from annihilation.models import Event
 from bursts.models import AgentRun, AgentStatus
+from core.models import Event
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
 from psychonauts.services import agent_run_execute
 

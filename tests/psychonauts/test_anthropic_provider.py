@@ -255,7 +255,7 @@ def test_text_streamed_after_a_slow_start_goes_out_whole_with_the_checkpoint(
 ):
     # The model thinks longer than the flush interval, then streams its answer in 16-character
     # deltas within milliseconds: one text event with all of it, not the first delta alone.
-    from annihilation.models import Event
+    from core.models import Event
 
     settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.2
     text = "A careful answer that arrives in several deltas."

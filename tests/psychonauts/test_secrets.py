@@ -18,10 +18,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from annihilation.access import operator_ensure
 from annihilation.asgi import application
-from annihilation.selectors import events_after
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
+from core.access import operator_ensure
+from core.selectors import events_after
 from psychonauts.focus import worktree_diff
 from psychonauts.models import DiaryEntry, ToolCall
 from psychonauts.services import agent_run_execute

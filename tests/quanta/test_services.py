@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from annihilation.models import Event
+from core.models import Event
 from quanta import services
 from quanta.errors import (
     DependencyCycle,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from annihilation.models import Event
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
+from core.models import Event
 from psychonauts.workspaces import (
     branch_for,
     git,

@@ -13,8 +13,8 @@ from django.db import connection
 from django.utils import timezone
 
 from annihilation.celery import app
-from annihilation.models import Event
 from bursts.models import AgentRun, AgentStatus
+from core.models import Event
 from psychonauts.models import Role, ToolCall
 from psychonauts.services import agent_run_execute
 from quanta.models import Dependency, Quantum

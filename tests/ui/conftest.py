@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from annihilation.access import operator_ensure, viewer_ensure
+from core.access import operator_ensure, viewer_ensure
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from annihilation.events import publish
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
+from core.events import publish
 from quanta.models import Quantum
 from quanta.pipelines.services import pipelines_ensure_defaults
 from tests.factories import make_chain, make_quantum
@@ -214,7 +214,7 @@ def test_the_dashboard_reads_in_a_fixed_number_of_queries(
 def test_the_migration_makes_operators_who_may_act_and_viewers_who_may_not():
     from django.contrib.auth.models import Group
 
-    from annihilation.access import operator_ensure, user_can_operate, viewer_ensure
+    from core.access import operator_ensure, user_can_operate, viewer_ensure
 
     assert Group.objects.get(name="operators").permissions.filter(codename="operate").exists()
     assert not Group.objects.get(name="viewers").permissions.exists()

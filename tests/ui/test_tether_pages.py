@@ -478,8 +478,8 @@ def test_the_dashboard_counts_what_waits_for_the_tether(viewer_client, ask, drif
 
 
 def test_a_change_event_updates_its_row_on_the_grounding_page(change):
-    from annihilation.events import EventMessage, publish
-    from annihilation.live import fragment_render
+    from core.events import EventMessage, publish
+    from core.live import fragment_render
     from tether.services.changes import change_payload
 
     ChangeReview.objects.filter(pk=change.pk).update(status=ChangeStatus.MERGED, decided_by="op")
@@ -520,7 +520,7 @@ async def _socket(user: Any, *, page: str = "tether") -> Any:
     from channels.testing import WebsocketCommunicator
 
     from annihilation.asgi import application
-    from annihilation.live import events_last_id
+    from core.live import events_last_id
 
     communicator = WebsocketCommunicator(
         application, "/ws/events/", headers=[(b"origin", b"http://localhost")]
@@ -540,7 +540,7 @@ async def _socket(user: Any, *, page: str = "tether") -> Any:
 async def test_a_new_reaching_reaches_the_tether_page_and_leaves_it_when_answered(
     redis_client, make_run
 ):
-    from annihilation.access import operator_ensure, viewer_ensure
+    from core.access import operator_ensure, viewer_ensure
 
     operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")
     viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
@@ -572,7 +572,7 @@ async def test_a_new_reaching_reaches_the_tether_page_and_leaves_it_when_answere
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_a_drift_decision_updates_its_card_live(redis_client, make_run):
-    from annihilation.access import viewer_ensure
+    from core.access import viewer_ensure
 
     viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
     reaching = await database_sync_to_async(_asked)(make_run, "Dates?")
@@ -609,7 +609,7 @@ async def _reply(socket: Any) -> Any:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_socket_actions_are_for_operators_and_stale_ones_are_refused(redis_client, make_run):
-    from annihilation.access import operator_ensure, viewer_ensure
+    from core.access import operator_ensure, viewer_ensure
 
     viewer = await database_sync_to_async(viewer_ensure)(username="v", password="pw")
     operator = await database_sync_to_async(operator_ensure)(username="o", password="pw")

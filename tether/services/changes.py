@@ -11,9 +11,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annihilation.events import publish
-from annihilation.redaction import redact
 from bursts.models import QuantumRun
+from core.events import publish
+from core.redaction import redact
 from psychonauts.errors import WorkspaceError
 from psychonauts.workspaces import branch_for, git, git_run, registry_lock, repo_lock
 from quanta.models import Dependency, DependencyKind

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from annihilation.cli import shorten
+from core.cli import shorten
 from quanta.models import DependencyKind, Quantum, QuantumKind
 from quanta.services import comment_add, dependency_add, quantum_create
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from annihilation.events import publish
+from core.events import publish
 from tether.errors import AlreadyDecided, InvalidInput, NotFound
 from tether.models import Drift, DriftKind, DriftStatus
 from tether.services.corrections import correction_file

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annihilation.events import publish
-from annihilation.redaction import redact
+from core.events import publish
+from core.redaction import redact
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import known_roles, pipelines_save
@@ -102,7 +102,7 @@ def mutation_propose(
     mutation_id = mutation.pk
 
     def timer() -> None:
-        from annihilation.celery import app
+        from core.celery import app
 
         try:  # the beat sweep expires it anyway if this message is lost
             app.send_task(EXPIRE_TASK, args=(mutation_id,), countdown=timeout)

@@ -14,10 +14,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from annihilation.events import publish
-from annihilation.redaction import redact
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from bursts.services import agent_resume
+from core.events import publish
+from core.redaction import redact
 from psychonauts.errors import PsychonautError
 from psychonauts.models import AgentTurn
 from psychonauts.services import tool_call_complete
@@ -50,7 +50,7 @@ def reaching_payload(r: Reaching) -> dict[str, object]:
 
 
 def _after_commit_queue(r: Reaching) -> None:
-    from annihilation.celery import app
+    from core.celery import app
 
     reaching_id, priority, deadline = r.pk, r.priority, r.deadline
     countdown = max(0.0, (deadline - timezone.now()).total_seconds())

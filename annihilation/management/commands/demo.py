@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from annihilation.access import operator_ensure
-from annihilation.cli import SafeCommand, seconds, shorten, table
 from annihilation.demo_worker import worker_for_command
 from bursts.models import QuantumRun, RunStatus
+from core.access import operator_ensure
+from core.cli import SafeCommand, seconds, shorten, table
 from psychonauts.errors import WorkspaceError
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import sandbox_status

@@ -12,11 +12,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annihilation.cli import SafeCommand, emit_json, positive_int, seconds
 from bursts.errors import BurstsError
 from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
 from bursts.selectors import WaveProgress, wave_detail, wave_progress
 from bursts.services import wave_start
+from core.cli import SafeCommand, emit_json, positive_int, seconds
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_label
 

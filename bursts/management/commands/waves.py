@@ -6,11 +6,11 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import SafeCommand, emit_json, parse_id, positive_int, subcommands, table
 from bursts.errors import BurstsError
 from bursts.management.commands.start_wave import summary
 from bursts.selectors import wave_data, wave_detail, waves_list
 from bursts.services import wave_cancel
+from core.cli import SafeCommand, emit_json, parse_id, positive_int, subcommands, table
 
 
 class Command(SafeCommand):

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import SafeCommand, emit_json, parse_id, shorten, table
-from annihilation.redaction import redact
+from core.cli import SafeCommand, emit_json, parse_id, shorten, table
+from core.redaction import redact
 from psychonauts import leases, selectors, services
 from psychonauts.errors import PsychonautError
 from psychonauts.registry import registry_rebuild

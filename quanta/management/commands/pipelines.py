@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import SafeCommand, emit_json, subcommands, table
+from core.cli import SafeCommand, emit_json, subcommands, table
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import PipelineInvalid
 from quanta.pipelines.services import (

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from django.core.management.base import CommandError, CommandParser
 
-from annihilation.cli import (
+from core.cli import (
     SafeCommand,
     emit_json,
     parse_id,
@@ -17,7 +17,7 @@ from annihilation.cli import (
     subcommands,
     table,
 )
-from quanta import selectors, services
+from quanta import selectors, serializers, services
 from quanta.errors import ImportFailed, QuantaError
 from quanta.importer import quanta_import
 from quanta.models import (
@@ -120,7 +120,7 @@ class Command(SafeCommand):
 
         p = add("export", "export quanta in the import format")
         p.add_argument("--status", choices=QuantumStatus.values)
-        p.add_argument("--format", choices=selectors.EXPORT_FORMATS, default="yaml")
+        p.add_argument("--format", choices=serializers.EXPORT_FORMATS, default="yaml")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, "do_" + options["subcommand"])
@@ -325,4 +325,4 @@ class Command(SafeCommand):
 
     def do_export(self, o: dict[str, Any]) -> None:
         fmt = "jsonl" if o["json"] else o["format"]
-        self.stdout.write(selectors.quanta_export(status=o["status"], fmt=fmt), ending="")
+        self.stdout.write(serializers.quanta_export(status=o["status"], fmt=fmt), ending="")

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from annihilation.cli import SafeCommand, emit_json, parse_id, shorten, subcommands, table
+from core.cli import SafeCommand, emit_json, parse_id, shorten, subcommands, table
 from psychonauts.errors import PsychonautError
 from quanta.errors import QuantaError
 from tether.errors import TetherError

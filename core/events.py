@@ -24,9 +24,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from annihilation.errors import UnknownTopic
-from annihilation.models import Event
-from annihilation.redaction import redact_data
+from core.errors import UnknownTopic
+from core.models import Event
+from core.redaction import redact_data
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class EventBatch:
     """
 
     _CTE = """events AS (
-    INSERT INTO annihilation_event (session_id, topic, type, payload, created_at)
+    INSERT INTO {table} (session_id, topic, type, payload, created_at)
     SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
     FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb){where}
     RETURNING id
@@ -136,7 +136,9 @@ class EventBatch:
     def cte(cls, *, only_if: str = "") -> str:
         """The CTE `events`; `only_if`: an SQL condition (on the statement's other CTEs) under
         which they are written."""
-        return cls._CTE.format(where=f"\n    WHERE {only_if}" if only_if else "")
+        return cls._CTE.format(
+            table=Event._meta.db_table, where=f"\n    WHERE {only_if}" if only_if else ""
+        )
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The two roles of the control room: `operators` (with annihilation.operate) and `viewers`."""
+"""The two roles of the control room: `operators` (with core.operate) and `viewers`."""
 
 from django.db import migrations
 
@@ -8,7 +8,7 @@ def create_groups(apps, schema_editor):
     Permission = apps.get_model("auth", "Permission")
     Group = apps.get_model("auth", "Group")
     # The permission is normally created after migrate (post_migrate); the groups need it now.
-    content_type, _ = ContentType.objects.get_or_create(app_label="annihilation", model="access")
+    content_type, _ = ContentType.objects.get_or_create(app_label="core", model="access")
     operate, _ = Permission.objects.get_or_create(
         content_type=content_type,
         codename="operate",
@@ -25,7 +25,7 @@ def remove_groups(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("annihilation", "0003_access"),
+        ("core", "0002_event_append_only"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
-from annihilation.redaction import extra_patterns_check, install_log_redaction
+from core.redaction import extra_patterns_check, install_log_redaction
 
 
 class CoreConfig(AppConfig):
-    name = "annihilation"
-    verbose_name = "Annihilation core"
+    name = "core"
+    verbose_name = "Core"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -15,8 +15,8 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 
-from annihilation.redaction import redact
-from annihilation.safetext import quoted, text_problem
+from core.redaction import redact
+from core.safetext import quoted, text_problem
 
 ID_MAX = 2**63 - 1  # ids are bigints
 COUNT_MAX = 2**31 - 1  # counts and limits fit an integer column
@@ -41,7 +41,7 @@ class _RedactingStream:
 
 class SafeCommand(BaseCommand):
     """A management command whose bad input is one line on stderr, never a traceback, and
-    whose output is redacted (annihilation.redaction) whatever it prints.
+    whose output is redacted (core.redaction) whatever it prints.
 
     From a terminal an argument argparse refuses exits 2 with `prog: error: why` alone (no
     usage block), and so does a value no text column could store (a NUL, bytes that are not

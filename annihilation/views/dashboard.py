@@ -1,22 +1,24 @@
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from annihilation.access import user_can_operate
-from annihilation.events import EventMessage
-from annihilation.live import events_last_id, live_page
-from annihilation.models import Event
-from annihilation.redis import get_redis
 from bursts.forms import WaveStartForm
 from bursts.selectors import dashboard_summary
+from bursts.services import wave_start
+from core.access import operator_required, user_can_operate
+from core.events import EventMessage
+from core.live import live_attrs, live_page
+from core.models import Event
+from core.redis import get_redis
 from psychonauts.sandbox import sandbox_status
 from tether.selectors import tether_counts
 
@@ -47,17 +49,6 @@ def ui_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "can_operate": user_can_operate(getattr(request, "user", None)),
         "flower_url": settings.FLOWER_URL,
-    }
-
-
-def live_attrs(topics: list[str], page: str, **params: Any) -> dict[str, Any]:
-    """What base.html puts on <body> for static/live.js: topics, page, params, catch-up point."""
-    return {
-        "live_topics": topics,
-        "live_topics_json": json.dumps(topics),
-        "live_page": page,
-        "live_params_json": json.dumps({k: str(v) for k, v in params.items()}),
-        "live_after": events_last_id(),
     }
 
 
@@ -101,3 +92,18 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     if event["topic"].startswith("tether:"):
         return {"tether_counts": tether_counts()}
     return {}
+
+
+@require_POST
+@operator_required
+def wave_start_view(request: HttpRequest) -> HttpResponse:
+    form = WaveStartForm(request.POST)
+    if not form.is_valid():
+        return dashboard_render(request, start_form=form, status=400)
+    wave = wave_start(
+        labels=form.cleaned_data["labels"],
+        continuous=form.cleaned_data["continuous"],
+        started_by=request.user.get_username(),
+    )
+    messages.success(request, f"Wave {wave.pk} started ({wave.status}).")
+    return redirect("dashboard")

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from annihilation.safetext import display_name, quoted, text_problem
+from core.safetext import display_name, quoted, text_problem
 
 MAX_DEPTH = 50
 MAX_NODES = 250_000

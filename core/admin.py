@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from annihilation.models import Event, Session
+from core.models import Event, Session
 
 
 @admin.register(Session)

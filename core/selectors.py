@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from annihilation.events import EventMessage, event_message
-from annihilation.models import Event
+from core.events import EventMessage, event_message
+from core.models import Event
 
 CATCH_UP_LIMIT = 1000
 

@@ -3,7 +3,7 @@
 A client connects, then sends {"subscribe": [topics], "after": <last event id it saw>} and, for
 a live page, "page" and "params". It joins each topic's group and first receives every event it
 missed, so a reconnect loses nothing. Each event goes out as {"event": ..., "html": ...}, the
-html being the page's server-rendered fragments for it (annihilation.live).
+html being the page's server-rendered fragments for it (core.live).
 
 Actions ({"action": name, ...}) are for operators only: the permission is checked here, per
 message, exactly as the action views check it.
@@ -21,13 +21,13 @@ from typing import Any, Literal, NotRequired, TypedDict
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from annihilation.access import user_can_operate
-from annihilation.errors import UnknownTopic
-from annihilation.events import ChannelEvent, EventMessage, check_topic, group_for_topic
-from annihilation.live import ActionRefused, fragment_render, live_page_known, ws_action_get
-from annihilation.safetext import quoted, text_problem
-from annihilation.safeyaml import MAX_DEPTH
-from annihilation.selectors import events_after
+from core.access import user_can_operate
+from core.errors import UnknownTopic
+from core.events import ChannelEvent, EventMessage, check_topic, group_for_topic
+from core.live import ActionRefused, fragment_render, live_page_known, ws_action_get
+from core.safetext import quoted, text_problem
+from core.safeyaml import MAX_DEPTH
+from core.selectors import events_after
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ registers a context function with `live_page`, which runs once per event for tha
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,9 +23,9 @@ from django.db.models import Max
 from django.template import TemplateDoesNotExist
 from django.template.loader import select_template
 
-from annihilation.events import EventMessage
-from annihilation.models import Event
-from annihilation.safetext import text_problem
+from core.events import EventMessage
+from core.models import Event
+from core.safetext import text_problem
 
 LiveContext = Callable[[EventMessage, Mapping[str, str]], dict[str, Any]]
 
@@ -142,3 +143,14 @@ def ws_action(name: str) -> Callable[[WsAction], WsAction]:
 
 def ws_action_get(name: str) -> WsAction | None:
     return _ACTIONS.get(name)
+
+
+def live_attrs(topics: list[str], page: str, **params: Any) -> dict[str, Any]:
+    """What base.html puts on <body> for static/live.js: topics, page, params, catch-up point."""
+    return {
+        "live_topics": topics,
+        "live_topics_json": json.dumps(topics),
+        "live_page": page,
+        "live_params_json": json.dumps({k: str(v) for k, v in params.items()}),
+        "live_after": events_last_id(),
+    }

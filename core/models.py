@@ -74,7 +74,7 @@ class Event(models.Model):
 
 
 class Access(models.Model):
-    """Holds the `annihilation.operate` permission; no table (operators are a group that has it).
+    """Holds the `core.operate` permission; no table (operators are a group that has it).
 
     Operators may start and cancel waves, answer, ground and approve; viewers only look.
     """

@@ -1,6 +1,6 @@
 """Who may do what in the control room.
 
-Two groups made by a data migration: `operators` hold `annihilation.operate` and may act (start
+Two groups made by a data migration: `operators` hold `core.operate` and may act (start
 and cancel waves, answer, ground, approve); `viewers` only look. Every action view is wrapped in
 `operator_required`, and websocket actions check `user_can_operate` the same way.
 """
@@ -16,9 +16,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
 
-from annihilation.errors import AnnihilationError
+from core.errors import AnnihilationError
 
-OPERATE = "annihilation.operate"
+OPERATE = "core.operate"
 OPERATORS = "operators"
 VIEWERS = "viewers"
 
@@ -30,7 +30,7 @@ class AccountError(AnnihilationError):
 
 
 def user_can_operate(user: AbstractBaseUser | AnonymousUser | None) -> bool:
-    """Logged in, active, and holding `annihilation.operate` (superusers hold every permission)."""
+    """Logged in, active, and holding `core.operate` (superusers hold every permission)."""
     return bool(
         user is not None
         and user.is_authenticated

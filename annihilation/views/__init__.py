@@ -1,0 +1,1 @@
+"""The pages that compose several apps: the dashboard, a quantum, the pipelines."""
