@@ -6,8 +6,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-# The demo/dev services and the test services use separate folders and ports.
-DEV_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation PG_PORT=55432 REDIS_PORT=56379
+# The demo/dev services and the test services use separate folders and ports. The dev ones can be
+# moved (make dev DEV_HOME=... DEV_PG_PORT=... DEV_REDIS_PORT=..., with DATABASE_URL and REDIS_URL
+# to match); DEV_SERVICES_HOME is where `make services` looks for (or keeps) the Postgres and
+# Redis data, DEV_HOME unless set (tests/core/test_make_dev.py shares the test services).
+DEV_HOME ?= $(CURDIR)/.annihilation
+DEV_SERVICES_HOME ?= $(DEV_HOME)
+DEV_PG_PORT ?= 55432
+DEV_REDIS_PORT ?= 56379
+DEV_ENV := ANNIHILATION_HOME=$(DEV_HOME) PG_PORT=$(DEV_PG_PORT) REDIS_PORT=$(DEV_REDIS_PORT)
+DEV_SERVICES_ENV := ANNIHILATION_HOME=$(DEV_SERVICES_HOME) PG_PORT=$(DEV_PG_PORT) REDIS_PORT=$(DEV_REDIS_PORT)
 TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_PORT=56380 \
 	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \
 	REDIS_URL=redis://127.0.0.1:56380/0 DEBUG=true
@@ -22,10 +30,10 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 services:
-	@$(DEV_ENV) scripts/services.sh start
+	@$(DEV_SERVICES_ENV) scripts/services.sh start
 
 stop:
-	@$(DEV_ENV) scripts/services.sh stop
+	@$(DEV_SERVICES_ENV) scripts/services.sh stop
 	@$(TEST_ENV) scripts/services.sh stop
 
 demo: install services
@@ -33,12 +41,13 @@ demo: install services
 	@$(DEV_ENV) $(PY) manage.py demo
 
 # honcho runs the Procfile through /bin/sh with this PATH: the venv's daphne, celery and python
-# are found without an activated venv. Flower gets a password made once for this checkout.
-FLOWER_DEV_PASSWORD := .annihilation/flower-password
+# are found without an activated venv. Flower gets a password made once for this checkout. The
+# Procfile reads WEB_PORT and FLOWER_PORT (8000 and 5555 unless set).
+FLOWER_DEV_PASSWORD := $(DEV_HOME)/flower-password
 dev: install services
 	@$(DEV_ENV) $(PY) manage.py migrate --noinput -v 0
-	@test -s $(FLOWER_DEV_PASSWORD) || (umask 077 && mkdir -p .annihilation && $(PY) -c 'import secrets; print(secrets.token_urlsafe(18))' > $(FLOWER_DEV_PASSWORD))
-	@echo "Flower: http://127.0.0.1:5555 (user dev, password in $(FLOWER_DEV_PASSWORD) unless ANNIHILATION_FLOWER_USER/_PASSWORD are set)"
+	@test -s $(FLOWER_DEV_PASSWORD) || (umask 077 && mkdir -p $(DEV_HOME) && $(PY) -c 'import secrets; print(secrets.token_urlsafe(18))' > $(FLOWER_DEV_PASSWORD))
+	@echo "Web: http://127.0.0.1:$${WEB_PORT:-8000}  Flower: http://127.0.0.1:$${FLOWER_PORT:-5555} (user dev, password in $(FLOWER_DEV_PASSWORD) unless ANNIHILATION_FLOWER_USER/_PASSWORD are set)"
 	@$(DEV_ENV) PATH="$(CURDIR)/$(BIN):$$PATH" \
 		ANNIHILATION_FLOWER_USER="$${ANNIHILATION_FLOWER_USER:-dev}" \
 		ANNIHILATION_FLOWER_PASSWORD="$${ANNIHILATION_FLOWER_PASSWORD:-$$(cat $(FLOWER_DEV_PASSWORD))}" \
