@@ -357,7 +357,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 
 # --- ui ---
-# The control room (issue 6): login everywhere (views opt out with @login_not_required), the
+# The control room: login everywhere (views opt out with @login_not_required), the
 # operator/viewer roles (core.access), static files of the live script, nav context.
 MIDDLEWARE = [*MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("annihilation.views.dashboard.ui_context")  # type: ignore[index]

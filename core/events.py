@@ -30,7 +30,8 @@ from core.redaction import redact_data
 
 logger = logging.getLogger(__name__)
 
-# The topics of DESIGN.md. `agent:<id>` and `reflection:<stage>` carry a suffix.
+# The event topics: an agent's stream (`agent:<id>`), the Tether's queues, the burst manager's
+# lifecycle, reflection's stages (`reflection:<stage>`) and the quanta. Anything else is refused.
 _TOPIC = re.compile(
     r"^(agent:[A-Za-z0-9_.-]{1,150}"
     r"|tether:(reaching|drifts|questions)"

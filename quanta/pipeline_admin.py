@@ -8,11 +8,11 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import ValidationError
-from django.db.models import F
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
 from quanta.pipeline_models import Pipeline, Stage
+from quanta.pipelines.services import pipeline_version_bump
 
 
 class StageInline(admin.TabularInline[Stage, Pipeline]):
@@ -59,4 +59,4 @@ class PipelineAdmin(admin.ModelAdmin[Pipeline]):
     ) -> None:
         super().save_related(request, form, formsets, change)
         if change and (form.has_changed() or any(fs.has_changed() for fs in formsets)):
-            Pipeline.objects.filter(pk=form.instance.pk).update(version=F("version") + 1)
+            pipeline_version_bump(pipeline_id=form.instance.pk)

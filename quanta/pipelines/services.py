@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from core.events import publish
 from quanta.errors import QuantaError
@@ -195,6 +195,11 @@ def pipelines_ensure_defaults() -> list[LoadedPipeline]:
     if Pipeline.objects.exists():
         return []
     return pipelines_load(paths=[shipped_pipelines_dir()])
+
+
+def pipeline_version_bump(*, pipeline_id: int) -> None:
+    """A pipeline edited in place (the admin) gets a new version; runs keep their snapshots."""
+    Pipeline.objects.filter(pk=pipeline_id).update(version=F("version") + 1)
 
 
 # --- reads ------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.selectors import quanta_blocked, quanta_ready, quantum_why_not_ready
+from quanta.services import quanta_delete_labelled
 from tether.errors import TetherError
 from tether.models import ChangeStatus, DriftStatus, Reaching, ReachingStatus
 from tether.selectors import changes_list, drifts_list
@@ -58,7 +59,7 @@ class Command(SafeCommand):
         try:
             with transaction.atomic():
                 # Safe to run twice: the previous demo backlog is replaced, nothing else touched.
-                removed, _ = Quantum.objects.filter(labels__contains=[DEMO_LABEL]).delete()
+                removed = quanta_delete_labelled(label=DEMO_LABEL)
                 ids = quanta_import(path=options["file"])
         except QuantaError as exc:
             raise CommandError(str(exc)) from None
