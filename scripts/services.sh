@@ -9,6 +9,8 @@
 # alone. Installs postgresql and redis-server from the system packages when they are missing and
 # this user may (root, or password-less sudo); otherwise says what to install and stops.
 set -euo pipefail
+# runuser, pg_ctl helpers and apt live in sbin folders a plain user PATH may leave out.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 action=${1:-start}
 HOME_DIR=${ANNIHILATION_HOME:?ANNIHILATION_HOME must be set}
