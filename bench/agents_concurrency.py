@@ -53,7 +53,7 @@ django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
 
 from django.core.management import call_command  # noqa: E402
 
-from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server  # noqa: E402
+from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server  # noqa: E402
 
 QUEUE = "bench-agents"
 

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from django.conf import settings
 
@@ -22,11 +22,23 @@ OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
 OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled"})
 
 
+class OutcomeDict(TypedDict):
+    status: OutcomeStatus
+    result: str
+    error: str
+
+
 @dataclass(frozen=True)
 class Outcome:
+    """How one execution of an agent run ended: `result` is the final answer of a `done` run;
+    `error` says why any other run did not finish (its failure, what a `waiting` run waits for)."""
+
     status: OutcomeStatus
     result: str = ""
     error: str = ""
+
+    def as_dict(self) -> OutcomeDict:
+        return {"status": self.status, "result": self.result, "error": self.error}
 
 
 def _noop(agent_run_id: int) -> Outcome:
@@ -50,7 +62,8 @@ def _resolve(name: str) -> Callable[..., Any]:
 
 
 def _normalise(raw: Any) -> Outcome:
-    """Accept the runtime's AgentOutcome (dataclass or mapping) and return our value object."""
+    """An Outcome from whatever the executor returned: an Outcome, or a mapping or object with
+    the same keys (an executor named by a dotted path may return either)."""
     get = raw.get if isinstance(raw, dict) else (lambda key, default="": getattr(raw, key, default))
     status = str(get("status", "error"))
     if status not in OUTCOME_STATUSES:

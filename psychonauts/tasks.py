@@ -6,12 +6,13 @@ from celery import shared_task
 
 # Imported with the worker, not by its first task: the SDK takes about a second to import.
 import psychonauts.providers.anthropic  # noqa: F401
+from bursts.executor import OutcomeDict
 from psychonauts.errors import AgentRunNotFound
-from psychonauts.services import AgentOutcomeDict, agent_run_execute, workspaces_sweep
+from psychonauts.services import agent_run_execute, workspaces_sweep
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def execute_agent_run(agent_run_id: int) -> AgentOutcomeDict:
+def execute_agent_run(agent_run_id: int) -> OutcomeDict:
     """Execute or resume one agent run. Idempotent: redelivery resumes from the checkpoint.
 
     The outcome is the AgentRun row (and its events); nobody waits on a Celery result.

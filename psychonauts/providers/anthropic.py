@@ -1,9 +1,8 @@
 """`anthropic`: the Messages API through the official SDK, streamed, with our own retry policy.
 
-The SDK's standard environment applies (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL), so the provider
-can be pointed at any compatible endpoint, including `psychonauts.providers.fake_server`.
-The SDK's own retries are off: ours log, back off exponentially with jitter, and end with one
-clear error naming the last failure.
+The SDK's standard environment applies (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL): the base URL
+can point at any compatible endpoint. The SDK's own retries are off: ours log, back off
+exponentially with jitter, and end with one clear error naming the last failure.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import pytest
 
 from bursts.models import AgentStatus
 from psychonauts.models import ToolCall, Usage
-from psychonauts.providers.fake_server import FakeReply, fake_anthropic_server
 from psychonauts.services import agent_run_execute
+from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 
 pytestmark = pytest.mark.django_db
 

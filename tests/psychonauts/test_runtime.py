@@ -148,12 +148,12 @@ def test_it_fails_the_first_attempt_and_succeeds_the_retry(repo, make_quantum, m
 
 
 def test_it_includes_the_threaded_context_verbatim_in_the_prompt(repo, make_run):
-    from psychonauts.services import _prompt
+    from psychonauts.services.prompt import agent_prompt
 
     context = "## Stage 0 Results\n### Agent: 1_s0_planner\n1. do *this*\n2. then that"
     run = make_run("coder", context=context)
 
-    assert context in _prompt(run)
+    assert context in agent_prompt(run)
 
 
 def test_it_routes_trivial_quanta_to_the_no_llm_executor(repo, make_quantum, make_run, settings):

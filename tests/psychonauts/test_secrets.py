@@ -200,7 +200,7 @@ turns:
         raise _Crash
 
     with monkeypatch.context() as patch:
-        patch.setattr("psychonauts.services.tool_execute", crash)
+        patch.setattr("psychonauts.services.runner.tool_execute", crash)
         with pytest.raises(_Crash):
             agent_run_execute(agent_run_id=run.pk)
     outcome = agent_run_execute(agent_run_id=run.pk)

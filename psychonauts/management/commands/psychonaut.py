@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from bursts.executor import Outcome
 from core.cli import SafeCommand, emit_json, parse_id, shorten, table
 from core.redaction import redact
 from psychonauts import leases, selectors, services
@@ -116,7 +117,7 @@ class Command(SafeCommand):
     def _execute(self, options: dict[str, Any]) -> None:
         self._outcome(services.agent_run_execute(agent_run_id=options["agent_run"]))
 
-    def _outcome(self, outcome: services.AgentOutcome) -> None:
+    def _outcome(self, outcome: Outcome) -> None:
         style = self.style.SUCCESS if outcome.status == "done" else self.style.ERROR
         self.stdout.write(style(f"\n== {outcome.status}"))
         if outcome.result:

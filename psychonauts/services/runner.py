@@ -1,56 +1,35 @@
-"""Executing agent runs: the agent loop, checkpoints, usage and budgets, spawning.
-
-`agent_run_execute` is the one entry point (Celery-free). It is idempotent: a terminal run
-returns its stored outcome; a non-terminal run resumes from its last checkpointed turn, and a
-tool call recorded as completed is never executed again.
-"""
+"""One execution of one agent run: the turn loop, its checkpoints, its tool calls, its end."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
-import re
-import socket
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from decimal import Decimal
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection
+from django.db import connection
 from django.utils import timezone
 
-from bursts.models import AGENT_LIVE, AGENT_TERMINAL, AgentPhase, AgentRun, AgentStatus, QuantumRun
-from core.events import EventBatch, publish, publish_many
+from bursts.executor import Outcome
+from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
+from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
-from psychonauts import registry, semaphore
+from psychonauts import registry
 from psychonauts.checkpoint import (
     TurnCompletion,
     TurnRecord,
-    run_claim,
     run_finish,
-    run_read,
     tool_call_done,
     turn_complete,
     turn_open,
     turn_record,
 )
-from psychonauts.errors import (
-    AgentRunNotFound,
-    BudgetExceeded,
-    PsychonautError,
-    RoleNotFound,
-    SpawnRefused,
-    SuspendRun,
-)
+from psychonauts.errors import PsychonautError
 from psychonauts.models import AgentTurn, Role, ToolCall
-from psychonauts.providers import provider_get
 from psychonauts.providers.base import (
     Message,
     Provider,
@@ -60,179 +39,23 @@ from psychonauts.providers.base import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from psychonauts.roles import roles_load, roles_sync_defaults
-from psychonauts.sandbox import sandbox_require
-from psychonauts.tools import SpawnSpec, ToolContext, ToolResult, tool_execute, tools_for
-from psychonauts.workspaces import (
-    branch_for,
-    workspace_commit,
-    workspace_prepare,
-    workspace_ready,
-    workspace_remove,
-)
-from quanta.models import Quantum, QuantumStatus
+from psychonauts.services.budget import Spend, WaveBudget, budget_check, cost_usd
+from psychonauts.services.prompt import agent_prompt
+from psychonauts.services.runs import run_outcome
+from psychonauts.services.spawn import Execute, agent_spawn
+from psychonauts.tools import ToolContext, ToolResult, tool_execute, tools_for
+from psychonauts.workspaces import branch_for, workspace_commit, workspace_prepare, workspace_ready
 
-logger = logging.getLogger(__name__)
-
-__all__ = [
-    "AgentOutcome",
-    "agent_run_create",
-    "agent_run_execute",
-    "roles_load",
-    "roles_sync_defaults",
-    "tool_call_complete",
-    "workspaces_sweep",
-]
-
-OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
-
-
-class AgentOutcomeDict(TypedDict):
-    status: OutcomeStatus
-    result: str
-    error: str
-
-
-@dataclass(frozen=True)
-class AgentOutcome:
-    status: OutcomeStatus
-    result: str = ""
-    error: str = ""
-
-    def as_dict(self) -> AgentOutcomeDict:
-        return {"status": self.status, "result": self.result, "error": self.error}
-
-
+# A caller watching a run (the CLI): called with each event's type and payload, except `text`,
+# whose pieces it sees as ("delta", {"text": ...}) while the model writes.
 Observer = Callable[[str, dict[str, Any]], None]
-
-# Later issues add prompt sections (playbook rules, skills) here: f(agent_run) -> text or "".
-PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = []
 
 
 class _Stop(PsychonautError):
     """The loop ends in error for a stated reason (max turns, timeout)."""
 
 
-def _stored_outcome(run: AgentRun) -> AgentOutcome:
-    status: OutcomeStatus = (
-        "waiting" if run.status == AgentStatus.WAITING else run.status  # type: ignore[assignment]
-    )
-    return AgentOutcome(status, run.result, run.error)
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
-
-
-def agent_run_create(
-    *,
-    quantum_id: int,
-    role: str,
-    provider: str = "",
-    model: str = "",
-    context: str = "",
-    agent_id: str = "",
-) -> AgentRun:
-    """A standalone agent run (CLI): agent id `<quantum>_cli_<role>`, next attempt number."""
-    agent_id = agent_id or f"{quantum_id}_cli_{role}"
-    for _ in range(5):
-        last = (
-            AgentRun.objects.filter(agent_id=agent_id).order_by("-attempt").values_list(
-                "attempt", flat=True
-            ).first()
-        )  # fmt: skip
-        try:
-            return AgentRun.objects.create(
-                agent_id=agent_id,
-                attempt=(last or 0) + 1,
-                quantum_id=quantum_id,
-                role=role,
-                provider=provider,
-                model=model,
-                context=context,
-            )
-        except IntegrityError:
-            continue  # another process took that attempt number: take the next one
-    raise PsychonautError(f"could not allocate an attempt number for {agent_id}")
-
-
-def tool_call_complete(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> None:
-    """Record the result of a pending tool call (ask_tether's answer) before resuming the run;
-    stored redacted, as every tool result is."""
-    updated = ToolCall.objects.filter(
-        agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
-    ).update(output=redact(output), is_error=is_error, completed=True)
-    if updated != 1:
-        raise PsychonautError(f"no pending tool call {tool_use_id} on agent run {agent_run_id}")
-
-
-def _prompt(run: AgentRun) -> str:
-    q = run.quantum
-    parts = [f"# Quantum #{q.pk}: {q.title}", f"kind: {q.kind}; complexity: {q.complexity}"]
-    if q.labels:
-        parts.append("labels: " + ", ".join(q.labels))
-    if q.body:
-        parts.append(q.body)
-    if q.acceptance:
-        parts.append("## Acceptance criteria\n" + q.acceptance)
-    if q.verify_commands:
-        parts.append("## Verification commands\n" + "\n".join(q.verify_commands))
-    if run.context:
-        parts.append("## Context\n" + run.context)
-    for section in PROMPT_SECTIONS:
-        text = section(run)
-        if text:
-            parts.append(text)
-    parts.append(f"You are agent {run.agent_id} (attempt {run.attempt}, role {run.role}).")
-    return "\n\n".join(parts)
-
-
-def _price(model: str) -> tuple[float, float]:
-    prices: dict[str, tuple[float, float]] = settings.PSYCHONAUTS_PRICES
-    return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
-
-
-def cost_usd(model: str, tokens_in: int, tokens_out: int) -> Decimal:
-    p_in, p_out = _price(model)
-    return Decimal(str(round((tokens_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
-
-
-@dataclass(frozen=True)
-class WaveBudget:
-    wave_id: int
-    limit_usd: Decimal | None
-
-
-@dataclass(frozen=True)
-class Spend:
-    """What the budgets have spent so far: the quantum run's (or the lone agent run's), and the
-    wave's when the wave has a budget."""
-
-    run: Decimal
-    wave: Decimal | None = None
-
-
-def budget_check(
-    run: AgentRun, *, spend: Spend, wave: WaveBudget | None, model: str, estimate_tokens_in: int
-) -> None:
-    """Refuse the next call if it would take the quantum run (or the wave) over budget."""
-    estimate = cost_usd(model, estimate_tokens_in, 0)
-    limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
-    scope = "quantum run" if run.quantum_run_id else "agent run"
-    if spend.run + estimate > limit:
-        raise BudgetExceeded(
-            f"budget: the {scope} has spent ${spend.run:.4f} of ${limit:.4f}; "
-            f"the next call (about ${estimate:.4f}) would exceed it"
-        )
-    limit_wave = wave.limit_usd if wave is not None else None
-    if limit_wave is not None and spend.wave is not None and spend.wave + estimate > limit_wave:
-        raise BudgetExceeded(
-            f"budget: wave {wave.wave_id} has spent ${spend.wave:.4f} of "  # type: ignore[union-attr]
-            f"${limit_wave:.4f}; the next call would exceed it"
-        )
-
-
-class _Runner:
+class Runner:
     """One execution of one agent run (a process may execute the same run again later).
 
     Writes are grouped per step of a turn, because a worker runs a hundred agents on one core:
@@ -254,11 +77,13 @@ class _Runner:
         *,
         session_id: int,
         resumed: bool,
+        execute: Execute,
     ) -> None:
         self.run = run
         self.role = role
         self.observer = observer
         self.resumed = resumed
+        self.execute = execute  # for sub-agents
         self.topic = f"agent:{run.agent_id}"
         self.session_id = session_id
         self.provider, self.model = route
@@ -350,7 +175,7 @@ class _Runner:
 
     # the loop -----------------------------------------------------------------------------
     def messages(self, turns: list[AgentTurn]) -> list[Message]:
-        messages: list[Message] = [{"role": "user", "content": _prompt(self.run)}]
+        messages: list[Message] = [{"role": "user", "content": agent_prompt(self.run)}]
         for turn in turns:
             messages.append({"role": "assistant", "content": turn.assistant})
             if turn.tool_results:
@@ -379,7 +204,7 @@ class _Runner:
         self.completion = None
         return None if spent is None else Spend(*spent)
 
-    def loop(self) -> AgentOutcome:
+    def loop(self) -> Outcome:
         turns = (
             list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
             if self.resumed
@@ -409,7 +234,7 @@ class _Runner:
                 if self.run.status == AgentStatus.CANCELLED:
                     self.emit("cancelled", reason="cancelled by the burst manager")
                 self.flush_events()
-                return _stored_outcome(self.run)
+                return run_outcome(self.run)
             messages = self.messages(turns)
             budget_check(
                 self.run,
@@ -607,7 +432,9 @@ class _Runner:
             shared=settings.PSYCHONAUTS_WORKSPACE_MODE == "shared",
             turn_index=turn_index,
             tool_use_id=use["id"],
-            spawn=lambda specs: agent_spawn(parent=self.run, turn_index=turn_index, specs=specs),
+            spawn=lambda specs: agent_spawn(
+                parent=self.run, turn_index=turn_index, specs=specs, execute=self.execute
+            ),
         )
         started = time.monotonic()
         if original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
@@ -641,7 +468,7 @@ class _Runner:
         )
         return call
 
-    def done(self, turn: AgentTurn) -> AgentOutcome:
+    def done(self, turn: AgentTurn) -> Outcome:
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
         sha = workspace_commit(
             workspace=self.workspace,
@@ -652,7 +479,37 @@ class _Runner:
         if sha:
             text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
             self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
-        return _finish(self, AgentStatus.DONE, result=text.strip())
+        return self.finish(AgentStatus.DONE, result=text.strip())
+
+    def finish(self, status: str, *, result: str = "", error: str = "") -> Outcome:
+        """End the run with `status` (done or error), unless someone else ended it first."""
+        result, error = redact(result), redact(error)  # stored, published, returned to the CLI
+        run = self.run
+        phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
+        if self.completion is not None:  # the loop stopped before opening another turn
+            turn_complete(self.completion)
+            self.completion = None
+        buffered = list(self.pending)
+        outcome = self.event(status, result=result[:2000], error=error)
+        finished = run_finish(
+            agent_run_id=run.pk,
+            status=status,
+            phase=phase,
+            result=result,
+            error=error,
+            now=timezone.now(),
+            session_id=self.session_id,
+            events=self.take_events(outcome),
+        )
+        registry.registry_remove(run.pk)
+        if not finished:
+            # Someone else decided first (the burst manager cancelled it): their word stands, and
+            # only the events from before the end are the run's.
+            publish_many(self.topic, buffered, session_id=self.session_id)
+            run.refresh_from_db()
+            return run_outcome(run)
+        self.notify(*outcome)
+        return Outcome(status, result, error)  # type: ignore[arg-type]
 
 
 def _release_connection() -> None:
@@ -661,216 +518,3 @@ def _release_connection() -> None:
     hundred agents on a threads worker would otherwise hold a hundred."""
     if not connection.in_atomic_block:
         connection.close()
-
-
-def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
-    """The provider and model for a run: its own, the setting, the role's; a trivial quantum
-    may skip the LLM; the model follows the quantum's complexity unless one is named."""
-    complexity = run.quantum.complexity
-    provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
-    if complexity == "trivial" and settings.PSYCHONAUTS_TRIVIAL_NO_LLM and provider.uses_llm:
-        provider = provider_get("noop")
-    if not provider.uses_llm:
-        return provider, provider.name
-    return provider, run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
-
-
-def _finish(runner: _Runner, status: str, *, result: str = "", error: str = "") -> AgentOutcome:
-    result, error = redact(result), redact(error)  # stored, published, returned to the CLI
-    run = runner.run
-    phase = AgentPhase.DONE if status == AgentStatus.DONE else AgentPhase.ERROR
-    if runner.completion is not None:  # the loop stopped before opening another turn
-        turn_complete(runner.completion)
-        runner.completion = None
-    buffered = list(runner.pending)
-    outcome = runner.event(status, result=result[:2000], error=error)
-    finished = run_finish(
-        agent_run_id=run.pk,
-        status=status,
-        phase=phase,
-        result=result,
-        error=error,
-        now=timezone.now(),
-        session_id=runner.session_id,
-        events=runner.take_events(outcome),
-    )
-    registry.registry_remove(run.pk)
-    if not finished:
-        # Someone else decided first (the burst manager cancelled it): their word stands, and
-        # only the events from before the end are the run's.
-        publish_many(runner.topic, buffered, session_id=runner.session_id)
-        run.refresh_from_db()
-        return _stored_outcome(run)
-    runner.notify(*outcome)
-    return AgentOutcome(status, result, error)  # type: ignore[arg-type]
-
-
-def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> AgentOutcome:
-    """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
-    found = run_read(agent_run_id)
-    if found is None:
-        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
-    run, role = found
-    if run.status in AGENT_TERMINAL:
-        return _stored_outcome(run)
-    if role is None:
-        role = _role(run.role)
-    route: tuple[Provider, str] | None = None
-    refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
-    if role is not None:
-        try:
-            route = _route(run, role)
-            if not role.allowed_tools or "shell" in role.allowed_tools:
-                sandbox_require()
-        except PsychonautError as exc:
-            route, refusal = None, exc
-    now, worker = timezone.now(), worker_name()
-    claimed, session_id = run_claim(
-        agent_run_id=run.pk,
-        worker=worker,
-        now=now,
-        route=(route[0].name, route[1]) if route else None,
-        title=f"{run.agent_id} attempt {run.attempt}",
-    )
-    if not claimed:
-        run.refresh_from_db()
-        return _stored_outcome(run)
-    resumed = run.started_at is not None
-    run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker, now
-    run.started_at = run.started_at or now
-    if route is not None:
-        run.provider, run.model = route[0].name, route[1]
-    runner: _Runner | None = None
-    try:
-        if role is None or route is None or session_id is None:
-            raise refusal
-        runner = _Runner(run, role, route, observer, session_id=session_id, resumed=resumed)
-        runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
-        return runner.loop()
-    except SuspendRun as exc:
-        AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
-            status=AgentStatus.WAITING, phase=AgentPhase.WAITING, heartbeat_at=timezone.now()
-        )
-        run.refresh_from_db()
-        registry.registry_sync(run)
-        reason = redact(str(exc))
-        if runner is not None:
-            runner.emit("waiting", reason=reason)
-            runner.flush_events()
-        return AgentOutcome("waiting", error=reason)
-    except PsychonautError as exc:
-        return _fail(run, runner, str(exc))
-    except Exception as exc:
-        logger.exception("agent run %s crashed", run.pk, extra={"agent_run_id": run.pk})
-        return _fail(run, runner, f"internal error: {type(exc).__name__}: {exc}")
-
-
-def _role(name: str) -> Role | None:
-    """A role the run's read did not find: on a fresh database, load the shipped roles first."""
-    roles_sync_defaults()
-    return Role.objects.filter(name=name).first()
-
-
-def _fail(run: AgentRun, runner: _Runner | None, reason: str) -> AgentOutcome:
-    reason = redact(reason)  # an exception's message may quote anything
-    if runner is None:
-        now = timezone.now()
-        updated = AgentRun.objects.filter(pk=run.pk, status=AgentStatus.RUNNING).update(
-            status=AgentStatus.ERROR, phase=AgentPhase.ERROR, error=reason, finished_at=now
-        )
-        registry.registry_remove(run.pk)
-        if updated != 1:
-            run.refresh_from_db()
-            return _stored_outcome(run)
-        publish(f"agent:{run.agent_id}", "error", {"agent_run_id": run.pk, "error": reason})
-        return AgentOutcome("error", error=reason)
-    return _finish(runner, AgentStatus.ERROR, error=reason)
-
-
-def workspaces_sweep() -> list[int]:
-    """Remove the worktrees of closed quanta that no agent works in; returns their ids.
-
-    git checks every registered worktree when it adds one, so a repository that kept them all
-    would make each new quantum slower: 10 ms of git CPU with none registered, 33 ms with 300,
-    53 ms with 600 (measured). The beat runs this every PSYCHONAUTS_WORKSPACE_SWEEP_S.
-    """
-    folder = Path(settings.PSYCHONAUTS_WORKTREES)
-    if settings.PSYCHONAUTS_WORKSPACE_MODE != "worktree" or not folder.is_dir():
-        return []
-    ids = [int(p.name[2:]) for p in folder.iterdir() if re.fullmatch(r"q-\d+", p.name)]
-    removed = []
-    for quantum_id in _idle_closed(ids):
-        # Looked at again just before: a quantum reopened and started meanwhile keeps its tree.
-        if _idle_closed([quantum_id]) and workspace_remove(quantum_id=quantum_id):
-            removed.append(quantum_id)
-    if removed:
-        logger.info("removed the worktrees of %d closed quanta", len(removed))
-    return removed
-
-
-def _idle_closed(quantum_ids: list[int]) -> list[int]:
-    busy = AgentRun.objects.filter(quantum_id__in=quantum_ids, status__in=AGENT_LIVE)
-    return list(
-        Quantum.objects.filter(pk__in=quantum_ids, status=QuantumStatus.CLOSED)
-        .exclude(pk__in=busy.values("quantum_id"))
-        .values_list("pk", flat=True)
-    )
-
-
-def agent_spawn(*, parent: AgentRun, turn_index: int, specs: list[SpawnSpec]) -> str:
-    """Run sub-agents for a parent's spawn call and return their results as text.
-
-    Children are agent runs of their own (agent id derived from the parent's and the call's
-    position, so a resumed parent finds the same children instead of making new ones). They run
-    in threads of this process, each holding a slot of the global semaphore while it works; the
-    parent gives its own slot back while it waits (see semaphore.py for the deadlock).
-    """
-    depth = parent.depth + 1
-    if depth > settings.PSYCHONAUTS_SPAWN_DEPTH:
-        raise SpawnRefused(
-            f"depth limit: {parent.agent_id} is at depth {parent.depth}; "
-            f"sub-agents may go {settings.PSYCHONAUTS_SPAWN_DEPTH} deep"
-        )
-    known = set(Role.objects.values_list("name", flat=True))
-    for spec in specs:
-        if spec["role"] not in known:
-            raise SpawnRefused(f"unknown role {spec['role']!r} (known: {sorted(known)})")
-    children = []
-    for i, spec in enumerate(specs):
-        child, _ = AgentRun.objects.get_or_create(
-            agent_id=f"{parent.agent_id}.t{turn_index}c{i}_{spec['role']}"[:200],
-            attempt=parent.attempt,
-            defaults={
-                "quantum_id": parent.quantum_id,
-                "quantum_run_id": parent.quantum_run_id,
-                "parent": parent,
-                "depth": depth,
-                "stage_index": parent.stage_index,
-                "position": i,
-                "role": spec["role"],
-                "provider": parent.provider,
-                # Stored: redacted (the child reads its prompt from this row).
-                "context": redact(f"## Task from {parent.agent_id}\n{spec['task']}"),
-            },
-        )
-        children.append(child)
-
-    def run_child(child_id: int) -> AgentOutcome:
-        try:
-            with semaphore.slot_held(f"agentrun:{child_id}"):
-                return agent_run_execute(agent_run_id=child_id)
-        finally:
-            if threading.current_thread() is not threading.main_thread():
-                connection.close()
-
-    close_old_connections()
-    with (
-        semaphore.slot_released_while(f"agentrun:{parent.pk}"),
-        ThreadPoolExecutor(max_workers=len(children), thread_name_prefix="spawn") as pool,
-    ):
-        outcomes = list(pool.map(run_child, [c.pk for c in children]))
-    sections = []
-    for child, outcome in zip(children, outcomes, strict=True):
-        body = outcome.result if outcome.status == "done" else f"{outcome.status}: {outcome.error}"
-        sections.append(f"### Agent: {child.agent_id} [{outcome.status}]\n{body[:10_000]}")
-    return "\n\n".join(sections)

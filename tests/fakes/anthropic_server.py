@@ -1,8 +1,8 @@
 """A local fake of the Messages API speaking the real streaming format (tests, benchmarks).
 
 The official SDK is pointed at it with `base_url`; each POST /v1/messages gets the next reply
-from a list or a function of the request body. NOTES.md documents the format: every SSE frame
-has an `event:` line and a `data:` line, and message_start must carry usage.
+from a list or a function of the request body. As in the real API, every SSE frame has an
+`event:` line and a `data:` line, and message_start must carry usage.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Executing an agent run: read it, route it, claim it, run its loop, turn what stops it into an
+outcome.
+
+`agent_run_execute` is the one entry point (Celery-free). It is idempotent: a terminal run
+returns its stored outcome; a non-terminal run resumes from its last checkpointed turn, and a
+tool call recorded as completed is never executed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from django.conf import settings
+from django.utils import timezone
+
+from bursts.executor import Outcome
+from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
+from core.events import publish
+from core.redaction import redact
+from psychonauts import registry
+from psychonauts.checkpoint import run_claim, run_read
+from psychonauts.errors import AgentRunNotFound, PsychonautError, RoleNotFound, SuspendRun
+from psychonauts.models import Role
+from psychonauts.providers import provider_get
+from psychonauts.providers.base import Provider
+from psychonauts.roles import roles_sync_defaults
+from psychonauts.sandbox import sandbox_require
+from psychonauts.services.runner import Observer, Runner
+from psychonauts.services.runs import agent_run_fail, agent_run_suspend, run_outcome
+
+logger = logging.getLogger(__name__)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
+    """The provider and model for a run: its own, the setting, the role's; a trivial quantum
+    may skip the LLM; the model follows the quantum's complexity unless one is named."""
+    complexity = run.quantum.complexity
+    provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
+    if complexity == "trivial" and settings.PSYCHONAUTS_TRIVIAL_NO_LLM and provider.uses_llm:
+        provider = provider_get("noop")
+    if not provider.uses_llm:
+        return provider, provider.name
+    return provider, run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
+
+
+def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> Outcome:
+    """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
+    found = run_read(agent_run_id)
+    if found is None:
+        raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")
+    run, role = found
+    if run.status in AGENT_TERMINAL:
+        return run_outcome(run)
+    if role is None:
+        role = _role(run.role)
+    route: tuple[Provider, str] | None = None
+    refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
+    if role is not None:
+        try:
+            route = _route(run, role)
+            if not role.allowed_tools or "shell" in role.allowed_tools:
+                sandbox_require()
+        except PsychonautError as exc:
+            route, refusal = None, exc
+    now, worker = timezone.now(), worker_name()
+    claimed, session_id = run_claim(
+        agent_run_id=run.pk,
+        worker=worker,
+        now=now,
+        route=(route[0].name, route[1]) if route else None,
+        title=f"{run.agent_id} attempt {run.attempt}",
+    )
+    if not claimed:
+        run.refresh_from_db()
+        return run_outcome(run)
+    resumed = run.started_at is not None
+    run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker, now
+    run.started_at = run.started_at or now
+    if route is not None:
+        run.provider, run.model = route[0].name, route[1]
+    runner: Runner | None = None
+    try:
+        if role is None or route is None or session_id is None:
+            raise refusal
+        runner = Runner(
+            run,
+            role,
+            route,
+            observer,
+            session_id=session_id,
+            resumed=resumed,
+            execute=agent_run_execute,
+        )
+        runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
+        return runner.loop()
+    except SuspendRun as exc:
+        agent_run_suspend(agent_run_id=run.pk)
+        run.refresh_from_db()
+        registry.registry_sync(run)
+        reason = redact(str(exc))
+        if runner is not None:
+            runner.emit("waiting", reason=reason)
+            runner.flush_events()
+        return Outcome("waiting", error=reason)
+    except PsychonautError as exc:
+        return _fail(run, runner, str(exc))
+    except Exception as exc:
+        logger.exception("agent run %s crashed", run.pk, extra={"agent_run_id": run.pk})
+        return _fail(run, runner, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _role(name: str) -> Role | None:
+    """A role the run's read did not find: on a fresh database, load the shipped roles first."""
+    roles_sync_defaults()
+    return Role.objects.filter(name=name).first()
+
+
+def _fail(run: AgentRun, runner: Runner | None, reason: str) -> Outcome:
+    reason = redact(reason)  # an exception's message may quote anything
+    if runner is None:
+        updated = agent_run_fail(agent_run_id=run.pk, error=reason)
+        registry.registry_remove(run.pk)
+        if updated != 1:
+            run.refresh_from_db()
+            return run_outcome(run)
+        publish(f"agent:{run.agent_id}", "error", {"agent_run_id": run.pk, "error": reason})
+        return Outcome("error", error=reason)
+    return runner.finish(AgentStatus.ERROR, error=reason)

@@ -1,0 +1,108 @@
+"""The agent run rows the runtime writes outside the turn loop's checkpoints: creating runs (from
+the CLI, for sub-agents), marking one waiting or failed before it got going, recording the answer
+to a pending tool call, and the outcome a finished row holds."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError
+from django.utils import timezone
+
+from bursts.executor import Outcome, OutcomeStatus
+from bursts.models import AgentPhase, AgentRun, AgentStatus
+from core.redaction import redact
+from psychonauts.errors import PsychonautError
+from psychonauts.models import ToolCall
+from psychonauts.tools import SpawnSpec
+
+
+def agent_run_create(
+    *,
+    quantum_id: int,
+    role: str,
+    provider: str = "",
+    model: str = "",
+    context: str = "",
+    agent_id: str = "",
+) -> AgentRun:
+    """A standalone agent run (CLI): agent id `<quantum>_cli_<role>`, next attempt number."""
+    agent_id = agent_id or f"{quantum_id}_cli_{role}"
+    for _ in range(5):
+        last = (
+            AgentRun.objects.filter(agent_id=agent_id).order_by("-attempt").values_list(
+                "attempt", flat=True
+            ).first()
+        )  # fmt: skip
+        try:
+            return AgentRun.objects.create(
+                agent_id=agent_id,
+                attempt=(last or 0) + 1,
+                quantum_id=quantum_id,
+                role=role,
+                provider=provider,
+                model=model,
+                context=context,
+            )
+        except IntegrityError:
+            continue  # another process took that attempt number: take the next one
+    raise PsychonautError(f"could not allocate an attempt number for {agent_id}")
+
+
+def agent_run_children_create(
+    *, parent: AgentRun, turn_index: int, specs: list[SpawnSpec]
+) -> list[AgentRun]:
+    """The sub-agent runs of a parent's spawn call, one per spec; those a resumed parent made
+    before are found again (their agent id is derived from the parent's and the call's position)."""
+    depth = parent.depth + 1
+    children = []
+    for i, spec in enumerate(specs):
+        child, _ = AgentRun.objects.get_or_create(
+            agent_id=f"{parent.agent_id}.t{turn_index}c{i}_{spec['role']}"[:200],
+            attempt=parent.attempt,
+            defaults={
+                "quantum_id": parent.quantum_id,
+                "quantum_run_id": parent.quantum_run_id,
+                "parent": parent,
+                "depth": depth,
+                "stage_index": parent.stage_index,
+                "position": i,
+                "role": spec["role"],
+                "provider": parent.provider,
+                # Stored: redacted (the child reads its prompt from this row).
+                "context": redact(f"## Task from {parent.agent_id}\n{spec['task']}"),
+            },
+        )
+        children.append(child)
+    return children
+
+
+def agent_run_suspend(*, agent_run_id: int) -> int:
+    """A running run waits (on a tool call answered from outside); returns the rows updated."""
+    return AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+        status=AgentStatus.WAITING, phase=AgentPhase.WAITING, heartbeat_at=timezone.now()
+    )
+
+
+def agent_run_fail(*, agent_run_id: int, error: str) -> int:
+    """A running run ends in error; returns the rows updated (0: someone else ended it first)."""
+    now = timezone.now()
+    return AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+        status=AgentStatus.ERROR, phase=AgentPhase.ERROR, error=error, finished_at=now
+    )
+
+
+def tool_call_complete(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> None:
+    """Record the result of a pending tool call (ask_tether's answer) before resuming the run;
+    stored redacted, as every tool result is."""
+    updated = ToolCall.objects.filter(
+        agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
+    ).update(output=redact(output), is_error=is_error, completed=True)
+    if updated != 1:
+        raise PsychonautError(f"no pending tool call {tool_use_id} on agent run {agent_run_id}")
+
+
+def run_outcome(run: AgentRun) -> Outcome:
+    """The outcome the run's row holds (a run another execution or the burst manager ended)."""
+    status: OutcomeStatus = (
+        "waiting" if run.status == AgentStatus.WAITING else run.status  # type: ignore[assignment]
+    )
+    return Outcome(status, run.result, run.error)
