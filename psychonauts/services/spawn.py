@@ -19,8 +19,8 @@ from psychonauts.tools import SpawnSpec
 
 
 class Execute(Protocol):
-    """Executes one agent run to an outcome: `agent_run_execute`, passed in by the runner (it
-    executes the parent as well, so it cannot live below this module)."""
+    """Executes one agent run to an outcome: `agent_run_execute`, handed down through the runner.
+    It executes the parent whose spawn call lands here, so this module cannot import it."""
 
     def __call__(self, *, agent_run_id: int) -> Outcome: ...
 
