@@ -2,8 +2,9 @@
 
 A stage task takes the lease (SET NX) before it executes an agent run, so a redelivered or
 re-dispatched task never runs the same agent twice at once. One thread per process renews the
-leases it holds every third of the TTL and also stamps AgentRun.heartbeat_at, so that losing Redis (a restart empties it) is
-not mistaken for a dead worker: the safety net needs both signs gone before it takes over.
+leases it holds every third of the TTL and also stamps AgentRun.heartbeat_at (through the
+AgentRun writer), so that losing Redis (a restart empties it) is not mistaken for a dead
+worker: the safety net needs both signs gone before it takes over.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from bursts.models import AgentRun
 from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,9 @@ class _Heartbeat:
             return cls.current
 
     def _run(self) -> None:
+        # Imported here: bursts.services imports this module (a slot takes a lease).
+        from bursts.services.agent_runs import agent_runs_heartbeat
+
         interval = max(self.ttl_ms / 3000, 0.1)
         while True:
             time.sleep(interval)
@@ -95,8 +98,8 @@ class _Heartbeat:
             except redis.RedisError:
                 logger.warning("lease heartbeat: Redis unavailable")
             try:
-                AgentRun.objects.filter(pk__in=[i for _, i in held.values()]).update(
-                    heartbeat_at=timezone.now()
+                agent_runs_heartbeat(
+                    agent_run_ids=[i for _, i in held.values()], now=timezone.now()
                 )
             except Exception:
                 logger.warning("lease heartbeat: database unavailable", exc_info=True)

@@ -11,12 +11,21 @@ import logging
 import socket
 from typing import Literal, TypedDict
 
-from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from bursts.executor import Outcome, execute_agent
 from bursts.leases import AgentLease
-from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.agent_runs import (
+    agent_run_end,
+    agent_run_finish,
+    agent_run_next_attempt,
+    agent_run_start,
+    agent_run_start_dispatched,
+    agent_run_suspend,
+    agent_run_take_over,
+    agent_runs_cancel_pending,
+)
 from bursts.services.stages import agent_context, prior_results_context, stage_spec
 
 logger = logging.getLogger(__name__)
@@ -49,77 +58,41 @@ def _result(agent: AgentRun | None, status: SlotStatus) -> SlotResult:
 def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
     """Write the outcome unless the attempt already ended (the runtime wrote it, or the manager
     cancelled it meanwhile: keep what is there)."""
-    now = timezone.now()
     if outcome.status == "waiting":
-        fields: dict[str, object] = {"status": AgentStatus.WAITING}
-        # An answer may already have resumed it (agent_resume: running, worker cleared): then
-        # it must stay running, or its resumed task would find it waiting and stop.
-        updated = (
-            AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING)
-            .exclude(worker="")
-            .update(**fields)
-        )
+        if agent_run_suspend(agent_run_id=agent.pk):
+            agent.status = AgentStatus.WAITING
+            return agent
     else:
-        fields = {
-            "status": outcome.status,
-            "result": outcome.result,
-            "error": outcome.error,
-            "finished_at": now,
-        }
-        updated = AgentRun.objects.filter(pk=agent.pk, status__in=AGENT_LIVE).update(**fields)
-    if updated == 1:
-        for name, value in fields.items():
-            setattr(agent, name, value)
-    else:
-        agent.refresh_from_db()
-    return agent
-
-
-def _next_attempt(agent: AgentRun) -> None:
-    try:
-        with transaction.atomic():
-            AgentRun.objects.create(
-                agent_id=agent.agent_id,
-                attempt=agent.attempt + 1,
-                quantum_id=agent.quantum_id,
-                quantum_run_id=agent.quantum_run_id,
-                stage_index=agent.stage_index,
-                position=agent.position,
-                role=agent.role,
-                provider=agent.provider,
-                model=agent.model,
+        now = timezone.now()
+        if agent_run_end(
+            agent_run_id=agent.pk,
+            status=outcome.status,
+            result=outcome.result,
+            error=outcome.error,
+            now=now,
+        ):
+            agent.status, agent.result, agent.error, agent.finished_at = (
+                outcome.status,
+                outcome.result,
+                outcome.error,
+                now,
             )
-    except IntegrityError:
-        pass  # another delivery of this link created it first
-
-
-# Pending -> running for a first attempt whose id the dispatcher passed, in one statement that
-# also checks the run is still at this stage: the compare-and-set of the general path below,
-# without its three look-ups. No row back means "not that simple": the general path decides.
-_START = """
-UPDATE bursts_agentrun AS a
-SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s, worker = %(worker)s,
-    context = COALESCE(%(context)s, a.context)
-FROM bursts_quantumrun AS r
-WHERE a.id = %(id)s AND a.status = 'pending' AND r.id = a.quantum_run_id
-  AND r.status = 'running' AND r.current_stage = a.stage_index
-RETURNING a.agent_id
-"""
-
-
-_FINISH = """
-UPDATE bursts_agentrun SET status = %s, result = %s, error = %s, finished_at = %s
-WHERE id = %s AND status = 'running'
-"""
+            return agent
+    agent.refresh_from_db()
+    return agent
 
 
 def _finish(agent: AgentRun, outcome: Outcome) -> bool:
     """running -> done | error, as `_record` does, in one plain statement (the hot path)."""
     now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(_FINISH, [outcome.status, outcome.result, outcome.error, now, agent.pk])
-        if cursor.rowcount != 1:
-            return False  # cancelled meanwhile: `_record` reads what is there
+    if not agent_run_finish(
+        agent_run_id=agent.pk,
+        status=outcome.status,
+        result=outcome.result,
+        error=outcome.error,
+        now=now,
+    ):
+        return False  # cancelled meanwhile: `_record` reads what is there
     agent.status, agent.result, agent.error, agent.finished_at = (
         outcome.status,
         outcome.result,
@@ -146,23 +119,19 @@ def _slot_fast(
             if prior is None
             else prior_results_context(quantum_run_id, stage_index, before_position=position)
         )
-        now = timezone.now()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _START,
-                {
-                    "now": now,
-                    "worker": socket.gethostname(),
-                    "context": context,
-                    "id": agent_run_id,
-                },
-            )
-            row = cursor.fetchone()
-        if row is None:
-            return None
+        # Pending -> running in one statement that also checks the run is still at this stage:
+        # the compare-and-set of the general path, without its three look-ups.
+        agent_id = agent_run_start_dispatched(
+            agent_run_id=agent_run_id,
+            worker=socket.gethostname(),
+            now=timezone.now(),
+            context=context,
+        )
+        if agent_id is None:
+            return None  # not that simple: the general path decides
         agent = AgentRun(
             pk=agent_run_id,
-            agent_id=row[0],
+            agent_id=agent_id,
             quantum_run_id=quantum_run_id,
             stage_index=stage_index,
             position=position,
@@ -205,15 +174,12 @@ def slot_run(
     if prior is not None and prior["status"] != "done":
         # The chain is broken (a failed agent) or paused (waiting, busy): do not start this one.
         if prior["status"] in ("error", "cancelled"):
-            AgentRun.objects.filter(
+            agent_runs_cancel_pending(
                 quantum_run_id=quantum_run_id,
                 stage_index=stage_index,
                 position=position,
-                status=AgentStatus.PENDING,
-            ).update(
-                status=AgentStatus.CANCELLED,
                 error=f"not run: the chain broke at {prior['agent_id']}",
-                finished_at=timezone.now(),
+                now=timezone.now(),
             )
         return prior
     allowed = 1 + spec["retries"]
@@ -238,7 +204,7 @@ def slot_run(
                 logger.info(
                     "retrying %s (attempt %s of %s)", agent.agent_id, len(attempts) + 1, allowed
                 )
-                _next_attempt(agent)
+                agent_run_next_attempt(agent=agent)
                 continue
             return _result(agent, agent.status)  # type: ignore[arg-type]
         resumed = agent.status == AgentStatus.RUNNING and not agent.worker
@@ -247,18 +213,17 @@ def slot_run(
                 return _result(agent, "busy")
             now = timezone.now()
             if agent.status == AgentStatus.PENDING:
-                started = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.PENDING).update(
-                    status=AgentStatus.RUNNING,
+                started = agent_run_start(
+                    agent_run_id=agent.pk,
                     context=agent_context(agent, spec["mode"]),
-                    started_at=now,
-                    heartbeat_at=now,
                     worker=socket.gethostname(),
+                    now=now,
                 )
             else:  # resuming an attempt whose worker died
-                started = AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
-                    heartbeat_at=now, worker=socket.gethostname()
+                started = agent_run_take_over(
+                    agent_run_id=agent.pk, worker=socket.gethostname(), now=now
                 )
-            if started != 1:
+            if not started:
                 continue  # cancelled (or finished) while we took the lease: look again
             outcome = execute_agent(agent.pk)
             agent = _record(agent, outcome)

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db import transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send
-from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.models import AgentRun, QuantumRun, RunStatus
+from bursts.services.agent_runs import agent_run_resume
+from bursts.services.quantum_runs import quantum_run_dispatched
 from bursts.services.stages import stage_spec
 from core.celery import app
 from quanta.pipeline_models import StageMode
 
 STANDALONE_TASK = "psychonauts.tasks.execute_agent_run"
-
-
-def _shifted_start(now: datetime) -> Coalesce:
-    waited = ExpressionWrapper(
-        Value(now, output_field=DateTimeField()) - Coalesce(F("heartbeat_at"), Value(now)),
-        output_field=DurationField(),
-    )
-    return Coalesce(
-        ExpressionWrapper(F("started_at") + waited, output_field=DateTimeField()),
-        Value(now, output_field=DateTimeField()),
-    )
 
 
 def agent_resume(*, agent_run_id: int) -> bool:
@@ -44,15 +31,7 @@ def agent_resume(*, agent_run_id: int) -> bool:
     runtime wrote when it suspended. Call inside the transaction that recorded the answer.
     """
     now = timezone.now()
-    if (
-        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.WAITING).update(
-            status=AgentStatus.RUNNING,
-            started_at=_shifted_start(now),
-            heartbeat_at=now,
-            worker="",
-        )
-        != 1
-    ):
+    if not agent_run_resume(agent_run_id=agent_run_id, now=now):
         return False
     agent = AgentRun.objects.only("quantum_run_id", "stage_index", "position", "parent_id").get(
         pk=agent_run_id
@@ -65,7 +44,7 @@ def agent_resume(*, agent_run_id: int) -> bool:
     )
     if run.status != RunStatus.RUNNING or run.current_stage != agent.stage_index:
         return True  # the run ended meanwhile (cancelled): nothing to send
-    QuantumRun.objects.filter(pk=run.pk).update(dispatched_at=now)
+    quantum_run_dispatched(run_id=run.pk, now=now)
     spec = stage_spec(run)
     if spec["mode"] == StageMode.FAN_OUT:
         positions: tuple[int, ...] = (agent.position,)

@@ -22,8 +22,11 @@ from bursts.canvas import StageDispatch, stages_send_unsafe
 from bursts.events import burst_event
 from bursts.leases import lease_alive
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
-from bursts.services.manager import run_step, wave_advance, waves_running_ids
+from bursts.services.agent_runs import agent_run_time_out
+from bursts.services.quantum_runs import quantum_run_redispatch
+from bursts.services.runs import run_step
 from bursts.services.stages import StageStatus, slots_latest, stage_evaluate, stage_spec
+from bursts.services.waves import wave_advance, waves_running_ids
 from quanta.pipeline_models import StageMode
 
 logger = logging.getLogger(__name__)
@@ -70,10 +73,8 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
                 and agent.started_at
                 and agent.started_at < limit
             )
-            if late and AgentRun.objects.filter(pk=agent.pk, status=AgentStatus.RUNNING).update(
-                status=AgentStatus.CANCELLED,
-                error=f"timed out after {spec['timeout_s']} s",
-                finished_at=now,
+            if late and agent_run_time_out(
+                agent_run_id=agent.pk, error=f"timed out after {spec['timeout_s']} s", now=now
             ):
                 report.timed_out.append(agent.pk)
     leased = lease_alive([a.pk for a in agents if a.status == AgentStatus.RUNNING])
@@ -91,12 +92,7 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
     if last is not None and last > now - timedelta(seconds=settings.BURSTS_DISPATCH_GRACE_S):
         return
     # Compare-and-set on dispatched_at: two safety nets never re-send the same stage twice.
-    if (
-        QuantumRun.objects.filter(
-            pk=run.pk, dispatched_at=run.dispatched_at, status=RunStatus.RUNNING
-        ).update(dispatched_at=now)
-        != 1
-    ):
+    if not quantum_run_redispatch(run_id=run.pk, dispatched_at=run.dispatched_at, now=now):
         return
     positions = _remaining(run)
     logger.warning(

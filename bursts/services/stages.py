@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import enum
-import json
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Max
 from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send
 from bursts.context import PriorResult, context_thread
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.agent_runs import agent_runs_create
+from bursts.services.quantum_runs import quantum_runs_begin, quantum_runs_create
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.pipelines.conditions import BadCondition, condition_holds
@@ -160,26 +160,9 @@ def stages_begin(
         run.dispatched_at = now
     # A run with no stage left is saved by the caller's finish (one UPDATE instead of two).
     if create:
-        QuantumRun.objects.bulk_create(create, batch_size=500)
-    elif len(planned) == 1:
-        # A run step (its row locked): plain SQL, the ORM's UPDATE compiled for longer than
-        # the round trip took.
-        run = planned[0][0]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _RUN_BEGIN,
-                [
-                    run.current_stage,
-                    json.dumps(run.stages),
-                    run.status,
-                    run.started_at,
-                    run.dispatched_at,
-                    run.error_reason,
-                    run.pk,
-                ],
-            )
-    elif planned:
-        QuantumRun.objects.bulk_update([run for run, _ in planned], _RUN_FIELDS, batch_size=100)
+        quantum_runs_create(runs=create)
+    else:
+        quantum_runs_begin(runs=[run for run, _ in planned])
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
     new_agents: list[AgentRun] = []
     wanted: list[tuple[QuantumRun, StageSpec, int, str, dict[str, Any]]] = []
@@ -222,7 +205,7 @@ def stages_begin(
                 task_id=str(uuid.uuid4()),
             )
         )
-    AgentRun.objects.bulk_create(new_agents)
+    agent_runs_create(agents=new_agents)
     sent: dict[int, list[AgentRun]] = {}
     for created in new_agents:  # in position order per run
         sent.setdefault(created.quantum_run_id or 0, []).append(created)
@@ -239,15 +222,6 @@ def stages_begin(
     ]
     stages_send(dispatches)
     return finished
-
-
-_RUN_FIELDS = ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"]
-_RUN_BEGIN = """
-UPDATE bursts_quantumrun
-SET current_stage = %s, stages = %s::jsonb, status = %s, started_at = %s, dispatched_at = %s,
-    error_reason = %s
-WHERE id = %s
-"""
 
 
 def _thread(rows: Iterable[tuple[int, int, str, str]], stage_index: int, before: int) -> str:

@@ -11,7 +11,7 @@ from annihilation.celery import app
 from bursts.canvas import StageDispatch, stages_send_unsafe
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
 from bursts.services import run_step, wave_advance, wave_cancel, wave_start
-from bursts.services.manager import FIRST_COLLECT
+from bursts.services.waves import FIRST_COLLECT
 from core.models import Event
 from quanta.models import Comment, QuantumStatus
 from quanta.services import dependency_add, quantum_create

@@ -1,0 +1,292 @@
+"""The one writer of AgentRun rows: every insert, update and state change of an agent run.
+
+Each state change is a compare-and-set (`UPDATE ... WHERE status = <expected>`) whose row count
+tells the caller whether it won. The agent loop's checkpoint writes the run row in the same
+statement as its own tables (one round trip per step): it embeds the CTEs this module provides
+(`agent_run_*_cte`), as it embeds core's `events` CTE.
+
+The statements in plain SQL are the hot ones (a slot's start and finish, the checkpoint's):
+Django compiles an ORM UPDATE in more Python time than its round trip takes. Their table and
+column names come from the model's metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce
+
+from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun
+from bursts.services.sql import sql_names
+
+_A = sql_names(AgentRun)
+
+
+# --- inserts --------------------------------------------------------------------------------
+
+
+def agent_runs_create(*, agents: list[AgentRun]) -> None:
+    """Insert the attempts a stage begins with (their ids are set on the instances)."""
+    AgentRun.objects.bulk_create(agents)
+
+
+def agent_run_next_attempt(*, agent: AgentRun) -> None:
+    """Insert the attempt after `agent` in its slot; nothing if another delivery of the same
+    chain link created it first."""
+    try:
+        with transaction.atomic():
+            AgentRun.objects.create(
+                agent_id=agent.agent_id,
+                attempt=agent.attempt + 1,
+                quantum_id=agent.quantum_id,
+                quantum_run_id=agent.quantum_run_id,
+                stage_index=agent.stage_index,
+                position=agent.position,
+                role=agent.role,
+                provider=agent.provider,
+                model=agent.model,
+            )
+    except IntegrityError:
+        pass  # agent_id + attempt is unique: the other delivery's row stands
+
+
+# --- a slot's start and end -------------------------------------------------------------------
+
+# Pending -> running for a first attempt whose id the dispatcher passed, in one statement that
+# also checks the run is still at this stage. No row back means "not that simple": the caller
+# takes its general path.
+_START_DISPATCHED = """
+UPDATE {table} AS a
+SET {status} = 'running', {started_at} = %(now)s, {heartbeat_at} = %(now)s,
+    {worker} = %(worker)s, {context} = COALESCE(%(context)s, a.{context})
+FROM {r_table} AS r
+WHERE a.{id} = %(id)s AND a.{status} = 'pending' AND r.{r_id} = a.{quantum_run_id}
+  AND r.{r_status} = 'running' AND r.{r_current_stage} = a.{stage_index}
+RETURNING a.{agent_id}
+""".format(**_A, **sql_names(QuantumRun, "r_"))
+
+
+def agent_run_start_dispatched(
+    *, agent_run_id: int, worker: str, now: datetime, context: str | None
+) -> str | None:
+    """Pending -> running if its run is running at its stage; its agent_id, or None.
+    `context`: None keeps the context the attempt was created with."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _START_DISPATCHED,
+            {"now": now, "worker": worker, "context": context, "id": agent_run_id},
+        )
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def agent_run_start(*, agent_run_id: int, context: str, worker: str, now: datetime) -> bool:
+    """Pending -> running, with the context it runs with; False if it was not pending."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.PENDING).update(
+            status=AgentStatus.RUNNING,
+            context=context,
+            started_at=now,
+            heartbeat_at=now,
+            worker=worker,
+        )
+        == 1
+    )
+
+
+def agent_run_take_over(*, agent_run_id: int, worker: str, now: datetime) -> bool:
+    """A running attempt whose worker died (or that was resumed) now runs on `worker`; False if
+    it is no longer running."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+            heartbeat_at=now, worker=worker
+        )
+        == 1
+    )
+
+
+_FINISH = """
+UPDATE {table} SET {status} = %s, {result} = %s, {error} = %s, {finished_at} = %s
+WHERE {id} = %s AND {status} = 'running'
+""".format(**_A)
+
+
+def agent_run_finish(
+    *, agent_run_id: int, status: str, result: str, error: str, now: datetime
+) -> bool:
+    """Running -> done | error in one plain statement (the hot path); False if it was no
+    longer running (cancelled meanwhile)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FINISH, [status, result, error, now, agent_run_id])
+        updated: int = cursor.rowcount
+    return updated == 1
+
+
+def agent_run_end(
+    *, agent_run_id: int, status: str, result: str, error: str, now: datetime
+) -> bool:
+    """Live (pending, running, waiting) -> terminal; False if it had already ended."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status__in=AGENT_LIVE).update(
+            status=status, result=result, error=error, finished_at=now
+        )
+        == 1
+    )
+
+
+def agent_run_suspend(*, agent_run_id: int) -> bool:
+    """Running (on a worker) -> waiting on the Tether. An answer may already have resumed it
+    (agent_resume: running, worker cleared): then it stays running, or its resumed task would
+    find it waiting and stop; False."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING)
+        .exclude(worker="")
+        .update(status=AgentStatus.WAITING)
+        == 1
+    )
+
+
+def _shifted_start(now: datetime) -> Coalesce:
+    waited = ExpressionWrapper(
+        Value(now, output_field=DateTimeField()) - Coalesce(F("heartbeat_at"), Value(now)),
+        output_field=DurationField(),
+    )
+    return Coalesce(
+        ExpressionWrapper(F("started_at") + waited, output_field=DateTimeField()),
+        Value(now, output_field=DateTimeField()),
+    )
+
+
+def agent_run_resume(*, agent_run_id: int, now: datetime) -> bool:
+    """Waiting -> running with no worker (the task sent next takes it); False if it was not
+    waiting. started_at moves forward by the wait, measured from the heartbeat the runtime wrote
+    when it suspended: waiting does not count against the role's or the stage's timeout."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.WAITING).update(
+            status=AgentStatus.RUNNING,
+            started_at=_shifted_start(now),
+            heartbeat_at=now,
+            worker="",
+        )
+        == 1
+    )
+
+
+def agent_runs_heartbeat(*, agent_run_ids: Sequence[int], now: datetime) -> None:
+    """Stamp heartbeat_at of the attempts this process holds leases on."""
+    AgentRun.objects.filter(pk__in=agent_run_ids).update(heartbeat_at=now)
+
+
+# --- cancelling ---------------------------------------------------------------------------------
+
+
+def agent_run_time_out(*, agent_run_id: int, error: str, now: datetime) -> bool:
+    """Running -> cancelled (past its stage's timeout: it stops at its next turn); False if it
+    was no longer running."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.CANCELLED, error=error, finished_at=now
+        )
+        == 1
+    )
+
+
+def agent_runs_cancel_pending(
+    *,
+    quantum_run_id: int,
+    error: str,
+    now: datetime,
+    stage_index: int | None = None,
+    position: int | None = None,
+) -> int:
+    """Pending -> cancelled: the run's attempts that never started (of one stage, of one slot);
+    how many."""
+    pending = AgentRun.objects.filter(quantum_run_id=quantum_run_id, status=AgentStatus.PENDING)
+    if stage_index is not None:
+        pending = pending.filter(stage_index=stage_index)
+    if position is not None:
+        pending = pending.filter(position=position)
+    return pending.update(status=AgentStatus.CANCELLED, error=error, finished_at=now)
+
+
+def agent_runs_cancel_live(*, quantum_run_ids: Collection[int], error: str, now: datetime) -> int:
+    """Live -> cancelled for every attempt of these runs (a running one stops at its next
+    turn); how many."""
+    return AgentRun.objects.filter(
+        quantum_run_id__in=quantum_run_ids, status__in=AGENT_LIVE
+    ).update(status=AgentStatus.CANCELLED, error=error, finished_at=now)
+
+
+# --- the checkpoint's CTEs ----------------------------------------------------------------------
+# Each is one CTE of a statement the agent loop runs per step, named as its docstring says, and
+# reads the named parameters it lists.
+
+
+def agent_run_claim_cte() -> str:
+    """CTE `run`: live -> running for this execution, its `id` when claimed. Parameters: id,
+    live (the live statuses), worker, now, provider and model (NULL keeps the row's)."""
+    return """run AS (
+    UPDATE {table}
+    SET {status} = 'running', {worker} = %(worker)s,
+        {started_at} = COALESCE({started_at}, %(now)s), {heartbeat_at} = %(now)s,
+        {provider} = COALESCE(%(provider)s, {provider}), {model} = COALESCE(%(model)s, {model})
+    WHERE {id} = %(id)s AND {status} = ANY(%(live)s)
+    RETURNING {id}
+)""".format(**_A)
+
+
+def agent_run_turn_open_cte(*, returning: str) -> str:
+    """CTE `run`: a running run's phase and heartbeat, RETURNING `returning` (no row when it is
+    no longer running). Parameters: id, phase, now."""
+    return """run AS (
+    UPDATE {table} SET {phase} = %(phase)s, {heartbeat_at} = %(now)s
+    WHERE {id} = %(id)s AND {status} = 'running'
+    RETURNING {returning}
+)""".format(**_A, returning=returning)
+
+
+def agent_run_counters_cte() -> str:
+    """CTE `counters`: a turn's tokens and cost added to the run's, its phase and heartbeat.
+    Parameters: run (the id), tokens_in, tokens_out, cost, phase, now."""
+    return """counters AS (
+    UPDATE {table}
+    SET {tokens_in} = {tokens_in} + %(tokens_in)s, {tokens_out} = {tokens_out} + %(tokens_out)s,
+        {cost_usd} = {cost_usd} + %(cost)s, {phase} = %(phase)s, {heartbeat_at} = %(now)s
+    WHERE {id} = %(run)s
+)""".format(**_A)
+
+
+def agent_run_finish_cte() -> str:
+    """CTE `run`: running -> status (done | error) with its outcome, its `id` when it was
+    running. Parameters: id, status, phase, result, error, now."""
+    return """run AS (
+    UPDATE {table}
+    SET {status} = %(status)s, {phase} = %(phase)s, {result} = %(result)s,
+        {error} = %(error)s, {finished_at} = %(now)s, {heartbeat_at} = %(now)s
+    WHERE {id} = %(id)s AND {status} = 'running'
+    RETURNING {id}
+)""".format(**_A)
+
+
+__all__ = [
+    "agent_run_claim_cte",
+    "agent_run_counters_cte",
+    "agent_run_end",
+    "agent_run_finish",
+    "agent_run_finish_cte",
+    "agent_run_next_attempt",
+    "agent_run_resume",
+    "agent_run_start",
+    "agent_run_start_dispatched",
+    "agent_run_suspend",
+    "agent_run_take_over",
+    "agent_run_time_out",
+    "agent_run_turn_open_cte",
+    "agent_runs_cancel_live",
+    "agent_runs_cancel_pending",
+    "agent_runs_create",
+    "agent_runs_heartbeat",
+]

@@ -1,0 +1,154 @@
+"""The one writer of QuantumRun rows: their insert, each stage they begin, their end, their
+drain mark and their dispatch stamp.
+
+A run's end and its drain mark are compare-and-sets (`WHERE status = ANY(live)`, `WHERE
+drained_at IS NULL`); a stage begins under the run's row lock (the run step) or the wave's (a
+collect), so its UPDATE needs no guard. The statements a run step runs once per run are plain
+SQL: the ORM compiled them for longer than they ran.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import connection
+from django.utils import timezone
+
+from bursts.events import BurstEvent, burst_events
+from bursts.models import QuantumRun, RunStatus
+from bursts.services.agent_runs import agent_runs_cancel_pending
+from bursts.services.sql import sql_names
+
+logger = logging.getLogger(__name__)
+
+# Not ended: a run pending its first stage or running one.
+LIVE_RUN: frozenset[str] = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+
+_R = sql_names(QuantumRun)
+
+
+def quantum_runs_create(*, runs: Sequence[QuantumRun]) -> None:
+    """Insert a collect's runs, each with its first stage already set (ids set on them)."""
+    QuantumRun.objects.bulk_create(runs, batch_size=500)
+
+
+_BEGIN_FIELDS = ["current_stage", "stages", "status", "started_at", "dispatched_at", "error_reason"]
+_BEGIN = """
+UPDATE {table}
+SET {current_stage} = %s, {stages} = %s::jsonb, {status} = %s, {started_at} = %s,
+    {dispatched_at} = %s, {error_reason} = %s
+WHERE {id} = %s
+""".format(**_R)
+
+
+def quantum_runs_begin(*, runs: Sequence[QuantumRun]) -> None:
+    """Save the stage each run begins (current_stage, stages, status and times as set on it).
+    Call with the runs locked (their own rows, or their wave's)."""
+    if len(runs) == 1:
+        run = runs[0]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _BEGIN,
+                [
+                    run.current_stage,
+                    json.dumps(run.stages),
+                    run.status,
+                    run.started_at,
+                    run.dispatched_at,
+                    run.error_reason,
+                    run.pk,
+                ],
+            )
+    elif runs:
+        QuantumRun.objects.bulk_update(runs, _BEGIN_FIELDS, batch_size=100)
+
+
+_FINISH = """
+UPDATE {table}
+SET {status} = %s, {error_reason} = %s, {finished_at} = %s, {stages} = %s::jsonb
+WHERE {id} = %s AND {status} = ANY(%s)
+""".format(**_R)
+
+
+def quantum_run_finish(
+    *, run: QuantumRun, status: str, reason: str = "", announce: bool = True
+) -> bool:
+    """Live -> terminal (compare-and-set), with the stages recorded so far; False if another
+    step finished it first. `announce=False`: the caller publishes `run_complete_event`
+    together with its own events."""
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FINISH, [status, reason, now, json.dumps(run.stages), run.pk, sorted(LIVE_RUN)]
+        )
+        updated = cursor.rowcount
+    if updated != 1:
+        logger.info("run %s already finished; leaving it", run.pk)
+        return False
+    run.status, run.error_reason, run.finished_at = status, reason, now
+    if status != RunStatus.DONE:
+        # Agents that never started will not: say so instead of leaving them pending.
+        agent_runs_cancel_pending(quantum_run_id=run.pk, error=f"not run: {reason}", now=now)
+    if announce:
+        burst_events([run_complete_event(run)])
+    return True
+
+
+def run_complete_event(run: QuantumRun) -> BurstEvent:
+    return (
+        "run_complete",
+        {
+            "wave_id": run.wave_id,
+            "burst_id": run.burst_id,
+            "run_id": run.pk,
+            "quantum_id": run.quantum_id,
+            "status": run.status,
+            "pipeline": run.pipeline_name,
+            "reason": run.error_reason,
+        },
+    )
+
+
+_MARK_DRAINED = """
+UPDATE {table} SET {drained_at} = %s
+WHERE {id} = ANY(%s) AND {drained_at} IS NULL
+RETURNING {id}
+""".format(**_R)
+
+
+def quantum_runs_mark_drained(*, run_ids: Sequence[int], now: datetime) -> set[int]:
+    """Mark finished runs drained (compare-and-set); the ids this call marked."""
+    with connection.cursor() as cursor:
+        cursor.execute(_MARK_DRAINED, [now, list(run_ids)])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def quantum_run_redispatch(*, run_id: int, dispatched_at: datetime | None, now: datetime) -> bool:
+    """A running run's stage is sent again: compare-and-set on dispatched_at, so two safety
+    nets never re-send the same stage twice; False if the other one (or a step) came first."""
+    return (
+        QuantumRun.objects.filter(
+            pk=run_id, dispatched_at=dispatched_at, status=RunStatus.RUNNING
+        ).update(dispatched_at=now)
+        == 1
+    )
+
+
+def quantum_run_dispatched(*, run_id: int, now: datetime) -> None:
+    """Stamp the time the run's current stage was last sent to Celery."""
+    QuantumRun.objects.filter(pk=run_id).update(dispatched_at=now)
+
+
+__all__ = [
+    "LIVE_RUN",
+    "quantum_run_dispatched",
+    "quantum_run_finish",
+    "quantum_run_redispatch",
+    "quantum_runs_begin",
+    "quantum_runs_create",
+    "quantum_runs_mark_drained",
+    "run_complete_event",
+]
