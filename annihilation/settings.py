@@ -381,6 +381,9 @@ TETHER_QUARANTINE_TIMEOUT_S = env_float(
 TETHER_AUTO_MERGE_LOW_RISK = env_bool("ANNIHILATION_TETHER_AUTO_MERGE_LOW_RISK", False)
 # The branch approved changes merge into; empty = the branch the target repository has out.
 TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
+# The most characters of a change's (redacted) diff a review stores and shows; the rest is cut
+# with a note saying how much (git still merges the whole branch).
+TETHER_DIFF_LIMIT = env_int("ANNIHILATION_TETHER_DIFF_LIMIT", 500_000, minimum=1000)
 # The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
 TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
 

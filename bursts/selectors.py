@@ -360,14 +360,20 @@ def agent_run_find(*, agent_run_id: int) -> AgentRun | None:
     return AgentRun.objects.select_related("quantum", "quantum_run").filter(pk=agent_run_id).first()
 
 
-def pipeline_versions_used() -> dict[str, list[dict[str, Any]]]:
+class VersionUsed(TypedDict):
+    version: int
+    runs: int
+    last: datetime  # when its newest run was created
+
+
+def pipeline_versions_used() -> dict[str, list[VersionUsed]]:
     """Per pipeline name: each version runs used, with how many runs and when last (one query)."""
     rows = (
         QuantumRun.objects.values("pipeline_name", "pipeline_version")
         .annotate(runs=Count("id"), last=Max("created_at"))
         .order_by("pipeline_name", "-pipeline_version")
     )
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[VersionUsed]] = {}
     for row in rows:
         found.setdefault(row["pipeline_name"], []).append(
             {"version": row["pipeline_version"], "runs": row["runs"], "last": row["last"]}

@@ -37,7 +37,6 @@ _REDACTED = "…(redacted)"
 _MIN_CONFIGURED = 8
 _WEAK_BELOW = 16
 _CONFIGURED_SUFFIXES = ("_KEY", "_SECRET", "_TOKEN", "_PASSWORD")
-_CONFIGURED_URLS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND")
 
 Span = tuple[int, int] | None
 
@@ -249,12 +248,17 @@ def _configured_values() -> dict[str, str]:
             return
         found.setdefault(value, name)
 
-    add(getattr(settings, "SECRET_KEY", ""), "SECRET_KEY")
-    add(getattr(settings, "ANTHROPIC_API_KEY", ""), "ANTHROPIC_API_KEY")
-    databases = getattr(settings, "DATABASES", {})
-    add(databases.get("default", {}).get("PASSWORD", ""), "DATABASE_URL password")
-    for name in _CONFIGURED_URLS:
-        url = getattr(settings, name, "") or os.environ.get(name, "")
+    add(settings.SECRET_KEY, "SECRET_KEY")
+    add(settings.ANTHROPIC_API_KEY, "ANTHROPIC_API_KEY")
+    add(settings.DATABASES.get("default", {}).get("PASSWORD", ""), "DATABASE_URL password")
+    urls = {
+        # Read into DATABASES by the settings, not kept as a setting of its own.
+        "DATABASE_URL": os.environ.get("DATABASE_URL", ""),
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_RESULT_BACKEND": settings.CELERY_RESULT_BACKEND,
+    }
+    for name, url in urls.items():
         if isinstance(url, str) and "@" in url:
             try:
                 password = urlsplit(url).password
@@ -295,7 +299,7 @@ def _build() -> _Rules:
             )
         )
         hints += [re.escape(v.lower()) for v in ordered]
-    extra = tuple(re.compile(p) for p in getattr(settings, "REDACT_EXTRA_PATTERNS", ()))
+    extra = tuple(re.compile(p) for p in settings.REDACT_EXTRA_PATTERNS)
     for pattern in extra:
         # The match is redacted, or only its first group when it has groups.
         whole = pattern.groups == 0
@@ -329,7 +333,7 @@ def _active() -> _Rules:
 def extra_patterns_check() -> None:
     """REDACT_EXTRA_PATTERNS are valid regular expressions, or ImproperlyConfigured says which
     is not (the core app checks at start-up)."""
-    for text in getattr(settings, "REDACT_EXTRA_PATTERNS", ()):
+    for text in settings.REDACT_EXTRA_PATTERNS:
         try:
             re.compile(text)
         except re.error as exc:

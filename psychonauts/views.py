@@ -13,6 +13,7 @@ from bursts.selectors import agent_run_find
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
+from psychonauts.diffs import diff_parse
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
 from psychonauts.selectors import role_names
 from psychonauts.services import agent_run_create
@@ -20,21 +21,6 @@ from psychonauts.tasks import execute_agent_run
 from quanta.errors import QuantumNotFound
 from quanta.forms import AgentRunForm
 from quanta.selectors import quantum_get
-
-
-def diff_files(diff: str) -> list[dict[str, Any]]:
-    """A unified diff split per file, each line tagged add / del / hunk / ctx for colouring."""
-    files: list[dict[str, Any]] = []
-    for line in diff.splitlines():
-        if line.startswith("diff --git "):
-            files.append({"name": line.split(" b/", 1)[-1], "lines": [], "adds": 0, "dels": 0})
-            continue
-        if not files or line.startswith(("index ", "--- ", "+++ ")):
-            continue
-        tag = {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
-        files[-1]["adds" if tag == "add" else "dels"] += tag in ("add", "del")
-        files[-1]["lines"].append({"tag": tag, "text": line})
-    return files
 
 
 @require_POST
@@ -75,7 +61,7 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
             "stream": agent_stream(run=run),
             "tool_calls": agent_tool_calls(agent_run_id=run.pk),
             "diary": agent_diary(agent_run_id=run.pk),
-            "diff_files": diff_files(worktree_diff(quantum_id=run.quantum_id)),
+            "diff_files": diff_parse(worktree_diff(quantum_id=run.quantum_id)),
             **live_attrs([f"agent:{run.agent_id}"], "focus", agent_run_id=run.pk),
         },
     )

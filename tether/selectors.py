@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -11,6 +10,7 @@ import yaml
 from django.db import connection
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
+from psychonauts.diffs import DiffLine, diff_by_path
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.services import pipeline_spec
 from quanta.pipelines.spec import PipelineSpec
@@ -79,6 +79,17 @@ def drifts_list(*, status: str | None = None, limit: int = 200) -> QuerySet[Drif
     return rows.order_by("-created_at")[:limit]
 
 
+def drift_get(*, drift_id: int) -> Drift:
+    drift = (
+        Drift.objects.select_related("reaching", "quantum", "agent_run", "correction")
+        .filter(pk=drift_id)
+        .first()
+    )
+    if drift is None:
+        raise NotFound(f"no drift #{drift_id}")
+    return drift
+
+
 def changes_list(*, status: str | None = None, limit: int = 200) -> QuerySet[ChangeReview]:
     """Change reviews: pending first (oldest first, as a queue), then the decided, newest first.
     The diff is deferred: a list never loads it."""
@@ -93,32 +104,32 @@ def changes_list(*, status: str | None = None, limit: int = 200) -> QuerySet[Cha
     return rows.order_by(pending_first, "created_at")[:limit]
 
 
+def change_get(*, change_id: int) -> ChangeReview:
+    """A change review without its diff (a list row)."""
+    change = (
+        ChangeReview.objects.select_related("quantum").defer("diff").filter(pk=change_id).first()
+    )
+    if change is None:
+        raise NotFound(f"no change review #{change_id}")
+    return change
+
+
 @dataclass(frozen=True)
-class FileDiff:
+class ChangeFile:
+    """A file of a change review: git's counts and status, and its part of the stored diff."""
+
     path: str
     status: str
     additions: int
     deletions: int
-    diff: str
-
-
-_FILE_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
-
-
-def diff_split(diff: str) -> dict[str, str]:
-    """The diff cut into one piece per file, by path (the b/ side)."""
-    pieces: dict[str, str] = {}
-    matches = list(_FILE_HEADER.finditer(diff))
-    for n, match in enumerate(matches):
-        end = matches[n + 1].start() if n + 1 < len(matches) else len(diff)
-        pieces[match.group(2)] = diff[match.start() : end].rstrip("\n")
-    return pieces
+    diff: str  # "" when the stored diff has no text for it (binary, or cut by the size limit)
+    lines: list[DiffLine]  # the diff's lines as the change page shows them
 
 
 @dataclass(frozen=True)
 class ChangeDetail:
     review: ChangeReview
-    files: list[FileDiff]
+    files: list[ChangeFile]
 
 
 def change_detail(*, change_id: int) -> ChangeDetail:
@@ -126,11 +137,20 @@ def change_detail(*, change_id: int) -> ChangeDetail:
     review = ChangeReview.objects.select_related("quantum").filter(pk=change_id).first()
     if review is None:
         raise NotFound(f"no change review #{change_id}")
-    pieces = diff_split(review.diff)
-    files = [
-        FileDiff(f["path"], f["status"], f["additions"], f["deletions"], pieces.get(f["path"], ""))
-        for f in review.files
-    ]
+    patches = diff_by_path(review.diff)
+    files = []
+    for f in review.files:
+        patch = patches.get(f["path"])
+        files.append(
+            ChangeFile(
+                path=f["path"],
+                status=f["status"],
+                additions=f["additions"],
+                deletions=f["deletions"],
+                diff=patch.text if patch else "",
+                lines=patch.lines if patch else [],
+            )
+        )
     return ChangeDetail(review, files)
 
 
@@ -196,6 +216,10 @@ def mutations_list(*, status: str | None = None, limit: int = 100) -> list[Mutat
         )
         views.append(MutationView(m, p.version if p else None, current))
     return views
+
+
+def mutation_exists(*, mutation_id: int) -> bool:
+    return PipelineMutation.objects.filter(pk=mutation_id).exists()
 
 
 class TetherCounts(TypedDict):

@@ -2,36 +2,38 @@ from __future__ import annotations
 
 from django.urls import path
 
-from tether import views
+from tether.views import changes, drifts, grounding, reachings
 
 urlpatterns = [
-    path("tether/", views.tether_page, name="tether"),
+    path("tether/", reachings.tether_page, name="tether"),
     path(
         "tether/reachings/<int:reaching_id>/answer/",
-        views.reaching_answer_view,
+        reachings.reaching_answer_view,
         name="reaching_answer",
     ),
-    path("tether/drifts/<int:drift_id>/ground/", views.drift_ground_view, name="drift_ground"),
-    path("tether/drifts/<int:drift_id>/reject/", views.drift_reject_view, name="drift_reject"),
-    path("tether/drifts/<int:drift_id>/note/", views.drift_note_view, name="drift_note"),
-    path("grounding/", views.grounding_page, name="grounding"),
-    path("grounding/changes/<int:change_id>/", views.change_page, name="change"),
+    path("tether/drifts/<int:drift_id>/ground/", drifts.drift_ground_view, name="drift_ground"),
+    path("tether/drifts/<int:drift_id>/reject/", drifts.drift_reject_view, name="drift_reject"),
+    path("tether/drifts/<int:drift_id>/note/", drifts.drift_note_view, name="drift_note"),
+    path("grounding/", grounding.grounding_page, name="grounding"),
+    path("grounding/changes/<int:change_id>/", changes.change_page, name="change"),
     path(
         "grounding/changes/<int:change_id>/approve/",
-        views.change_approve_view,
+        changes.change_approve_view,
         name="change_approve",
     ),
     path(
-        "grounding/changes/<int:change_id>/reject/", views.change_reject_view, name="change_reject"
+        "grounding/changes/<int:change_id>/reject/",
+        changes.change_reject_view,
+        name="change_reject",
     ),
     path(
         "grounding/mutations/<int:mutation_id>/approve/",
-        views.mutation_approve_view,
+        grounding.mutation_approve_view,
         name="mutation_approve",
     ),
     path(
         "grounding/mutations/<int:mutation_id>/reject/",
-        views.mutation_reject_view,
+        grounding.mutation_reject_view,
         name="mutation_reject",
     ),
 ]

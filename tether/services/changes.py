@@ -19,9 +19,10 @@ from psychonauts.workspaces import branch_for, git, git_run, registry_lock, repo
 from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
-from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus, Risk
+from tether.models import ChangeReview, ChangeStatus, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
+from tether.services.drifts import drift_built_on_set
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,7 @@ def _sha(ref: str) -> str:
 
 def target_branch() -> str:
     """TETHER_TARGET_BRANCH, or the branch the target repository has checked out."""
-    configured = str(getattr(settings, "TETHER_TARGET_BRANCH", "") or "")
-    return configured or git("symbolic-ref", "--short", "HEAD", cwd=_repo())
+    return settings.TETHER_TARGET_BRANCH or git("symbolic-ref", "--short", "HEAD", cwd=_repo())
 
 
 def _files(base: str, head: str) -> list[FileChange]:
@@ -89,9 +89,8 @@ def _record_built_on(review: ChangeReview) -> None:
             depends_on_id=review.quantum_id, kind=DependencyKind.BLOCKS
         ).values_list("quantum_id", flat=True)
     )
-    built_on = {"files": [f["path"] for f in review.files], "quanta": sorted(later)}
-    Drift.objects.filter(quantum_id=review.quantum_id, status=DriftStatus.OPEN).update(
-        built_on=built_on
+    drift_built_on_set(
+        quantum_id=review.quantum_id, files=[f["path"] for f in review.files], quanta=sorted(later)
     )
 
 
@@ -118,7 +117,7 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
     diff = git("diff", f"{base}...{head}", cwd=_repo())
     files = _files(base, head)
     verdict = risk_assess(files=files, diff=diff)
-    limit = int(getattr(settings, "TETHER_DIFF_LIMIT", 500_000))
+    limit = settings.TETHER_DIFF_LIMIT
     stored = redact(diff)
     if len(stored) > limit:
         stored = stored[:limit] + f"\n… [{len(stored) - limit} characters cut]\n"
@@ -139,7 +138,7 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
         return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
     _record_built_on(review)
     publish("tether:drifts", "change_review_created", change_payload(review))
-    if review.risk == Risk.LOW and getattr(settings, "TETHER_AUTO_MERGE_LOW_RISK", False):
+    if review.risk == Risk.LOW and settings.TETHER_AUTO_MERGE_LOW_RISK:
         try:
             return change_approve(change_id=review.pk, by=AUTO)
         except TetherError as exc:

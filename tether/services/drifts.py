@@ -1,4 +1,6 @@
-"""Drifts: the operator grounds, rejects or notes an assumption; a late answer supersedes it."""
+"""Drifts, and the only module that writes them: a question or a pipeline proposal nobody
+answered in time opens one; the operator grounds, rejects or notes it; a late answer grounds or
+supersedes it; a change review records what was built on it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from django.utils import timezone
 
 from core.events import publish
 from tether.errors import AlreadyDecided, InvalidInput, NotFound
-from tether.models import Drift, DriftKind, DriftStatus
+from tether.models import Drift, DriftKind, DriftStatus, PipelineMutation, Reaching
 from tether.services.corrections import correction_file
 
 _EVENT: dict[str, str] = {
@@ -16,6 +18,71 @@ _EVENT: dict[str, str] = {
     DriftStatus.NOTED: "drift_noted",
     DriftStatus.SUPERSEDED: "drift_superseded",
 }
+
+
+def drift_open_for_reaching(*, reaching: Reaching) -> Drift:
+    """The drift of a question that timed out: the agent goes on with its assumption. The caller
+    has just moved the reaching pending -> timed out (a compare-and-set), so this runs once per
+    reaching; the one-to-one reaching column refuses a second drift anyway."""
+    drift = Drift.objects.create(
+        kind=DriftKind.ANSWER,
+        reaching=reaching,
+        agent_run_id=reaching.agent_run_id,
+        quantum_id=reaching.quantum_id,
+        assumption=reaching.assumption,
+        rationale=reaching.context,
+    )
+    publish(
+        "tether:drifts",
+        "drift_created",
+        {
+            "drift_id": drift.pk,
+            "kind": drift.kind,
+            "reaching_id": reaching.pk,
+            "quantum_id": drift.quantum_id,
+            "agent_run_id": drift.agent_run_id,
+            "assumption": drift.assumption,
+        },
+    )
+    return drift
+
+
+def drift_open_for_mutation(*, mutation: PipelineMutation) -> Drift:
+    """The drift of a pipeline proposal that timed out: the pipeline stays at its version. The
+    caller has just moved the proposal pending -> timed out (a compare-and-set)."""
+    if mutation.quantum_id is None:
+        raise InvalidInput(f"mutation #{mutation.pk} belongs to no quantum: no drift to record")
+    drift = Drift.objects.create(
+        kind=DriftKind.PIPELINE,
+        mutation=mutation,
+        agent_run_id=mutation.agent_run_id,
+        quantum_id=mutation.quantum_id,
+        assumption=(
+            f"pipeline {mutation.pipeline_name} stays at version {mutation.base_version} "
+            f"(proposal #{mutation.pk} was not answered)"
+        ),
+        rationale=mutation.rationale,
+    )
+    publish(
+        "tether:drifts",
+        "pipeline_drift",
+        {
+            "drift_id": drift.pk,
+            "mutation_id": mutation.pk,
+            "pipeline": mutation.pipeline_name,
+            "quantum_id": drift.quantum_id,
+            "assumption": drift.assumption,
+        },
+    )
+    return drift
+
+
+def drift_built_on_set(*, quantum_id: int, files: list[str], quanta: list[int]) -> int:
+    """Record on a quantum's open drifts which files and later quanta now build on them (a new
+    change review). Decided drifts keep what they had when decided. Returns how many changed."""
+    return Drift.objects.filter(quantum_id=quantum_id, status=DriftStatus.OPEN).update(
+        built_on={"files": files, "quanta": quanta}
+    )
 
 
 def _correction_body(drift: Drift, correction: str, verb: str) -> str:

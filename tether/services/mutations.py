@@ -17,7 +17,8 @@ from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import known_roles, pipelines_save
 from quanta.pipelines.spec import PipelineSpec
 from tether.errors import AlreadyDecided, InvalidProposal, NotFound
-from tether.models import Drift, DriftKind, MutationStatus, PipelineMutation
+from tether.models import MutationStatus, PipelineMutation
+from tether.services.drifts import drift_open_for_mutation
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def mutation_propose(
             return existing
     proposal_check(pipeline=pipeline, text=text)
     current = Pipeline.objects.filter(name=pipeline).values_list("version", flat=True).first()
-    timeout = float(getattr(settings, "TETHER_MUTATION_TIMEOUT_S", 3600))
+    timeout = settings.TETHER_MUTATION_TIMEOUT_S
     mutation = PipelineMutation.objects.create(
         pipeline_name=pipeline,
         base_version=current or 0,
@@ -174,28 +175,7 @@ def mutation_expire(*, mutation_id: int, now: datetime | None = None) -> bool:
     publish("tether:questions", "pipeline_mutation_responded", mutation_payload(mutation))
     if mutation.quantum_id is None:
         return True
-    drift = Drift.objects.create(
-        kind=DriftKind.PIPELINE,
-        mutation=mutation,
-        agent_run_id=mutation.agent_run_id,
-        quantum_id=mutation.quantum_id,
-        assumption=(
-            f"pipeline {mutation.pipeline_name} stays at version {mutation.base_version} "
-            f"(proposal #{mutation.pk} was not answered)"
-        ),
-        rationale=mutation.rationale,
-    )
-    publish(
-        "tether:drifts",
-        "pipeline_drift",
-        {
-            "drift_id": drift.pk,
-            "mutation_id": mutation.pk,
-            "pipeline": mutation.pipeline_name,
-            "quantum_id": drift.quantum_id,
-            "assumption": drift.assumption,
-        },
-    )
+    drift_open_for_mutation(mutation=mutation)
     return True
 
 

@@ -23,16 +23,13 @@ from psychonauts.models import AgentTurn
 from psychonauts.services import tool_call_complete
 from quanta.services import comment_add, quantum_reopen
 from tether.errors import AlreadyDecided, InvalidInput, NotFound, TetherError
-from tether.models import Drift, DriftKind, DriftStatus, Priority, Reaching, ReachingStatus
+from tether.models import Drift, DriftStatus, Priority, Reaching, ReachingStatus
 from tether.queue import queue_push_unsafe, queue_remove_unsafe
+from tether.services.drifts import drift_decide, drift_open_for_reaching
 
 logger = logging.getLogger(__name__)
 
 EXPIRE_TASK = "tether.reaching_expire"
-
-
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
 
 
 def reaching_payload(r: Reaching) -> dict[str, object]:
@@ -94,8 +91,8 @@ def reaching_ask(
         raise InvalidInput("a reaching needs a question and the assumption taken without answer")
     if priority not in Priority.values:
         raise InvalidInput(f"priority: one of {', '.join(Priority.values)}")
-    limit = _setting("TETHER_MAX_TIMEOUT_S", 86400)
-    timeout = min(max(timeout_s or _setting("TETHER_DEFAULT_TIMEOUT_S", 300), 0.5), limit)
+    limit = settings.TETHER_MAX_TIMEOUT_S
+    timeout = min(max(timeout_s or settings.TETHER_DEFAULT_TIMEOUT_S, 0.5), limit)
     reaching = Reaching.objects.create(
         agent_run_id=agent_run_id,
         quantum_id=quantum_id,
@@ -131,7 +128,7 @@ def reaching_quarantine(*, quantum_id: int, history: str, failures: int) -> Reac
         context=redact(history),
         priority=Priority.HIGH,
         assumption="it stays blocked until the operator decides",
-        deadline=timezone.now() + timedelta(seconds=_setting("TETHER_QUARANTINE_TIMEOUT_S", 86400)),
+        deadline=timezone.now() + timedelta(seconds=settings.TETHER_QUARANTINE_TIMEOUT_S),
     )
     publish("tether:reaching", "question_asked", reaching_payload(reaching))
     _after_commit_queue(reaching)
@@ -246,8 +243,6 @@ def _late_answer(reaching: Reaching, text: str, by: str) -> AnswerResult:
     if drift is None:  # a quarantine reaching has no drift: keep the answer as instructions
         comment_add(quantum_id=reaching.quantum_id, body=f"The Tether (late): {text}", author=by)
         return AnswerResult("quarantine", reaching.pk)
-    from tether.services.drifts import drift_decide
-
     if answer_agrees(text, reaching.assumption):
         drift_decide(
             drift_id=drift.pk,
@@ -288,26 +283,7 @@ def reaching_expire(*, reaching_id: int, now: datetime | None = None) -> bool:
     publish("tether:reaching", "question_timed_out", reaching_payload(reaching))
     if reaching.agent_run_id is None:
         return True  # quarantine: the quantum simply stays blocked; nobody built on anything
-    drift = Drift.objects.create(
-        kind=DriftKind.ANSWER,
-        reaching=reaching,
-        agent_run_id=reaching.agent_run_id,
-        quantum_id=reaching.quantum_id,
-        assumption=reaching.assumption,
-        rationale=reaching.context,
-    )
-    publish(
-        "tether:drifts",
-        "drift_created",
-        {
-            "drift_id": drift.pk,
-            "kind": drift.kind,
-            "reaching_id": reaching.pk,
-            "quantum_id": drift.quantum_id,
-            "agent_run_id": drift.agent_run_id,
-            "assumption": drift.assumption,
-        },
-    )
+    drift = drift_open_for_reaching(reaching=reaching)
     waited = (now - reaching.created_at).total_seconds()
     _resume_with(
         reaching,

@@ -266,7 +266,16 @@ class Command(SafeCommand):
         c = detail.review
         if self.as_json:
             data = change_data(c)
-            data["file_diffs"] = [vars(f) for f in detail.files]
+            data["file_diffs"] = [
+                {
+                    "path": f.path,
+                    "status": f.status,
+                    "additions": f.additions,
+                    "deletions": f.deletions,
+                    "diff": f.diff,
+                }
+                for f in detail.files
+            ]
             emit_json(self.stdout, data)
             return
         w = self.stdout.write

@@ -1,0 +1,94 @@
+"""A change's page: its diff file by file, approving (merge into the base branch) or rejecting
+(the quantum reopens)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from core.access import operator_required
+from quanta.errors import QuantaError
+from tether.errors import InvalidInput, TetherError
+from tether.forms import ChangeRejectForm
+from tether.models import ChangeReview, ChangeStatus
+from tether.selectors import change_detail
+from tether.services import change_approve, change_reject
+from tether.views.common import or_404
+
+
+def _change_render(
+    request: HttpRequest,
+    change_id: int,
+    *,
+    reject: forms.Form | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    detail = or_404(change_detail, change_id=change_id)
+    return render(
+        request,
+        "grounding/change.html",
+        {
+            "c": detail.review,
+            "files": [{"f": f, "lines": f.lines} for f in detail.files],
+            "reject": reject or ChangeRejectForm(),
+            "pending": detail.review.status == ChangeStatus.PENDING,
+        },
+        status=status,
+    )
+
+
+def change_page(request: HttpRequest, change_id: int) -> HttpResponse:
+    return _change_render(request, change_id)
+
+
+def change_message(review: ChangeReview) -> tuple[int, str]:
+    if review.status == ChangeStatus.MERGED:
+        return messages.SUCCESS, (
+            f"Change #{review.pk} merged into {review.base} ({review.merge_sha[:10]})."
+        )
+    return messages.WARNING, (
+        f"Change #{review.pk} conflicts with {review.base} ({review.comment}); nothing was "
+        f"merged. Correction quantum #{review.correction_id} was filed."
+    )
+
+
+@require_POST
+@operator_required
+def change_approve_view(request: HttpRequest, change_id: int) -> HttpResponse:
+    try:
+        review = or_404(change_approve, change_id=change_id, by=request.user.get_username())
+    except TetherError as exc:  # decided already, branch moved or vanished, git refused
+        messages.error(request, str(exc))
+    else:
+        messages.add_message(request, *change_message(review))
+    return redirect("change", change_id=change_id)
+
+
+@require_POST
+@operator_required
+def change_reject_view(request: HttpRequest, change_id: int) -> HttpResponse:
+    form = ChangeRejectForm(request.POST)
+    if form.is_valid():
+        try:
+            review = or_404(
+                change_reject,
+                change_id=change_id,
+                reason=form.cleaned_data["reason"],
+                by=request.user.get_username(),
+            )
+        except InvalidInput as exc:
+            form.add_error("reason", str(exc))
+        except (TetherError, QuantaError) as exc:
+            # Stale (decided already), or its quantum cannot be reopened (open again meanwhile):
+            # the whole rejection rolled back.
+            messages.error(request, str(exc))
+            return redirect("change", change_id=change_id)
+        else:
+            messages.success(
+                request, f"Change #{review.pk} rejected; quantum #{review.quantum_id} reopened."
+            )
+            return redirect("change", change_id=change_id)
+    return _change_render(request, change_id, reject=form, status=400)
