@@ -4,10 +4,13 @@ checkpoint, a tool's result, the run's end.
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
 core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs,
 and each round trip hands the GIL around a hundred threads. So each step is one statement, and
-the events buffered since the last step go in with it (`EventBatch.cte`). The statements write
-exactly the rows the models describe (AgentTurn, Usage, ToolCall, Event and the run's phase,
-counters and outcome), and the one read builds model instances as Django does; the tests read
-the rows back through the ORM, and other reads stay there.
+the events buffered since the last step go in with it (`EventBatch.cte`). This module writes
+psychonauts' own rows of a turn (AgentTurn, Usage, ToolCall); the other tables' parts of a
+statement are CTEs their writers provide: the run's claim, phase, counters and outcome
+(`bursts.services.agent_runs`), its session (`core.sessions`), the events (`core.events`). The
+statements write exactly the rows the models describe, with the tables' and columns' names taken
+from the models, and the one read builds model instances as Django does; the tests read the rows
+back through the ORM, and other reads stay there.
 """
 
 from __future__ import annotations
@@ -22,9 +25,17 @@ from typing import Any, TypeVar
 from django.db import connection, models
 
 from bursts.models import AGENT_LIVE, AgentRun
+from bursts.services.agent_runs import (
+    agent_run_claim_cte,
+    agent_run_counters_cte,
+    agent_run_finish_cte,
+    agent_run_turn_open_cte,
+)
+from bursts.services.sql import sql_names
 from core.events import EventBatch
 from core.models import Session
-from psychonauts.models import Role, ToolCall
+from core.sessions import SESSION_ID, session_ended_cte, session_found_cte, session_opened_cte
+from psychonauts.models import AgentTurn, Role, ToolCall, Usage
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 from quanta.models import Quantum
 
@@ -40,6 +51,12 @@ _QUANTUM_COLUMNS = [
                  "complexity")
 ]  # fmt: skip
 _ROLE_COLUMNS = list(Role._meta.concrete_fields)
+
+# Names of the tables this module writes itself, for the statements below.
+_T = sql_names(AgentTurn, "t_")
+_U = sql_names(Usage, "u_")
+_C = sql_names(ToolCall, "c_")
+_A = sql_names(AgentRun, "a_")
 
 
 def _select(alias: str, fields: Sequence[Any]) -> str:
@@ -84,23 +101,12 @@ def run_read(agent_run_id: int) -> tuple[AgentRun, Role | None] | None:
 # Claiming a run to execute it (pending | running | waiting -> running), guarded, with its
 # session: found when an earlier execution opened it, else opened now (when `open_session`; a
 # run refused before it starts gets none).
+_OPEN_SESSION = "%(open_session)s AND EXISTS (SELECT FROM run)"
 _RUN_CLAIM = f"""
-WITH run AS (
-    UPDATE bursts_agentrun
-    SET status = 'running', worker = %(worker)s, started_at = COALESCE(started_at, %(now)s),
-        heartbeat_at = %(now)s, provider = COALESCE(%(provider)s, provider),
-        model = COALESCE(%(model)s, model)
-    WHERE id = %(id)s AND status = ANY(%(live)s)
-    RETURNING id
-), found AS (
-    SELECT min(id) AS id FROM {Session._meta.db_table} WHERE kind = 'agent_run' AND ref = %(ref)s
-), opened AS (
-    INSERT INTO {Session._meta.db_table} (kind, ref, title, started_at)
-    SELECT 'agent_run', %(ref)s, %(title)s, %(now)s
-    WHERE %(open_session)s AND EXISTS (SELECT FROM run) AND (SELECT id FROM found) IS NULL
-    RETURNING id
-)
-SELECT EXISTS (SELECT FROM run), COALESCE((SELECT id FROM found), (SELECT id FROM opened))
+WITH {agent_run_claim_cte()},
+{session_found_cte(kind=Session.Kind.AGENT_RUN)},
+{session_opened_cte(kind=Session.Kind.AGENT_RUN, only_if=_OPEN_SESSION)}
+SELECT EXISTS (SELECT FROM run), {SESSION_ID}
 """
 
 _LIVE = sorted(AGENT_LIVE)  # the statuses a claim takes a run from, as the statement's array
@@ -126,8 +132,9 @@ def run_claim(
                 "now": now,
                 "provider": route[0] if route else None,
                 "model": route[1] if route else None,
-                "ref": str(agent_run_id),
-                "title": title,
+                "session_ref": str(agent_run_id),
+                "session_title": title,
+                "session_now": now,
                 "open_session": route is not None,
                 "live": _LIVE,
             },
@@ -160,13 +167,14 @@ class TurnCompletion:
 
 # Completing a turn (no-ops with NULL ids): a statement of its own, or part of the next turn's.
 _COMPLETION = """done_call AS (
-    UPDATE psychonauts_toolcall
-    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
-    WHERE id = %(call)s
+    UPDATE {c_table}
+    SET {c_output} = %(output)s, {c_is_error} = %(is_error)s, {c_completed} = true,
+        {c_duration_ms} = %(duration)s
+    WHERE {c_id} = %(call)s
 ), done_turn AS (
-    UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
-    WHERE id = %(turn)s
-)"""
+    UPDATE {t_table} SET {t_tool_results} = %(results)s::jsonb, {t_complete} = true
+    WHERE {t_id} = %(turn)s
+)""".format(**_C, **_T)
 _NO_COMPLETION: dict[str, Any] = {
     "results": "[]",
     "turn": None,
@@ -180,22 +188,34 @@ _NO_COMPLETION: dict[str, Any] = {
 # go in, and the spend the budgets need comes back; no run row when it is no longer running
 # (cancelled meanwhile).
 _TURN_OPEN = """
-WITH {completion}, run AS (
-    UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
-    WHERE id = %(id)s AND status = 'running'
-    RETURNING {run} AS spent, {wave} AS spent_wave
-), {events}
+WITH {completion}, {run}, {events}
 SELECT EXISTS (SELECT FROM run), (SELECT spent FROM run), (SELECT spent_wave FROM run), {ids}
 """
 _SPEND_RUN = (
-    "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE quantum_run_id = %(qr)s)"
-)
+    "(SELECT COALESCE(SUM({u_cost_usd}), 0) FROM {u_table} WHERE {u_quantum_run_id} = %(qr)s)"
+).format(**_U)
 _SPEND_ALONE = (
-    "(SELECT COALESCE(SUM(u.cost_usd), 0) FROM psychonauts_usage u"
-    " JOIN bursts_agentrun r ON r.id = u.agent_run_id"
-    " WHERE r.agent_id = %(agent_id)s AND r.attempt = %(attempt)s)"
-)
-_SPEND_WAVE = "(SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage WHERE wave_id = %(wave)s)"
+    "(SELECT COALESCE(SUM(u.{u_cost_usd}), 0) FROM {u_table} u"
+    " JOIN {a_table} r ON r.{a_id} = u.{u_agent_run_id}"
+    " WHERE r.{a_agent_id} = %(agent_id)s AND r.{a_attempt} = %(attempt)s)"
+).format(**_U, **_A)
+_SPEND_WAVE = (
+    "(SELECT COALESCE(SUM({u_cost_usd}), 0) FROM {u_table} WHERE {u_wave_id} = %(wave)s)"
+).format(**_U)
+# The four statements, by (a quantum run's agent, a wave with a budget).
+_TURN_OPENS = {
+    (in_run, budgeted): _TURN_OPEN.format(
+        completion=_COMPLETION,
+        run=agent_run_turn_open_cte(
+            returning=f"{_SPEND_RUN if in_run else _SPEND_ALONE} AS spent, "
+            f"{_SPEND_WAVE if budgeted else 'NULL'} AS spent_wave"
+        ),
+        events=EventBatch.cte(),
+        ids=EventBatch.IDS,
+    )
+    for in_run in (True, False)
+    for budgeted in (True, False)
+}
 
 
 def turn_open(
@@ -213,13 +233,7 @@ def turn_open(
     """Write the last turn's completion, the phase and the events; return what the quantum run
     (or the lone agent run) has spent, and the wave when it has a budget, or None when the run
     is no longer running."""
-    sql = _TURN_OPEN.format(
-        completion=_COMPLETION,
-        run=_SPEND_RUN if quantum_run_id is not None else _SPEND_ALONE,
-        wave=_SPEND_WAVE if budgeted_wave_id is not None else "NULL",
-        events=events.cte(),
-        ids=events.IDS,
-    )
+    sql = _TURN_OPENS[(quantum_run_id is not None, budgeted_wave_id is not None)]
     params: dict[str, Any] = {
         "phase": phase,
         "now": now,
@@ -242,33 +256,37 @@ def turn_open(
 
 # One statement, atomic on its own: the turn, its usage, its tool calls (pending), the run's
 # counters and phase, and the events.
-_TURN_RECORD = f"""
+_TURN_RECORD = """
 WITH turn AS (
-    INSERT INTO psychonauts_agentturn (agent_run_id, index, assistant, tool_results, stop_reason,
-                                       complete, tokens_in, tokens_out, created_at)
+    INSERT INTO {t_table} ({t_agent_run_id}, {t_index}, {t_assistant}, {t_tool_results},
+                           {t_stop_reason}, {t_complete}, {t_tokens_in}, {t_tokens_out},
+                           {t_created_at})
     VALUES (%(run)s, %(index)s, %(assistant)s::jsonb, '[]'::jsonb, %(stop_reason)s, %(complete)s,
             %(tokens_in)s, %(tokens_out)s, %(now)s)
-    RETURNING id
+    RETURNING {t_id}
 ), usage AS (
-    INSERT INTO psychonauts_usage (agent_run_id, quantum_run_id, wave_id, provider, model,
-                                   tokens_in, tokens_out, cost_usd, created_at)
+    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
+                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cost_usd}, {u_created_at})
     VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
             %(tokens_out)s, %(cost)s, %(now)s)
 ), calls AS (
-    INSERT INTO psychonauts_toolcall (agent_run_id, turn_index, tool_use_id, name, input, output,
-                                      is_error, completed, duration_ms, created_at)
+    INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
+                           {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
+                           {c_created_at})
     SELECT %(run)s, %(index)s, c.id, c.name, c.input, '', false, false, 0, %(now)s
     FROM jsonb_to_recordset(%(calls)s::jsonb) AS c(id text, name text, input jsonb)
-    RETURNING id, tool_use_id
-), counters AS (
-    UPDATE bursts_agentrun
-    SET tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
-        cost_usd = cost_usd + %(cost)s, phase = %(phase)s, heartbeat_at = %(now)s
-    WHERE id = %(run)s
-), {EventBatch.cte()}
-SELECT (SELECT id FROM turn), ARRAY(SELECT tool_use_id FROM calls), ARRAY(SELECT id FROM calls),
-       {EventBatch.IDS}
-"""
+    RETURNING {c_id}, {c_tool_use_id}
+), {counters}, {events}
+SELECT (SELECT {t_id} FROM turn), ARRAY(SELECT {c_tool_use_id} FROM calls),
+       ARRAY(SELECT {c_id} FROM calls), {ids}
+""".format(
+    **_T,
+    **_U,
+    **_C,
+    counters=agent_run_counters_cte(),
+    events=EventBatch.cte(),
+    ids=EventBatch.IDS,
+)
 
 # A turn's completion on its own; or, with no turn, one tool call's result.
 _TURN_COMPLETE = f"WITH {_COMPLETION} SELECT"
@@ -346,16 +364,9 @@ def turn_complete(completion: TurnCompletion) -> None:
 # The run's end, guarded (running -> done | error), with its session's end and the events; the
 # events go in only with the transition (the caller writes those that still belong otherwise).
 _RUN_FINISH = f"""
-WITH run AS (
-    UPDATE bursts_agentrun
-    SET status = %(status)s, phase = %(phase)s, result = %(result)s, error = %(error)s,
-        finished_at = %(now)s, heartbeat_at = %(now)s
-    WHERE id = %(id)s AND status = 'running'
-    RETURNING id
-), session AS (
-    UPDATE {Session._meta.db_table} SET ended_at = %(now)s
-    WHERE id = %(session)s AND EXISTS (SELECT FROM run)
-), {EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
+WITH {agent_run_finish_cte()},
+{session_ended_cte(only_if="EXISTS (SELECT FROM run)")},
+{EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
 SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}
 """
 
@@ -382,7 +393,8 @@ def run_finish(
                 "result": result,
                 "error": error,
                 "now": now,
-                "session": session_id,
+                "session_now": now,
+                "session_id": session_id,
                 **events.params(),
             },
         )

@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 from django.db.models.functions import Coalesce
 
-from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun
+from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
 from bursts.services.sql import sql_names
 
 _A = sql_names(AgentRun)
@@ -31,6 +31,52 @@ _A = sql_names(AgentRun)
 def agent_runs_create(*, agents: list[AgentRun]) -> None:
     """Insert the attempts a stage begins with (their ids are set on the instances)."""
     AgentRun.objects.bulk_create(agents)
+
+
+def agent_run_insert(
+    *,
+    agent_id: str,
+    attempt: int,
+    quantum_id: int,
+    role: str,
+    provider: str = "",
+    model: str = "",
+    context: str = "",
+) -> AgentRun:
+    """Insert a standalone attempt (no quantum run: the CLI's). IntegrityError when another
+    process took that attempt number first."""
+    return AgentRun.objects.create(
+        agent_id=agent_id,
+        attempt=attempt,
+        quantum_id=quantum_id,
+        role=role,
+        provider=provider,
+        model=model,
+        context=context,
+    )
+
+
+def agent_run_child_get_or_create(
+    *, parent: AgentRun, agent_id: str, position: int, role: str, context: str
+) -> AgentRun:
+    """The sub-agent run `agent_id` of `parent` (same attempt, one level deeper), inserted
+    unless a resumed parent made it before."""
+    child, _ = AgentRun.objects.get_or_create(
+        agent_id=agent_id,
+        attempt=parent.attempt,
+        defaults={
+            "quantum_id": parent.quantum_id,
+            "quantum_run_id": parent.quantum_run_id,
+            "parent": parent,
+            "depth": parent.depth + 1,
+            "stage_index": parent.stage_index,
+            "position": position,
+            "role": role,
+            "provider": parent.provider,
+            "context": context,
+        },
+    )
+    return child
 
 
 def agent_run_next_attempt(*, agent: AgentRun) -> None:
@@ -137,8 +183,29 @@ def agent_run_end(
     )
 
 
-def agent_run_suspend(*, agent_run_id: int) -> bool:
-    """Running (on a worker) -> waiting on the Tether. An answer may already have resumed it
+def agent_run_wait(*, agent_run_id: int, now: datetime) -> bool:
+    """Running -> waiting on a tool call answered from outside (the runtime suspends it); False
+    if it was no longer running."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.WAITING, phase=AgentPhase.WAITING, heartbeat_at=now
+        )
+        == 1
+    )
+
+
+def agent_run_fail(*, agent_run_id: int, error: str, now: datetime) -> bool:
+    """Running -> error before its turn loop got going; False if someone else ended it first."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+            status=AgentStatus.ERROR, phase=AgentPhase.ERROR, error=error, finished_at=now
+        )
+        == 1
+    )
+
+
+def agent_run_slot_wait(*, agent_run_id: int) -> bool:
+    """Running (on a worker) -> waiting on the Tether, as a slot records its agent's outcome. An answer may already have resumed it
     (agent_resume: running, worker cleared): then it stays running, or its resumed task would
     find it waiting and stop; False."""
     return (
@@ -272,19 +339,23 @@ def agent_run_finish_cte() -> str:
 
 
 __all__ = [
+    "agent_run_child_get_or_create",
     "agent_run_claim_cte",
     "agent_run_counters_cte",
     "agent_run_end",
+    "agent_run_fail",
     "agent_run_finish",
     "agent_run_finish_cte",
+    "agent_run_insert",
     "agent_run_next_attempt",
     "agent_run_resume",
+    "agent_run_slot_wait",
     "agent_run_start",
     "agent_run_start_dispatched",
-    "agent_run_suspend",
     "agent_run_take_over",
     "agent_run_time_out",
     "agent_run_turn_open_cte",
+    "agent_run_wait",
     "agent_runs_cancel_live",
     "agent_runs_cancel_pending",
     "agent_runs_create",

@@ -20,9 +20,9 @@ from bursts.services.agent_runs import (
     agent_run_end,
     agent_run_finish,
     agent_run_next_attempt,
+    agent_run_slot_wait,
     agent_run_start,
     agent_run_start_dispatched,
-    agent_run_suspend,
     agent_run_take_over,
     agent_runs_cancel_pending,
 )
@@ -59,7 +59,7 @@ def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
     """Write the outcome unless the attempt already ended (the runtime wrote it, or the manager
     cancelled it meanwhile: keep what is there)."""
     if outcome.status == "waiting":
-        if agent_run_suspend(agent_run_id=agent.pk):
+        if agent_run_slot_wait(agent_run_id=agent.pk):
             agent.status = AgentStatus.WAITING
             return agent
     else:

@@ -8,7 +8,8 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from bursts.executor import Outcome, OutcomeStatus
-from bursts.models import AgentPhase, AgentRun, AgentStatus
+from bursts.models import AgentRun, AgentStatus
+from bursts.services import agent_runs
 from core.redaction import redact
 from psychonauts.errors import PsychonautError
 from psychonauts.models import ToolCall
@@ -33,7 +34,7 @@ def agent_run_create(
             ).first()
         )  # fmt: skip
         try:
-            return AgentRun.objects.create(
+            return agent_runs.agent_run_insert(
                 agent_id=agent_id,
                 attempt=(last or 0) + 1,
                 quantum_id=quantum_id,
@@ -52,41 +53,28 @@ def agent_run_children_create(
 ) -> list[AgentRun]:
     """The sub-agent runs of a parent's spawn call, one per spec; those a resumed parent made
     before are found again (their agent id is derived from the parent's and the call's position)."""
-    depth = parent.depth + 1
-    children = []
-    for i, spec in enumerate(specs):
-        child, _ = AgentRun.objects.get_or_create(
+    return [
+        agent_runs.agent_run_child_get_or_create(
+            parent=parent,
             agent_id=f"{parent.agent_id}.t{turn_index}c{i}_{spec['role']}"[:200],
-            attempt=parent.attempt,
-            defaults={
-                "quantum_id": parent.quantum_id,
-                "quantum_run_id": parent.quantum_run_id,
-                "parent": parent,
-                "depth": depth,
-                "stage_index": parent.stage_index,
-                "position": i,
-                "role": spec["role"],
-                "provider": parent.provider,
-                # Stored: redacted (the child reads its prompt from this row).
-                "context": redact(f"## Task from {parent.agent_id}\n{spec['task']}"),
-            },
+            position=i,
+            role=spec["role"],
+            # Stored: redacted (the child reads its prompt from this row).
+            context=redact(f"## Task from {parent.agent_id}\n{spec['task']}"),
         )
-        children.append(child)
-    return children
+        for i, spec in enumerate(specs)
+    ]
 
 
 def agent_run_suspend(*, agent_run_id: int) -> int:
     """A running run waits (on a tool call answered from outside); returns the rows updated."""
-    return AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
-        status=AgentStatus.WAITING, phase=AgentPhase.WAITING, heartbeat_at=timezone.now()
-    )
+    return int(agent_runs.agent_run_wait(agent_run_id=agent_run_id, now=timezone.now()))
 
 
 def agent_run_fail(*, agent_run_id: int, error: str) -> int:
     """A running run ends in error; returns the rows updated (0: someone else ended it first)."""
-    now = timezone.now()
-    return AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
-        status=AgentStatus.ERROR, phase=AgentPhase.ERROR, error=error, finished_at=now
+    return int(
+        agent_runs.agent_run_fail(agent_run_id=agent_run_id, error=error, now=timezone.now())
     )
 
 
