@@ -1,4 +1,4 @@
-"""Websocket routes. Each app's consumers are added here as the UI grows."""
+"""Websocket routes: the events consumer every live page connects to."""
 
 from __future__ import annotations
 

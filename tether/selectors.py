@@ -122,7 +122,7 @@ class ChangeFile:
     status: str
     additions: int
     deletions: int
-    diff: str  # "" when the stored diff has no text for it (binary, or cut by the size limit)
+    diff: str  # its part of the stored diff; "" when the size limit cut it off
     lines: list[DiffLine]  # the diff's lines as the change page shows them
 
 

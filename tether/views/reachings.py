@@ -57,14 +57,13 @@ def drift_row(drift: Drift, bound: Bound | None = None) -> dict[str, Any]:
         and reaching.status == ReachingStatus.TIMED_OUT
         and reaching.late_answered_at is None
     )
+    late = form_pick(bound, "answer", reaching.pk, AnswerForm) if late_ok and reaching else None
     return {
         "d": drift,
         "ground": form_pick(bound, "ground", drift.pk, DriftGroundForm),
         "reject": form_pick(bound, "reject", drift.pk, DriftRejectForm),
         "note": form_pick(bound, "note", drift.pk, DriftNoteForm),
-        "late": form_pick(bound, "answer", reaching.pk, AnswerForm)
-        if late_ok and reaching
-        else None,
+        "late": late,
     }
 
 
