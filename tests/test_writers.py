@@ -172,7 +172,7 @@ def _table_spellings(tree: ast.AST, model: type[models.Model]) -> set[str]:
             and call.args[0].id == name
         ):
             prefix = call.args[1] if len(call.args) > 1 else None
-            text = prefix.value if isinstance(prefix, ast.Constant) else ""
+            text = str(prefix.value) if isinstance(prefix, ast.Constant) else ""
             spellings.add(f"{{{text}table}}")
         # `.format(table=Model._meta.db_table)`, `{"table": Model._meta.db_table}`
         pairs: list[tuple[object, ast.expr]] = []
