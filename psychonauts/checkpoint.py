@@ -343,6 +343,29 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 
 
+def tool_call_open(
+    *, agent_run_id: int, turn_index: int, tool_use_id: str, name: str, input: dict[str, Any]
+) -> ToolCall:
+    """A tool call's row before it runs, for a call the turn's statement did not write."""
+    return ToolCall.objects.create(
+        agent_run_id=agent_run_id,
+        turn_index=turn_index,
+        tool_use_id=tool_use_id,
+        name=name,
+        input=input,
+    )
+
+
+def tool_call_answer(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> bool:
+    """The result of a call still pending (ask_tether's answer); False when there is none."""
+    return (
+        ToolCall.objects.filter(
+            agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
+        ).update(output=output, is_error=is_error, completed=True)
+        == 1
+    )
+
+
 def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: int) -> None:
     """A tool call's result on its own (the completion's statement, with no turn)."""
     params: dict[str, Any] = {

@@ -13,7 +13,8 @@ LineTag = Literal["add", "del", "hunk", "ctx"]
 
 _TAGS: dict[str, LineTag] = {"+": "add", "-": "del", "@": "hunk"}
 _FILE_HEADER = "diff --git "
-# Header lines that say nothing the file's title does not (the paths, the blob ids).
+# Header lines that say nothing the file's title does not (the paths, the blob ids). Only
+# before a file's first hunk: inside one, `--- x` is a removed line that starts with `-- `.
 _SKIPPED = ("index ", "--- ", "+++ ")
 
 
@@ -44,6 +45,7 @@ def diff_parse(diff: str) -> list[FilePatch]:
     path = ""
     raw: list[str] = []
     lines: list[DiffLine] = []
+    in_hunk = False
 
     def close() -> None:
         if raw:
@@ -61,12 +63,13 @@ def diff_parse(diff: str) -> list[FilePatch]:
         line = kept.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
         if line.startswith(_FILE_HEADER):
             close()
-            path, raw, lines = line.split(" b/", 1)[-1], [kept], []
+            path, raw, lines, in_hunk = line.split(" b/", 1)[-1], [kept], [], False
             continue
         if not raw:
             continue
         raw.append(kept)
-        if not line.startswith(_SKIPPED):
+        in_hunk = in_hunk or line.startswith("@@")
+        if in_hunk or not line.startswith(_SKIPPED):
             lines.append(diff_line(line))
     close()
     return files

@@ -16,12 +16,10 @@ JSON object per line. `quanta export` writes the same format, so export -> impor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
@@ -38,12 +36,12 @@ from core.safeyaml import (
 from quanta.errors import ImportFailed, InvalidQuantum
 from quanta.fields import FIELD_CHECKS
 from quanta.models import AuthorKind, Comment, DependencyKind, Quantum, QuantumStatus
-from quanta.services import SEARCH_VECTOR_SQL
+from quanta.services import quanta_ids_allocate, quanta_rows_insert
 
 Ref = str | int
 ID_MAX = 2**63 - 1  # ids are bigints
 AUTHOR_MAX = Comment._meta.get_field("author").max_length or 200
-ANALYZE_AFTER = 10_000  # rows imported at once
+ANALYZE_AFTER = 10_000  # rows imported at once: then the planner's statistics are refreshed
 
 IMPORTABLE_STATUSES = [
     QuantumStatus.OPEN,
@@ -222,7 +220,7 @@ def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
     wanted_ids |= {r.parent for r in records if isinstance(r.parent, int)}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, status FROM quanta_quantum WHERE id = ANY(%s) ORDER BY id FOR SHARE",
+            f"SELECT id, status FROM {Quantum._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR SHARE",
             [sorted(wanted_ids)],
         )
         existing: dict[int, str] = dict(cursor.fetchall())
@@ -317,50 +315,10 @@ def parse_import(path: Path) -> tuple[list[Record], dict[int, str]]:
     return records, existing
 
 
-def _copy(table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """COPY rows in: several times faster than INSERT for bulk data, and still transactional."""
-    with (
-        connection.cursor() as cursor,
-        cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
-    ):
-        for row in rows:
-            copy.write_row(row)
-
-
 def _default(field_name: str) -> Any:
     model_field = Quantum._meta.get_field(field_name)
     assert isinstance(model_field, models.Field)
     return model_field.get_default()
-
-
-def _allocate_ids(count: int) -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence('quanta_quantum', 'id')) FROM generate_series(1, %s)",
-            [count],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
-QUANTUM_COLUMNS = [
-    "id",
-    "title",
-    "body",
-    "kind",
-    "status",
-    "priority",
-    "labels",
-    "parent_id",
-    "pipeline",
-    "acceptance",
-    "verify_commands",
-    "complexity",
-    "close_reason",
-    "created_at",
-    "updated_at",
-    "closed_at",
-    "open_blockers",
-]
 
 
 @transaction.atomic
@@ -369,7 +327,7 @@ def quanta_import(*, path: Path) -> list[int]:
     records, existing = parse_import(path)
     if not records:
         return []
-    ids = _allocate_ids(len(records))
+    ids = quanta_ids_allocate(count=len(records))
     by_ref = {r.ref: qid for r, qid in zip(records, ids, strict=True) if r.ref is not None}
     status_of = {r.ref: r.status for r in records if r.ref is not None}
 
@@ -385,36 +343,8 @@ def quanta_import(*, path: Path) -> list[int]:
 
     now = timezone.now()
     defaults = {f: _default(f) for f in FIELD_CHECKS}
-    # Edges and comments go in before their quanta (the foreign keys are deferred to commit):
-    # the open_blockers trigger then finds no quantum rows to bump, and each quantum row is
-    # written once, with its blocker count computed here and its search vector computed by the
-    # INSERT ... SELECT from a staging table, instead of written and then rewritten.
-    _copy(
-        "quanta_dependency",
-        ["quantum_id", "depends_on_id", "kind", "created_at"],
-        (
-            (qid, resolve(target), kind, now)
-            for r, qid in zip(records, ids, strict=True)
-            for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
-        ),
-    )
-    _copy(
-        "quanta_comment",
-        ["quantum_id", "author_kind", "author", "body", "created_at"],
-        (
-            (qid, kind, author, body, now)
-            for r, qid in zip(records, ids, strict=True)
-            for kind, author, body in r.comments
-        ),
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMP TABLE import_quanta (LIKE quanta_quantum INCLUDING DEFAULTS) ON COMMIT DROP"
-        )
-    _copy(
-        "import_quanta",
-        QUANTUM_COLUMNS,
-        (
+    quanta_rows_insert(
+        quanta=(
             (
                 qid,
                 f["title"],
@@ -437,18 +367,17 @@ def quanta_import(*, path: Path) -> list[int]:
             for r, qid in zip(records, ids, strict=True)
             for f in ({**defaults, **r.fields},)
         ),
+        dependencies=(
+            (qid, resolve(target), kind, now)
+            for r, qid in zip(records, ids, strict=True)
+            for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
+        ),
+        comments=(
+            (qid, kind, author, body, now)
+            for r, qid in zip(records, ids, strict=True)
+            for kind, author, body in r.comments
+        ),
+        analyze=len(ids) >= ANALYZE_AFTER,
     )
-    columns = ", ".join(QUANTUM_COLUMNS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO quanta_quantum ({columns}, search_vector)"
-            f" SELECT {columns}, {SEARCH_VECTOR_SQL.format(q='s')} FROM import_quanta s",
-            {"cfg": settings.SEARCH_CONFIG},
-        )
-        cursor.execute("DROP TABLE import_quanta")
-    if len(ids) >= ANALYZE_AFTER:
-        # Fresh planner statistics, or the first queries after a big import plan blind.
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE quanta_quantum, quanta_dependency")
     publish("quanta", "quanta_imported", {"count": len(ids), "file": source_name(path)})
     return ids

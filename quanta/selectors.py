@@ -113,22 +113,23 @@ def quantum_why_not_ready(*, quantum_id: int) -> WhyNotReady:
     quantum = Quantum.objects.filter(pk=quantum_id).values("title", "status").first()
     if quantum is None:
         raise QuantumNotFound(f"no quantum #{quantum_id}")
+    dependencies, quanta = Dependency._meta.db_table, Quantum._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            """
+            f"""
             WITH RECURSIVE chain(src, dst) AS (
                 SELECT d.quantum_id, d.depends_on_id
-                  FROM quanta_dependency d JOIN quanta_quantum b ON b.id = d.depends_on_id
+                  FROM {dependencies} d JOIN {quanta} b ON b.id = d.depends_on_id
                  WHERE d.quantum_id = %(id)s AND d.kind = 'blocks' AND b.status <> 'closed'
                 UNION
                 SELECT d.quantum_id, d.depends_on_id
                   FROM chain c
-                  JOIN quanta_dependency d ON d.quantum_id = c.dst AND d.kind = 'blocks'
-                  JOIN quanta_quantum b ON b.id = d.depends_on_id
+                  JOIN {dependencies} d ON d.quantum_id = c.dst AND d.kind = 'blocks'
+                  JOIN {quanta} b ON b.id = d.depends_on_id
                  WHERE b.status <> 'closed'
             )
             SELECT c.src, c.dst, b.title, b.status
-              FROM chain c JOIN quanta_quantum b ON b.id = c.dst
+              FROM chain c JOIN {quanta} b ON b.id = c.dst
              ORDER BY b.priority, b.created_at, b.id
             """,
             {"id": quantum_id},

@@ -65,8 +65,13 @@ SEARCH_VECTOR_SQL = """
     setweight(to_tsvector(%(cfg)s::regconfig, {q}.title), 'A')
     || setweight(to_tsvector(%(cfg)s::regconfig, {q}.body), 'B')
     || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
-        (SELECT string_agg(c.body, ' ') FROM quanta_comment c WHERE c.quantum_id = {q}.id), '')), 'C')
+        (SELECT string_agg(c.body, ' ') FROM {comments} c WHERE c.quantum_id = {q}.id), '')), 'C')
 """
+
+
+def _search_vector(alias: str) -> str:
+    """The quantum's search vector in SQL, for the row aliased `alias`."""
+    return SEARCH_VECTOR_SQL.format(q=alias, comments=Comment._meta.db_table)
 
 
 def search_refresh(quantum_ids: Sequence[int]) -> None:
@@ -75,7 +80,7 @@ def search_refresh(quantum_ids: Sequence[int]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE quanta_quantum q SET search_vector = {SEARCH_VECTOR_SQL.format(q='q')}"
+            f"UPDATE {Quantum._meta.db_table} q SET search_vector = {_search_vector('q')}"
             " WHERE q.id = ANY(%(ids)s)",
             {"cfg": settings.SEARCH_CONFIG, "ids": list(quantum_ids)},
         )
@@ -216,8 +221,8 @@ def quantum_close(
 
 # `quantum_close` for many quanta in one statement: each row compares its status and takes its
 # own reason (the arrays are zipped by unnest).
-_CLOSE_MANY = """
-UPDATE quanta_quantum AS q
+_CLOSE_MANY = f"""
+UPDATE {Quantum._meta.db_table} AS q
 SET status = 'closed', updated_at = %(now)s, close_reason = v.reason, closed_at = %(now)s
 FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
 WHERE q.id = v.id AND q.status = ANY(%(allowed)s)
@@ -302,13 +307,13 @@ def _cycle_path(*, start_id: int, target_id: int) -> list[int] | None:
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            """
+            f"""
             WITH RECURSIVE reach(src, dst) AS (
-                SELECT quantum_id, depends_on_id FROM quanta_dependency
+                SELECT quantum_id, depends_on_id FROM {Dependency._meta.db_table}
                  WHERE quantum_id = %(start)s AND kind = 'blocks'
                 UNION
                 SELECT d.quantum_id, d.depends_on_id
-                  FROM reach r JOIN quanta_dependency d
+                  FROM reach r JOIN {Dependency._meta.db_table} d
                     ON d.quantum_id = r.dst AND d.kind = 'blocks'
             )
             SELECT src, dst FROM reach
@@ -491,3 +496,85 @@ def quantum_release(*, quantum_id: int, to: str, reason: str) -> Quantum:
 
 
 __all__ += ["quanta_claim", "quanta_close", "quantum_release"]
+
+
+# --- bulk rows (the importer) -----------------------------------------------------------------
+
+QUANTUM_COLUMNS = [
+    "id",
+    "title",
+    "body",
+    "kind",
+    "status",
+    "priority",
+    "labels",
+    "parent_id",
+    "pipeline",
+    "acceptance",
+    "verify_commands",
+    "complexity",
+    "close_reason",
+    "created_at",
+    "updated_at",
+    "closed_at",
+    "open_blockers",
+]
+DEPENDENCY_COLUMNS = ["quantum_id", "depends_on_id", "kind", "created_at"]
+COMMENT_COLUMNS = ["quantum_id", "author_kind", "author", "body", "created_at"]
+
+
+def _copy(table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """COPY rows in: several times faster than INSERT for bulk data, and still transactional."""
+    with (
+        connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+    ):
+        for row in rows:
+            copy.write_row(row)
+
+
+def quanta_ids_allocate(*, count: int) -> list[int]:
+    """`count` new quantum ids, taken from the table's sequence."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [Quantum._meta.db_table, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def quanta_rows_insert(
+    *,
+    quanta: Iterable[Sequence[Any]],
+    dependencies: Iterable[Sequence[Any]],
+    comments: Iterable[Sequence[Any]],
+    analyze: bool,
+) -> None:
+    """Insert checked rows in bulk (values in QUANTUM_COLUMNS, DEPENDENCY_COLUMNS and
+    COMMENT_COLUMNS order; ids from `quanta_ids_allocate`), inside the caller's transaction.
+
+    Edges and comments go in before their quanta (the foreign keys are deferred to commit): the
+    open_blockers trigger then finds no quantum rows to bump, and each quantum row is written
+    once, with the blocker count the caller computed and its search vector computed by the
+    INSERT ... SELECT from a staging table, instead of written and then rewritten. `analyze`:
+    refresh the planner's statistics after a big import, or the first queries plan blind.
+    """
+    quantum_table = Quantum._meta.db_table
+    _copy(Dependency._meta.db_table, DEPENDENCY_COLUMNS, dependencies)
+    _copy(Comment._meta.db_table, COMMENT_COLUMNS, comments)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TEMP TABLE import_quanta (LIKE {quantum_table} INCLUDING DEFAULTS)"
+            " ON COMMIT DROP"
+        )
+    _copy("import_quanta", QUANTUM_COLUMNS, quanta)
+    columns = ", ".join(QUANTUM_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quantum_table} ({columns}, search_vector)"
+            f" SELECT {columns}, {_search_vector('s')} FROM import_quanta s",
+            {"cfg": settings.SEARCH_CONFIG},
+        )
+        cursor.execute("DROP TABLE import_quanta")
+        if analyze:
+            cursor.execute(f"ANALYZE {quantum_table}, {Dependency._meta.db_table}")

@@ -24,6 +24,7 @@ from psychonauts.checkpoint import (
     TurnRecord,
     run_finish,
     tool_call_done,
+    tool_call_open,
     turn_complete,
     turn_open,
     turn_record,
@@ -407,8 +408,8 @@ class Runner:
         `use` is the stored (redacted) call; the tool runs with `original`, the model's input,
         when there is one."""
         if call is None:
-            call = ToolCall.objects.create(
-                agent_run=self.run,
+            call = tool_call_open(
+                agent_run_id=self.run.pk,
                 turn_index=turn_index,
                 tool_use_id=use["id"],
                 name=use["name"],

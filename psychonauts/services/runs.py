@@ -11,8 +11,8 @@ from bursts.executor import Outcome, OutcomeStatus
 from bursts.models import AgentRun, AgentStatus
 from bursts.services import agent_runs
 from core.redaction import redact
+from psychonauts.checkpoint import tool_call_answer
 from psychonauts.errors import PsychonautError
-from psychonauts.models import ToolCall
 from psychonauts.tools import SpawnSpec
 
 
@@ -81,10 +81,12 @@ def agent_run_fail(*, agent_run_id: int, error: str) -> int:
 def tool_call_complete(*, agent_run_id: int, tool_use_id: str, output: str, is_error: bool) -> None:
     """Record the result of a pending tool call (ask_tether's answer) before resuming the run;
     stored redacted, as every tool result is."""
-    updated = ToolCall.objects.filter(
-        agent_run_id=agent_run_id, tool_use_id=tool_use_id, completed=False
-    ).update(output=redact(output), is_error=is_error, completed=True)
-    if updated != 1:
+    if not tool_call_answer(
+        agent_run_id=agent_run_id,
+        tool_use_id=tool_use_id,
+        output=redact(output),
+        is_error=is_error,
+    ):
         raise PsychonautError(f"no pending tool call {tool_use_id} on agent run {agent_run_id}")
 
 

@@ -60,3 +60,19 @@ def test_it_tags_a_single_line():
     assert diff_line("-x") == {"tag": "del", "text": "-x"}
     assert diff_line(" x") == {"tag": "ctx", "text": " x"}
     assert diff_line("") == {"tag": "ctx", "text": ""}
+
+
+def test_it_counts_removed_and_added_lines_that_look_like_path_lines():
+    sql = (
+        "diff --git a/schema.sql b/schema.sql\n"
+        "index 1111111..2222222 100644\n"
+        "--- a/schema.sql\n"
+        "+++ b/schema.sql\n"
+        "@@ -1,2 +1,2 @@\n"
+        "--- the users table\n"
+        "+++ counter\n"
+        " CREATE TABLE users (id int);\n"
+    )
+    patch = diff_parse(sql)[0]
+    assert (patch.additions, patch.deletions) == (1, 1)
+    assert [line["text"] for line in patch.lines[1:3]] == ["--- the users table", "+++ counter"]
