@@ -8,9 +8,9 @@ finishes the run (one round trip per step): it embeds the CTEs provided here, as
 from __future__ import annotations
 
 from core.models import Session
+from core.sql import sql_names
 
-_S = {"table": Session._meta.db_table}
-_S.update({f.attname: f.column for f in Session._meta.concrete_fields if f.column})
+_S = sql_names(Session)
 
 # The id of a statement's session: the one found, else the one it opened.
 SESSION_ID = "COALESCE((SELECT id FROM session_found), (SELECT id FROM session_opened))"

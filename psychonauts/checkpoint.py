@@ -31,10 +31,10 @@ from bursts.services.agent_runs import (
     agent_run_finish_cte,
     agent_run_turn_open_cte,
 )
-from bursts.services.sql import sql_names
 from core.events import EventBatch
 from core.models import Session
 from core.sessions import SESSION_ID, session_ended_cte, session_found_cte, session_opened_cte
+from core.sql import sql_names
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage
 from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
 from quanta.models import Quantum

@@ -20,7 +20,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 
 from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
-from bursts.services.sql import sql_names
+from core.sql import sql_names
 
 _A = sql_names(AgentRun)
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from bursts.events import BurstEvent, burst_events
 from bursts.models import QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_runs_cancel_pending
-from bursts.services.sql import sql_names
+from core.sql import sql_names
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from django.db import connection, transaction
 from bursts.events import BurstEvent, burst_events
 from bursts.models import RUN_TERMINAL, AgentRun, QuantumRun, RunStatus, Wave, WaveStatus
 from bursts.services.quantum_runs import LIVE_RUN, quantum_run_finish, run_complete_event
-from bursts.services.sql import sql_names
 from bursts.services.stages import (
     StageStatus,
     stage_evaluate,
@@ -25,6 +24,7 @@ from bursts.services.stages import (
     stages_begin,
 )
 from bursts.services.waves import wave_advance
+from core.sql import sql_names
 from quanta.models import Quantum
 
 

@@ -1,4 +1,4 @@
-"""Table and column names for the plain SQL statements of the writers (never spelled out)."""
+"""Table and column names for the writers' plain SQL statements, taken from the models."""
 
 from __future__ import annotations
 
