@@ -428,20 +428,6 @@ def comment_add(
     return comment
 
 
-__all__ = [
-    "QuantumChanges",
-    "comment_add",
-    "dependency_add",
-    "dependency_remove",
-    "quantum_close",
-    "quantum_create",
-    "quantum_defer",
-    "quantum_reopen",
-    "quantum_update",
-    "search_refresh",
-]
-
-
 # --- the burst manager's transitions (only the manager changes an in-progress quantum) -------
 
 
@@ -493,9 +479,6 @@ def quantum_release(*, quantum_id: int, to: str, reason: str) -> Quantum:
         )
     _quantum_event("quantum_released", quantum, reason=reason)
     return quantum
-
-
-__all__ += ["quanta_claim", "quanta_close", "quantum_release"]
 
 
 # --- bulk rows (the importer) -----------------------------------------------------------------
