@@ -128,6 +128,10 @@ AXES_LOCKOUT_CALLABLE = "core.security.login_lockout_response"
 # Flower (`manage.py flower`) refuses to start without these: it can shut workers down.
 FLOWER_USER = env_str("ANNIHILATION_FLOWER_USER", "")
 FLOWER_PASSWORD = env_str("ANNIHILATION_FLOWER_PASSWORD", "")
+# Or Flower's own `user:password[,user:password]`, used when the two above are unset.
+FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "")
+# The password `manage.py demo` gives its operator account.
+DEMO_PASSWORD = env_str("ANNIHILATION_DEMO_PASSWORD", "annihilation")
 
 ROOT_URLCONF = "annihilation.urls"
 WSGI_APPLICATION = "annihilation.wsgi.application"

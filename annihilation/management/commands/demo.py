@@ -7,7 +7,6 @@ ANTHROPIC_API_KEY is set), and prints what every agent did and changed.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -95,7 +94,7 @@ class Command(SafeCommand):
         self.print_login()
 
     def print_login(self) -> None:
-        password = os.environ.get("ANNIHILATION_DEMO_PASSWORD", "annihilation")
+        password = settings.DEMO_PASSWORD
         operator_ensure(username=DEMO_OPERATOR, password=password)
         w = self.stdout.write
         w("")

@@ -26,7 +26,7 @@ def flower_basic_auth() -> str:
     """The `user:password` Flower is given, from the settings or FLOWER_BASIC_AUTH."""
     user, password = settings.FLOWER_USER, settings.FLOWER_PASSWORD
     if not user and not password:
-        pairs = os.environ.get("FLOWER_BASIC_AUTH", "")
+        pairs = settings.FLOWER_BASIC_AUTH
         if not pairs:
             raise CommandError(NO_CREDENTIALS, returncode=2)
         # Flower's own format, possibly several comma-separated pairs: each must have both parts.
