@@ -336,6 +336,11 @@ SANDBOX_HIDE = [
 ]
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
+# A quantum's verify commands: each may run this long (then it is killed and counts as failed).
+VERIFY_TIMEOUT_S = env_float("ANNIHILATION_VERIFY_TIMEOUT_S", 300.0, minimum=1)
+# What the runtime never commits, beyond the repository's own .gitignore: gitignore patterns
+# (colon-separated) added to the built-in list of caches, virtualenvs and build outputs.
+COMMIT_EXCLUDE_EXTRA = [p for p in env_str("ANNIHILATION_COMMIT_EXCLUDE", "").split(":") if p]
 
 # --- bursts ---
 # The agent executor the stage tasks call: "psychonauts" (the agent runtime), "noop" (finishes at
@@ -390,6 +395,11 @@ TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
 TETHER_DIFF_LIMIT = env_int("ANNIHILATION_TETHER_DIFF_LIMIT", 500_000, minimum=1000)
 # The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
 TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
+# The merge queue runs these on every merged result as well as the quantum's own verify commands
+# (the target's checks: e.g. the whole test suite), separated by `|||`.
+TETHER_VERIFY_COMMANDS = [
+    c.strip() for c in env_str("ANNIHILATION_TETHER_VERIFY_COMMANDS", "").split("|||") if c.strip()
+]
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
