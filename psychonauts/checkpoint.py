@@ -36,7 +36,7 @@ from core.models import Session
 from core.sessions import SESSION_ID, session_ended_cte, session_found_cte, session_opened_cte
 from core.sql import sql_names
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage
-from psychonauts.providers.base import ContentBlock, ToolResultBlock, ToolUseBlock
+from psychonauts.providers.base import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from quanta.models import Quantum
 
 M = TypeVar("M", bound=models.Model)
@@ -376,6 +376,12 @@ def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: in
     }
     with connection.cursor() as cursor:
         cursor.execute(_TURN_COMPLETE, {**_NO_COMPLETION, **params})
+
+
+def turn_feedback(*, turn_id: int, content: list[TextBlock]) -> None:
+    """The runtime's answer to a final turn (a failed verification): stored as the turn's user
+    reply, so the conversation a resumed run sends holds it, and the loop goes on."""
+    AgentTurn.objects.filter(pk=turn_id).update(tool_results=content)
 
 
 def turn_complete(completion: TurnCompletion) -> None:

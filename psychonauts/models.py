@@ -199,3 +199,38 @@ class CommandTrauma(models.Model):
 
     def __str__(self) -> str:
         return self.pattern
+
+
+class Verification(models.Model):
+    """One run of a quantum's verify commands at the end of an agent's turn loop (a round).
+
+    A failed round is fed back to the same agent (build-verify-fix) until the stage's retries are
+    spent. `commit_sha` is the commit verified: the runtime commits the agent's work first, so the
+    checks ran on exactly that tree.
+    """
+
+    agent_run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, related_name="verifications", db_index=False
+    )
+    # db_index=False: verification_quantum below serves the quantum page.
+    quantum = models.ForeignKey(
+        Quantum, on_delete=models.CASCADE, related_name="verifications", db_index=False
+    )
+    round = models.PositiveSmallIntegerField(help_text="1 = the first final answer's check")
+    passed = models.BooleanField()
+    checks = models.JSONField(default=list, help_text="each command's result (verify.CheckData)")
+    commit_sha = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Focus lists a run's rounds in order; the runtime counts them to know the next one.
+            models.UniqueConstraint(fields=["agent_run", "round"], name="verification_unique"),
+        ]
+        indexes = [
+            # The quantum page: a quantum's verifications, newest first.
+            models.Index(fields=["quantum", "-created_at"], name="verification_quantum"),
+        ]
+
+    def __str__(self) -> str:
+        return f"verification {self.round} of run {self.agent_run_id}"

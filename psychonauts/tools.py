@@ -24,6 +24,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.redaction import redact
+from core.safetext import text_problem
 from psychonauts import leases
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge
@@ -447,6 +448,26 @@ def _lease_release(ctx: ToolContext, args: dict[str, Any]) -> str:
     return f"released {path}"
 
 
+# The verdict tool: its call is the verdict (the runtime reads the last successful one when the
+# agent ends, `psychonauts.services.verification.verdict_find`); the handler only checks it.
+VERDICT_TOOL = "report_verdict"
+VERDICTS = ("pass", "fail")
+VERDICT_REASONS_MAX = 8000  # characters: a review's findings, not a transcript
+
+
+def _report_verdict(ctx: ToolContext, args: dict[str, Any]) -> str:
+    reasons = args["reasons"]
+    if not reasons.strip():
+        raise ToolFailure("reasons: must not be blank; say why, with files and lines")
+    problem = text_problem(reasons)
+    if problem is not None:
+        raise ToolFailure(f"reasons: {problem}")
+    return (
+        f"verdict recorded: {args['verdict']}. End your turn now with a short summary "
+        f"(calling {VERDICT_TOOL} again replaces this verdict)."
+    )
+
+
 _SPAWN_ITEM = _obj({"role": {"type": "string", "minLength": 1}, "task": _STR}, ["role", "task"])
 
 for _tool in (
@@ -483,5 +504,11 @@ for _tool in (
               ["path"]), _lease_acquire),
     Tool("lease_release", "Release a file lease.", _obj({"path": _PATH}, ["path"]),
          _lease_release),
+    Tool(VERDICT_TOOL, "Your verdict on the change, as your last call before your final answer: "
+         "`pass` or `fail`, with the reasons (for `fail`, each problem with file, line and the "
+         "fix: they go back to the implementer).",
+         _obj({"verdict": {"type": "string", "enum": list(VERDICTS)},
+               "reasons": {"type": "string", "minLength": 1, "maxLength": VERDICT_REASONS_MAX}},
+              ["verdict", "reasons"]), _report_verdict),
 ):  # fmt: skip
     tool_register(_tool)

@@ -44,8 +44,25 @@ from psychonauts.services.budget import Spend, WaveBudget, budget_check, cost_us
 from psychonauts.services.prompt import agent_prompt
 from psychonauts.services.runs import run_outcome
 from psychonauts.services.spawn import Execute, agent_spawn
-from psychonauts.tools import ToolContext, ToolResult, tool_execute, tools_for
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_prepare, workspace_ready
+from psychonauts.services.verification import (
+    failure_reason,
+    feedback_message,
+    stage_checks,
+    verdict_find,
+    verification_record,
+    verification_round,
+)
+from psychonauts.tools import VERDICT_TOOL, ToolContext, ToolResult, tool_execute, tools_for
+from psychonauts.verify import VerifyReport, verify_commands_run
+from psychonauts.workspaces import (
+    branch_for,
+    git,
+    workspace_commit,
+    workspace_prepare,
+    workspace_ready,
+)
+from quanta.models import AuthorKind
+from quanta.services import comment_add
 
 # A caller watching a run (the CLI): called with each event's type and payload, except `text`,
 # whose pieces it sees as ("delta", {"text": ...}) while the model writes.
@@ -214,7 +231,11 @@ class Runner:
         if turns and not turns[-1].complete:
             self.finish_tools(turns[-1])
         if turns and turns[-1].complete and not turns[-1].tool_results:
-            return self.done(turns[-1])  # the final answer was saved before a crash
+            # The final answer was saved before a crash: end as it would have, or (a failed
+            # verification) go on with the corrective message.
+            outcome = self.done(turns[-1])
+            if outcome is not None:
+                return outcome
         started = self.run.started_at or timezone.now()
         system = (
             self.role.system_prompt
@@ -273,7 +294,10 @@ class Runner:
             turn, calls = self.checkpoint(index, response)
             turns.append(turn)
             if not response.tool_uses:
-                return self.done(turn)
+                outcome = self.done(turn)
+                if outcome is not None:
+                    return outcome
+                continue  # verification failed: the agent fixes it in its next turn
             self.finish_tools(turn, calls, originals)
 
     def checkpoint(
@@ -469,7 +493,10 @@ class Runner:
         )
         return call
 
-    def done(self, turn: AgentTurn) -> Outcome:
+    def done(self, turn: AgentTurn) -> Outcome | None:
+        """The agent's final answer: commit its work, verify it (a `verify` stage), weigh its
+        verdict (a role with `report_verdict`), end the run. None: the verification failed and
+        its corrective message is now the turn's reply; the loop goes on."""
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
         sha = workspace_commit(
             workspace=self.workspace,
@@ -480,7 +507,79 @@ class Runner:
         if sha:
             text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
             self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
+        checks = stage_checks(self.run)
+        commands = list(self.run.quantum.verify_commands or [])
+        if checks.verify and commands:
+            report, reason = self.verify(turn, commands, sha=sha, retries=checks.retries)
+            if reason:
+                return self.finish(AgentStatus.ERROR, result=text.strip(), error=reason)
+            if not report.passed:
+                return None  # the corrective message is the turn's reply now
+            text += f"\n\nVerified: {len(report.checks)} check(s) passed."
+        if VERDICT_TOOL in self.role.allowed_tools:
+            return self.judge(text.strip(), blocks=checks.verdict_blocks)
         return self.finish(AgentStatus.DONE, result=text.strip())
+
+    def verify(
+        self, turn: AgentTurn, commands: list[str], *, sha: str, retries: int
+    ) -> tuple[VerifyReport, str]:
+        """Run the verify commands on the committed work (a round). A failed round within the
+        retries becomes the turn's corrective reply; the reason is the run's error when it was
+        the last one ("" otherwise)."""
+        commit = sha or git("rev-parse", "HEAD", cwd=self.workspace)
+        round = verification_round(agent_run_id=self.run.pk)
+        self.phase(AgentPhase.TOOL_USE)
+        self.emit("verifying", round=round, commit=commit, commands=commands)
+        self.flush_events()  # the operator sees a long verification start, not only its end
+        _release_connection()  # the commands may run for minutes
+        report = verify_commands_run(
+            commands, workspace=self.workspace, quantum_id=self.run.quantum_id
+        )
+        retry = not report.passed and round <= retries
+        feedback = (
+            feedback_message(report, commit=commit, round=round, retries=retries) if retry else ""
+        )
+        _, payload = verification_record(
+            run=self.run,
+            round=round,
+            report=report,
+            commit_sha=commit,
+            feedback_turn_id=turn.pk if retry else None,
+            feedback=feedback,
+        )
+        self.emit("verification", **payload)
+        if retry:
+            turn.tool_results = [{"type": "text", "text": feedback}]
+        if report.passed or retry:
+            return report, ""
+        return report, failure_reason(report, commit=commit, round=round)
+
+    def judge(self, text: str, *, blocks: bool) -> Outcome:
+        """End a reviewing role's run by its verdict: none fails it, `fail` fails it when the
+        stage's verdict blocks, else the reasons become a comment on the quantum."""
+        verdict = verdict_find(agent_run_id=self.run.pk)
+        if verdict is None:
+            return self.finish(
+                AgentStatus.ERROR,
+                result=text,
+                error=f"no verdict: the {self.run.role} role must end by calling {VERDICT_TOOL}",
+            )
+        self.emit("verdict", verdict=verdict.verdict, reasons=verdict.reasons, blocks=blocks)
+        result = f"VERDICT: {verdict.verdict.upper()}\n{verdict.reasons}\n\n{text}".strip()
+        if verdict.passed:
+            return self.finish(AgentStatus.DONE, result=result)
+        if blocks:
+            return self.finish(AgentStatus.ERROR, result=result, error=verdict.reasons)
+        # Before the end, not after: a crash between the two repeats the comment rather than
+        # losing it.
+        comment_add(
+            quantum_id=self.run.quantum_id,
+            body=f"{self.run.role} {self.run.agent_id} (verdict: fail, not blocking):\n"
+            + verdict.reasons,
+            author=self.run.agent_id,
+            author_kind=AuthorKind.PSYCHONAUT,
+        )
+        return self.finish(AgentStatus.DONE, result=result)
 
     def finish(self, status: str, *, result: str = "", error: str = "") -> Outcome:
         """End the run with `status` (done or error), unless someone else ended it first."""
