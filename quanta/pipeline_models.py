@@ -18,6 +18,18 @@ class StageMode(models.TextChoices):
     FAN_OUT = "fan_out", "fan-out"
 
 
+class VerdictPolicy(models.TextChoices):
+    """What a negative verdict of one of the stage's agents does. block: the stage fails (and
+    is retried like any failure); comment: the verdict is recorded on the quantum and the run
+    goes on."""
+
+    BLOCK = "block", "block"
+    COMMENT = "comment", "comment"
+
+
+VERIFY_RETRIES_MAX = 5
+
+
 class Pipeline(models.Model):
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
@@ -63,6 +75,18 @@ class Stage(models.Model):
     )
     retries = models.PositiveSmallIntegerField(default=0, help_text="extra attempts per agent")
     timeout_s = models.PositiveIntegerField(default=0, help_text="per agent; 0 = no limit")
+    verify = models.BooleanField(
+        default=False, help_text="run the quantum's verify commands after the stage's agents"
+    )
+    verify_retries = models.PositiveSmallIntegerField(
+        default=2, help_text=f"attempts to fix failed checks (0..{VERIFY_RETRIES_MAX})"
+    )
+    verdict = models.CharField(
+        max_length=16,
+        choices=VerdictPolicy.choices,
+        default=VerdictPolicy.BLOCK,
+        help_text="what a negative verdict does: block the stage, or only comment",
+    )
 
     class Meta:
         ordering = ["pipeline", "index"]
@@ -70,6 +94,13 @@ class Stage(models.Model):
             models.UniqueConstraint(fields=["pipeline", "index"], name="stage_index_unique"),
             models.UniqueConstraint(fields=["pipeline", "name"], name="stage_name_unique"),
             models.CheckConstraint(condition=Q(mode__in=StageMode.values), name="stage_mode_valid"),
+            models.CheckConstraint(
+                condition=Q(verdict__in=VerdictPolicy.values), name="stage_verdict_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(verify_retries__lte=VERIFY_RETRIES_MAX),
+                name="stage_verify_retries_max",
+            ),
         ]
 
     def __str__(self) -> str:

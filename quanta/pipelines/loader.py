@@ -15,6 +15,12 @@ A file holds one pipeline, a list of them, or `pipelines:` followed by a list:
         condition: "kind != 'chore'"
         retries: 1                # extra attempts per agent before the stage fails
         timeout: 900              # seconds per agent; 0 = none
+      - name: implement
+        agents: [coder]
+        verify: true              # run the quantum's verify commands after the agents
+        verify_retries: 2         # attempts to fix failed checks, 0..5 (default 2)
+        verdict: block            # a negative verdict fails the stage (block) or only
+                                  # comments on the quantum (comment); default block
 """
 
 from __future__ import annotations
@@ -29,12 +35,22 @@ from core.safeyaml import InputRefused, LineMap, read_text, yaml_load
 from quanta.errors import InvalidQuantum, QuantaError
 from quanta.fields import clean_label
 from quanta.models import QuantumKind
-from quanta.pipeline_models import StageMode
+from quanta.pipeline_models import VERIFY_RETRIES_MAX, StageMode, VerdictPolicy
 from quanta.pipelines.conditions import BadCondition, condition_parse
-from quanta.pipelines.spec import AgentSpec, PipelineSpec, StageSpec
+from quanta.pipelines.spec import STAGE_DEFAULTS, AgentSpec, PipelineSpec, StageSpec
 
 PIPELINE_KEYS = {"name", "description", "default", "match", "stages"}
-STAGE_KEYS = {"name", "mode", "agents", "condition", "retries", "timeout"}
+STAGE_KEYS = {
+    "name",
+    "mode",
+    "agents",
+    "condition",
+    "retries",
+    "timeout",
+    "verify",
+    "verify_retries",
+    "verdict",
+}
 MATCH_KEYS = {"labels", "kinds"}
 NAME_MAX = 100  # pipeline and stage names (their columns)
 CONDITION_MAX = 500
@@ -175,6 +191,30 @@ def _stage(
             ok = False
         else:
             numbers[key] = value
+    verify = raw.get("verify", STAGE_DEFAULTS["verify"])
+    if not isinstance(verify, bool):
+        p.add(_line(raw, "verify"), f"{field}.verify", "must be true or false")
+        ok = False
+    verify_retries = raw.get("verify_retries", STAGE_DEFAULTS["verify_retries"])
+    if (
+        isinstance(verify_retries, bool)
+        or not isinstance(verify_retries, int)
+        or not 0 <= verify_retries <= VERIFY_RETRIES_MAX
+    ):
+        p.add(
+            _line(raw, "verify_retries"),
+            f"{field}.verify_retries",
+            f"must be a whole number 0..{VERIFY_RETRIES_MAX}",
+        )
+        ok = False
+    verdict = raw.get("verdict", STAGE_DEFAULTS["verdict"])
+    if verdict not in VerdictPolicy.values:
+        p.add(
+            _line(raw, "verdict"),
+            f"{field}.verdict",
+            f"unknown verdict {quoted(verdict)} (use {' or '.join(VerdictPolicy.values)})",
+        )
+        ok = False
     if not ok:
         return None
     return {
@@ -185,6 +225,9 @@ def _stage(
         "condition": str(condition).strip(),
         "retries": numbers["retries"],
         "timeout_s": numbers["timeout"],
+        "verify": bool(verify),
+        "verify_retries": int(verify_retries),
+        "verdict": str(verdict),
     }
 
 

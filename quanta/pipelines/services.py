@@ -16,7 +16,7 @@ from quanta.errors import QuantaError
 from quanta.models import Quantum
 from quanta.pipeline_models import Pipeline, Stage
 from quanta.pipelines.loader import pipelines_read
-from quanta.pipelines.spec import PipelineSnapshot, PipelineSpec, StageSpec
+from quanta.pipelines.spec import STAGE_DEFAULTS, PipelineSnapshot, PipelineSpec, StageSpec
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,9 @@ def pipeline_spec(pipeline: Pipeline, stages: Sequence[Stage] | None = None) -> 
             "condition": s.condition,
             "retries": s.retries,
             "timeout_s": s.timeout_s,
+            "verify": s.verify,
+            "verify_retries": s.verify_retries,
+            "verdict": s.verdict,
         }
         for s in rows
     ]
@@ -111,6 +114,9 @@ def _write_stages(pipeline: Pipeline, spec: PipelineSpec) -> None:
             condition=s["condition"],
             retries=s["retries"],
             timeout_s=s["timeout_s"],
+            verify=s.get("verify", STAGE_DEFAULTS["verify"]),
+            verify_retries=s.get("verify_retries", STAGE_DEFAULTS["verify_retries"]),
+            verdict=s.get("verdict", STAGE_DEFAULTS["verdict"]),
         )
         for s in spec["stages"]
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class AgentSpec(TypedDict):
@@ -18,6 +18,14 @@ class StageSpec(TypedDict):
     condition: str
     retries: int
     timeout_s: int
+    # Added later: snapshots of runs started before them lack these keys, so readers of a
+    # snapshot use `.get(key, STAGE_DEFAULTS[key])`.
+    verify: NotRequired[bool]  # run the quantum's verify commands after the stage's agents
+    verify_retries: NotRequired[int]  # attempts an agent gets to fix failed checks
+    verdict: NotRequired[str]  # VerdictPolicy: what a reviewer's negative verdict does
+
+
+STAGE_DEFAULTS: dict[str, Any] = {"verify": False, "verify_retries": 2, "verdict": "block"}
 
 
 class PipelineSpec(TypedDict):

@@ -111,7 +111,17 @@ class Command(SafeCommand):
                 )
                 table(
                     self.stdout,
-                    ["#", "stage", "mode", "agents", "condition", "retries", "timeout"],
+                    [
+                        "#",
+                        "stage",
+                        "mode",
+                        "agents",
+                        "condition",
+                        "retries",
+                        "timeout",
+                        "verify",
+                        "verdict",
+                    ],
                     [
                         (
                             s["index"],
@@ -121,6 +131,10 @@ class Command(SafeCommand):
                             s["condition"],
                             s["retries"],
                             s["timeout_s"] or "",
+                            f"yes ({s.get('verify_retries', 2)} retries)"
+                            if s.get("verify")
+                            else "",
+                            s.get("verdict", "block"),
                         )
                         for s in data["stages"]
                     ],
