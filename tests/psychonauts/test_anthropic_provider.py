@@ -27,7 +27,7 @@ def fake_env(monkeypatch, settings):
 
 
 def test_it_streams_a_text_answer_and_records_usage(repo, make_run, fake_env):
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     deltas = []
     with fake_anthropic_server([FakeReply(text="APPROVE\nLooks right to me.", tokens_in=1200,
                                           tokens_out=300)]) as fake:  # fmt: skip
@@ -83,7 +83,7 @@ def test_it_runs_tool_calls_and_sends_their_results_back(repo, make_run, fake_en
     ],
 )
 def test_it_retries_then_succeeds(repo, make_run, fake_env, failures):
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([*failures, FakeReply(text="OK")]) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
@@ -94,7 +94,7 @@ def test_it_retries_then_succeeds(repo, make_run, fake_env, failures):
 
 
 def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([FakeReply(status=429, error="rate_limit_error")] * 5) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
@@ -109,7 +109,7 @@ def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, f
 
 
 def test_it_does_not_retry_a_bad_request(repo, make_run, fake_env):
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([FakeReply(status=400, error="invalid_request_error")] * 3) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
@@ -133,7 +133,7 @@ def test_it_does_not_retry_a_bad_request(repo, make_run, fake_env):
 def test_a_malformed_stream_ends_the_run_in_error_with_the_reason(
     repo, make_run, fake_env, frame, reason
 ):
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([FakeReply(raw=frame), FakeReply(text="never asked")]) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
@@ -259,7 +259,7 @@ def test_text_streamed_after_a_slow_start_goes_out_whole_with_the_checkpoint(
 
     settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.2
     text = "A careful answer that arrives in several deltas."
-    run = make_run("reviewer", provider="anthropic")
+    run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([FakeReply(text=text, delay_s=0.3)]) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)

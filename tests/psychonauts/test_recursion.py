@@ -36,6 +36,8 @@ match: {roles: [tester], labels: [tree]}
 turns:
   - tools:
       - shell: {command: "sleep 0.2"}
+  - tools:
+      - report_verdict: {verdict: pass, reasons: "leaf {agent_id} checked"}
   - text: "leaf {agent_id}"
 """,
 }

@@ -222,7 +222,8 @@ def test_it_picks_the_most_specific_script():
         )
 
     assert script_for(run("coder", ())).name == "coder"
-    assert script_for(run("reviewer", ())).name == "default"
+    assert script_for(run("reviewer", ())).name == "verdict"
+    assert script_for(run("janitor", ())).name == "default"
     assert script_for(run("planner", ("spawn",))).name == "planner-spawn"
     assert script_for(run("coder", ("flaky",))).name == "flaky"
     assert script_for(run("coder", ("flaky", "script:fail"))).name == "fail"
