@@ -305,14 +305,107 @@ def workspace_remove(*, quantum_id: int) -> bool:
 
 _COMMIT_SUMMARY = re.compile(r"^\[[^\]]* ([0-9a-f]{40})\]")
 
+# What the runtime never commits, whatever the repository's .gitignore says (or lacks): caches,
+# virtualenvs, dependencies and build and coverage outputs that running the target's tools
+# leaves behind. settings.COMMIT_EXCLUDE_EXTRA adds to it. Files already tracked stay tracked
+# (an ignore rule only hides untracked files from `git add -A`).
+COMMIT_EXCLUDES = (
+    "__pycache__/",
+    "*.py[cod]",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".hypothesis/",
+    ".tox/",
+    ".nox/",
+    ".venv/",
+    "venv/",
+    "node_modules/",
+    "build/",
+    "dist/",
+    "*.egg-info/",
+    ".eggs/",
+    ".coverage",
+    ".coverage.*",
+    "coverage.xml",
+    "htmlcov/",
+    ".cache/",
+    ".DS_Store",
+)
+
+EXCLUDE_FILE = "annihilation-exclude"
+
+
+def commit_excludes() -> tuple[str, ...]:
+    return (*COMMIT_EXCLUDES, *settings.COMMIT_EXCLUDE_EXTRA)
+
+
+def _git_dir(workspace: Path) -> Path:
+    """The worktree's own git folder (`.git` itself, or the folder its `.git` file points to),
+    read without a git process: a commit is on every agent's hot path."""
+    dot_git = workspace / ".git"
+    if dot_git.is_dir():
+        return dot_git
+    text = dot_git.read_text(encoding="utf-8").strip()
+    if not text.startswith("gitdir:"):
+        raise WorkspaceError(f"{dot_git} is neither a git folder nor a gitdir pointer")
+    found = Path(text.removeprefix("gitdir:").strip())
+    return found if found.is_absolute() else (workspace / found).resolve()
+
+
+def excludes_file(workspace: Path) -> Path:
+    """The exclude file of this worktree, written in its own git folder when missing or out of
+    date. Not `info/exclude` (all worktrees of a repository share it) nor the repository's
+    config: the target repository is not modified; git reads it through `core.excludesFile`
+    on the runtime's own commands only."""
+    path = _git_dir(workspace) / EXCLUDE_FILE
+    text = "".join(f"{pattern}\n" for pattern in commit_excludes())
+    try:
+        current = path.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    if current != text:
+        # Written aside and renamed: a concurrent reader sees the old file or the new one.
+        aside = path.with_name(f"{EXCLUDE_FILE}.{os.getpid()}.{threading.get_native_id()}")
+        aside.write_text(text, encoding="utf-8")
+        aside.replace(path)
+    return path
+
+
+def workspace_left_out(workspace: Path, *, limit: int = 200) -> list[str]:
+    """The untracked files the runtime's commit leaves out of the worktree (ignored by the
+    repository's .gitignore or the exclude list), folders collapsed to one entry, at most
+    `limit` of them. [] when the worktree is gone."""
+    if not (workspace / ".git").exists():
+        return []
+    proc = git_run(
+        *("-c", f"core.excludesFile={excludes_file(workspace)}"),
+        *("ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"),
+        cwd=workspace,
+    )
+    if proc.returncode != 0:
+        return []
+    return sorted(p for p in proc.stdout.split("\0") if p)[:limit]
+
+
+def worktree_path(quantum_id: int) -> Path:
+    """Where a quantum's worktree is (or would be); the target repository in shared mode."""
+    if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
+        return Path(settings.ANNIHILATION_REPO)
+    return Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
+
 
 def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
-    """Commit everything the agent changed; returns the commit sha, or "" when nothing changed."""
+    """Commit everything the agent changed but generated files (COMMIT_EXCLUDES and the
+    repository's .gitignore); returns the commit sha, or "" when nothing changed."""
     with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
-        git("add", "-A", cwd=workspace)
+        exclude = f"core.excludesFile={excludes_file(workspace)}"
+        git("-c", exclude, "add", "-A", cwd=workspace)
         try:
             # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.
             summary = git(
+                "-c",
+                exclude,
                 "-c",
                 "core.abbrev=40",
                 "commit",

@@ -152,15 +152,30 @@ class Risk(models.TextChoices):
 
 
 class ChangeStatus(models.TextChoices):
-    """pending -> merged (approved by the operator, or auto-merged when low risk) | rejected
-    (quantum reopened) | conflicted (merge aborted, correction quantum filed) | superseded (a
-    newer run of the same quantum made a new review)."""
+    """pending -> queued (approved: waits in the merge queue) | rejected (quantum reopened) |
+    superseded (a newer run of the same quantum made a new review).
+    queued -> merging (the queue's consumer took it) | pending (its branch moved since the
+    review: review it again).
+    merging -> merged (verified on the merged result, target moved) | conflicted (merge aborted,
+    correction quantum filed) | failed (the checks failed on the merged result; quantum
+    reopened) | queued (the target's checkout was in the way: tried again) | pending (branch
+    moved). A merging entry whose worker died is taken again by the next consumer."""
 
     PENDING = "pending", "pending"
+    QUEUED = "queued", "queued"
+    MERGING = "merging", "merging"
     MERGED = "merged", "merged"
     REJECTED = "rejected", "rejected"
     CONFLICTED = "conflicted", "conflicted"
+    FAILED = "failed", "failed checks"
     SUPERSEDED = "superseded", "superseded"
+
+    @classmethod
+    def terminal(cls) -> frozenset[str]:
+        return frozenset({cls.MERGED, cls.REJECTED, cls.CONFLICTED, cls.FAILED, cls.SUPERSEDED})
+
+
+CHANGE_IN_QUEUE = (ChangeStatus.QUEUED, ChangeStatus.MERGING)
 
 
 class ChangeReview(models.Model):
@@ -189,12 +204,25 @@ class ChangeReview(models.Model):
     correction = models.ForeignKey(
         Quantum, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    left_out = models.JSONField(
+        default=list, blank=True, help_text="untracked files the commit left out (ignored)"
+    )
+    queued_at = models.DateTimeField(null=True, blank=True, help_text="approved into the queue")
+    checks = models.JSONField(
+        default=list, blank=True, help_text="the verify checks on the merged result"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         indexes = [
             # The grounding queue: pending changes first, then by age.
             models.Index(fields=["status", "created_at"], name="change_status_time"),
+            # The merge queue's next entry: queued or merging changes in approval order.
+            models.Index(
+                fields=["queued_at", "id"],
+                name="change_in_queue",
+                condition=Q(status__in=["queued", "merging"]),
+            ),
         ]
 
     def __str__(self) -> str:

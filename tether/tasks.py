@@ -7,7 +7,10 @@ from typing import Any
 
 from celery import shared_task
 
+from core.celery import app
 from tether.services import change_review_create, mutation_expire, reaching_expire, tether_sweep
+from tether.services.changes import QUEUE_TASK, changes_queued
+from tether.services.merge_queue import merge_queue_run
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +39,22 @@ def change_review_create_task(quantum_run_id: int) -> int | None:
     return review.pk if review else None
 
 
+@shared_task(name=QUEUE_TASK, acks_late=True, ignore_result=True)
+def merge_queue_run_task() -> dict[str, Any]:
+    """The merge queue's consumer: a no-op while another one runs (it takes the queue's lock
+    without waiting). Redelivered after a crash it resumes the entry left merging."""
+    report = merge_queue_run()
+    if not report.busy:
+        logger.info("merge queue: %s", report)
+    return vars(report)
+
+
 @shared_task(name="tether.sweep", ignore_result=True)
 def tether_sweep_task() -> dict[str, Any]:
     report = tether_sweep()
+    if changes_queued():
+        # A kick lost with a dead worker or an entry left blocked: the queue goes on.
+        app.send_task(QUEUE_TASK)
     if report.expired or report.mutations_expired or report.woken or report.queue_rebuilt:
         logger.info("tether sweep: %s", report)
     return vars(report)

@@ -29,6 +29,7 @@ from tether.hooks import on_run_drained
 from tether.models import ChangeReview, ChangeStatus, Reaching
 from tether.selectors import change_detail, changes_list
 from tether.services import change_approve, change_reject, change_review_create, reaching_answer
+from tether.services.merge_queue import merge_queue_run
 
 FAKE_KEY = "sk-ant-api03-" + "Q" * 40
 
@@ -76,7 +77,9 @@ def test_it_reviews_a_change_and_merges_it_on_approve(db, repo, make_quantum, te
     detail = change_detail(change_id=review.pk)
     assert detail.files[0].diff.startswith("diff --git a/hello.py b/hello.py")
 
-    merged = change_approve(change_id=review.pk)
+    assert change_approve(change_id=review.pk).status == ChangeStatus.QUEUED
+    merge_queue_run()
+    merged = ChangeReview.objects.get(pk=review.pk)
 
     assert merged.status == ChangeStatus.MERGED and merged.merge_sha
     assert main_file(repo, "hello.py") == "print('hi')\n"
@@ -96,7 +99,9 @@ def test_an_approve_waits_for_a_worktree_being_added(
 
     def approve() -> None:
         try:
-            outcome.append(change_approve(change_id=review.pk))
+            change_approve(change_id=review.pk)
+            merge_queue_run()
+            outcome.append(ChangeReview.objects.get(pk=review.pk))
         finally:
             connection.close()
 
@@ -134,9 +139,12 @@ def test_it_aborts_a_conflicting_merge_and_files_a_correction(
     b = change_review_create(quantum_run_id=finished_run(second, {"calc.py": "B = 2\n"}).pk)
     assert a is not None and b is not None
     change_approve(change_id=a.pk)
+    merge_queue_run()
     head = git("rev-parse", "main", cwd=repo)
 
-    conflicted = change_approve(change_id=b.pk)
+    change_approve(change_id=b.pk)
+    merge_queue_run()
+    conflicted = ChangeReview.objects.get(pk=b.pk)
 
     assert conflicted.status == ChangeStatus.CONFLICTED
     assert "calc.py" in conflicted.comment
@@ -197,6 +205,9 @@ def test_it_merges_low_risk_changes_itself_when_allowed(db, repo, make_quantum, 
         quantum_run_id=finished_run(make_quantum("medium"), {"requirements.txt": "x\n"}).pk
     )
     assert low is not None and medium is not None
+    assert (low.status, low.decided_by) == (ChangeStatus.QUEUED, "auto (low risk)")
+    merge_queue_run()
+    low.refresh_from_db()
     assert (low.status, low.decided_by) == (ChangeStatus.MERGED, "auto (low risk)")
     assert (medium.risk, medium.status) == ("medium", ChangeStatus.PENDING)
     assert next(c.pk for c in changes_list()) == medium.pk  # pending first
@@ -251,8 +262,11 @@ def test_it_resumes_a_pipeline_agent_and_reviews_what_it_committed(
         lambda: ChangeReview.objects.filter(quantum=quantum).first(), what="the change review"
     )
     assert [f["path"] for f in review.files] == [f"notes/decision-q{quantum.pk}.md"]
-    change_approve(change_id=review.pk)
-    assert main_file(repo, f"notes/decision-q{quantum.pk}.md") is not None
+    change_approve(change_id=review.pk)  # the worker's queue merges it
+    wait_for(
+        lambda: main_file(repo, f"notes/decision-q{quantum.pk}.md") is not None,
+        what="the merge queue to merge the change",
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether.queue import queue_check
-from tether.services.changes import change_approve, change_reject, change_review_create
+from tether.services.changes import (
+    change_approve,
+    change_reject,
+    change_review_create,
+    changes_approve,
+    changes_approve_low_risk,
+)
 from tether.services.corrections import correction_file
 from tether.services.drifts import drift_decide, drift_ground, drift_note, drift_reject
 from tether.services.mutations import (
@@ -58,6 +64,8 @@ __all__ = [
     "change_approve",
     "change_reject",
     "change_review_create",
+    "changes_approve",
+    "changes_approve_low_risk",
     "correction_file",
     "drift_decide",
     "drift_ground",

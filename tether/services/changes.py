@@ -1,5 +1,7 @@
-"""Grounding of code changes: a review per quantum run that left commits, then approve (merge
-into the base branch), reject (reopen the quantum) or a conflict (a correction quantum)."""
+"""Grounding of code changes: a review per quantum run that left commits, then approve (into the
+merge queue, tether/services/merge_queue.py, which merges, verifies and moves the base branch)
+or reject (reopen the quantum). This module is the one writer of ChangeReview: the queue's
+transitions are here, each a compare-and-set on the status."""
 
 from __future__ import annotations
 
@@ -12,14 +14,24 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from bursts.models import QuantumRun
+from core.celery import app
 from core.events import publish
 from core.redaction import redact
-from psychonauts.errors import WorkspaceError
-from psychonauts.workspaces import branch_for, git, git_run, registry_lock, repo_lock
+from psychonauts.verify import VerifyReport
+from psychonauts.workspaces import (
+    branch_for,
+    git,
+    git_run,
+    registry_lock,
+    repo_lock,
+    workspace_left_out,
+    worktree_path,
+)
+from quanta.errors import IllegalTransition
 from quanta.models import Dependency, DependencyKind
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
-from tether.models import ChangeReview, ChangeStatus, Risk
+from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
 from tether.services.drifts import drift_built_on_set
@@ -27,18 +39,22 @@ from tether.services.drifts import drift_built_on_set
 logger = logging.getLogger(__name__)
 
 AUTO = "auto (low risk)"
+QUEUE_TASK = "tether.merge_queue_run"
+# How many left-out files a review keeps (the rest are counted in the last entry).
+LEFT_OUT_LIMIT = 200
 
 
 def _repo() -> Path:
     return Path(settings.ANNIHILATION_REPO)
 
 
-def _repo_lock() -> AbstractContextManager[None]:
-    """Merges into the target repository one at a time (git's index lock would refuse)."""
+def merge_lock() -> AbstractContextManager[None]:
+    """Moves of the target branch, one at a time (git's index lock would refuse)."""
     return repo_lock("merge")
 
 
-def _sha(ref: str) -> str:
+def sha_of(ref: str) -> str:
+    """The commit a ref names, or "" when it names none."""
     proc = git_run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=_repo())
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
@@ -108,14 +124,15 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
         return None  # no target repository (an executor that writes no code)
     run = QuantumRun.objects.only("quantum_id", "branch").get(pk=quantum_run_id)
     branch = run.branch or branch_for(run.quantum_id)
-    head = _sha(branch)
+    head = sha_of(branch)
     if not head:
         return None  # shared-tree mode, or the agents changed nothing
     base = target_branch()
-    if not _sha(base) or git("rev-list", "--count", f"{base}..{head}", cwd=_repo()) == "0":
+    if not sha_of(base) or git("rev-list", "--count", f"{base}..{head}", cwd=_repo()) == "0":
         return None
     diff = git("diff", f"{base}...{head}", cwd=_repo())
     files = _files(base, head)
+    left_out = workspace_left_out(worktree_path(run.quantum_id), limit=LEFT_OUT_LIMIT)
     verdict = risk_assess(files=files, diff=diff)
     limit = settings.TETHER_DIFF_LIMIT
     stored = redact(diff)
@@ -134,6 +151,9 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
             review = _create(
                 quantum_run_id, run.quantum_id, branch, base, head, stored, files, verdict
             )
+            if left_out:
+                ChangeReview.objects.filter(pk=review.pk).update(left_out=left_out)
+                review.left_out = left_out
     except IntegrityError:
         return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
     _record_built_on(review)
@@ -171,10 +191,13 @@ def _create(
     )
 
 
-def _worktree_of(branch: str) -> Path | None:
+def worktree_of(branch: str) -> Path | None:
     """Where the branch is checked out (git refuses a second checkout of it), if anywhere."""
     current: Path | None = None
-    for line in git("worktree", "list", "--porcelain", cwd=_repo()).splitlines():
+    # Exclusive: listing worktrees fails on the half-written record of one being added.
+    with registry_lock(shared=False):
+        listing = git("worktree", "list", "--porcelain", cwd=_repo())
+    for line in listing.splitlines():
         if line.startswith("worktree "):
             current = Path(line.removeprefix("worktree "))
         elif line == f"branch refs/heads/{branch}":
@@ -182,76 +205,133 @@ def _worktree_of(branch: str) -> Path | None:
     return None
 
 
-def _merge(review: ChangeReview) -> tuple[str, list[str]]:
-    """Merge the reviewed sha into the base: (merge sha, []) or ("", conflicting files)."""
-    # Exclusive: listing worktrees fails on the half-written record of one being added.
-    with registry_lock(shared=False):
-        where = _worktree_of(review.base)
-        temporary = where is None
-        if where is None:
-            where = Path(settings.ANNIHILATION_HOME) / "merges" / f"change-{review.pk}"
-            where.parent.mkdir(parents=True, exist_ok=True)
-            git("worktree", "add", "-q", str(where), review.base, cwd=_repo())
-    try:
-        message = f"Merge {review.branch} (change #{review.pk}, quantum #{review.quantum_id})"
-        proc = git_run(
-            *("merge", "--no-ff", "--no-edit", "-m", message, review.head_sha),
-            cwd=where,
-            env={
-                "PATH": "/usr/bin:/bin:/usr/local/bin",
-                "GIT_AUTHOR_NAME": "Annihilation Tether",
-                "GIT_AUTHOR_EMAIL": "tether@annihilation.invalid",
-                "GIT_COMMITTER_NAME": "Annihilation Tether",
-                "GIT_COMMITTER_EMAIL": "tether@annihilation.invalid",
-                "HOME": str(where),
-            },
+def _queue_kick() -> None:
+    """Wake the merge queue's consumer after commit (it takes the queue's lock; a second kick
+    while it runs is a no-op, and it looks again after letting the lock go)."""
+    transaction.on_commit(lambda: app.send_task(QUEUE_TASK))
+
+
+def _branch_check(review: ChangeReview) -> None:
+    now_sha = sha_of(review.branch)
+    if now_sha != review.head_sha:
+        state = f"now at {now_sha[:10]}" if now_sha else "deleted"
+        raise BranchMoved(
+            f"change #{review.pk}: branch {review.branch} moved since the review (reviewed "
+            f"{review.head_sha[:10]}, {state}); nothing merged. Review the new commits first."
         )
-        if proc.returncode == 0:
-            return git("rev-parse", "HEAD", cwd=where), []
-        conflicted = git("diff", "--name-only", "--diff-filter=U", cwd=where).splitlines()
-        git_run("merge", "--abort", cwd=where)
-        if not conflicted:
-            raise TetherError(f"git merge failed: {(proc.stderr or proc.stdout).strip()}")
-        return "", conflicted
-    finally:
-        if temporary:
-            with registry_lock(shared=False):  # as above: removing reads the list too
-                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
+    if not sha_of(review.base):
+        raise BranchMoved(f"change #{review.pk}: base branch {review.base} is gone")
 
 
 @transaction.atomic
 def change_approve(*, change_id: int, by: str = "operator") -> ChangeReview:
-    """Merge the reviewed head into the base branch. The branch must still point at the sha
-    that was reviewed (moved or vanished: BranchMoved, nothing changed). A conflict aborts the
-    merge, marks the review conflicted and files a correction quantum."""
-    # The row lock makes a second approve wait for the first and then see it decided.
-    review = ChangeReview.objects.select_for_update().filter(pk=change_id).first()
+    """Approve a pending change into the merge queue (queued; the queue merges it, verifies the
+    merged result and moves the base). The branch must still point at the sha that was
+    reviewed (moved or vanished: BranchMoved, nothing changed). Approving twice: AlreadyDecided."""
+    review = ChangeReview.objects.filter(pk=change_id).first()
     if review is None:
         raise NotFound(f"no change review #{change_id}")
     if review.status != ChangeStatus.PENDING:
         raise AlreadyDecided(f"change #{change_id} is {review.status}; nothing changed")
-    with _repo_lock():
-        now_sha = _sha(review.branch)
-        if now_sha != review.head_sha:
-            state = f"now at {now_sha[:10]}" if now_sha else "deleted"
-            raise BranchMoved(
-                f"change #{change_id}: branch {review.branch} moved since the review (reviewed "
-                f"{review.head_sha[:10]}, {state}); nothing merged. Review the new commits first."
-            )
-        if not _sha(review.base):
-            raise BranchMoved(f"change #{change_id}: base branch {review.base} is gone")
-        try:
-            merge_sha, conflicted = _merge(review)
-        except WorkspaceError as exc:
-            raise TetherError(f"change #{change_id}: {exc}") from None
+    _branch_check(review)
     now = timezone.now()
-    if merge_sha:
-        ChangeReview.objects.filter(pk=change_id, status=ChangeStatus.PENDING).update(
-            status=ChangeStatus.MERGED, merge_sha=merge_sha, decided_by=by, decided_at=now
-        )
+    updated = ChangeReview.objects.filter(pk=change_id, status=ChangeStatus.PENDING).update(
+        status=ChangeStatus.QUEUED, decided_by=by, queued_at=now, comment=""
+    )
+    if updated != 1:  # approved (or rejected) by someone else in between
         review.refresh_from_db()
-        publish("tether:drifts", "change_merged", {**change_payload(review), "by": by})
-        return review
+        raise AlreadyDecided(f"change #{change_id} is {review.status}; nothing changed")
+    review.refresh_from_db()
+    publish("tether:drifts", "change_queued", {**change_payload(review), "by": by})
+    _queue_kick()
+    return review
+
+
+def changes_approve(
+    *, change_ids: list[int], by: str = "operator"
+) -> list[tuple[int, ChangeReview | TetherError]]:
+    """Approve several changes into the queue, in the order given: each one's outcome (the
+    queued review, or why it was refused). One refusal does not stop the others."""
+    outcomes: list[tuple[int, ChangeReview | TetherError]] = []
+    for change_id in change_ids:
+        try:
+            outcomes.append((change_id, change_approve(change_id=change_id, by=by)))
+        except TetherError as exc:
+            outcomes.append((change_id, exc))
+    return outcomes
+
+
+def changes_approve_low_risk(
+    *, by: str = "operator"
+) -> list[tuple[int, ChangeReview | TetherError]]:
+    """Every pending low-risk change into the queue, oldest first."""
+    ids = list(
+        ChangeReview.objects.filter(status=ChangeStatus.PENDING, risk=Risk.LOW)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    return changes_approve(change_ids=ids, by=by)
+
+
+# --- the merge queue's transitions (called by tether/services/merge_queue.py) ---
+
+
+def change_merge_claim() -> ChangeReview | None:
+    """The queue's next entry, now merging: one left merging by a consumer that died first (it
+    is resumed), else the earliest approved. The caller holds the queue's lock."""
+    while True:
+        head = (
+            ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE)
+            .order_by("queued_at", "pk")
+            .only("pk", "status")
+            .first()
+        )
+        if head is None:
+            return None
+        if head.status == ChangeStatus.MERGING or (
+            ChangeReview.objects.filter(pk=head.pk, status=ChangeStatus.QUEUED).update(
+                status=ChangeStatus.MERGING
+            )
+            == 1
+        ):
+            review = ChangeReview.objects.get(pk=head.pk)
+            publish("tether:drifts", "change_merging", change_payload(review))
+            return review
+        # Rejected or superseded in between: look again.
+
+
+def _merging_update(change_id: int, **fields: object) -> ChangeReview:
+    """merging -> whatever `fields` say; TetherError when the entry is no longer merging."""
+    if ChangeReview.objects.filter(pk=change_id, status=ChangeStatus.MERGING).update(**fields) != 1:
+        raise AlreadyDecided(f"change #{change_id} is no longer merging; nothing recorded")
+    return ChangeReview.objects.get(pk=change_id)
+
+
+def change_merge_intent(*, change_id: int, merge_sha: str) -> None:
+    """The merge commit about to become the base: a consumer that dies before recording the
+    outcome leaves it here, and the next one finds the base already moved to it."""
+    _merging_update(change_id, merge_sha=merge_sha)
+
+
+@transaction.atomic
+def change_merge_done(
+    *, change_id: int, merge_sha: str, checks: list[dict[str, object]] | None = None
+) -> ChangeReview:
+    review = _merging_update(
+        change_id,
+        status=ChangeStatus.MERGED,
+        merge_sha=merge_sha,
+        checks=checks or [],
+        decided_at=timezone.now(),
+    )
+    publish("tether:drifts", "change_merged", {**change_payload(review), "by": review.decided_by})
+    return review
+
+
+@transaction.atomic
+def change_merge_conflicted(*, change_id: int, conflicted: list[str]) -> ChangeReview:
+    """The merge onto the current base conflicts: aborted, a correction quantum filed."""
+    review = ChangeReview.objects.get(pk=change_id)
     filed = correction_file(
         quantum_id=review.quantum_id,
         title=f"Resolve the merge conflict of #{review.quantum_id} into {review.base}",
@@ -260,18 +340,70 @@ def change_approve(*, change_id: int, by: str = "operator") -> ChangeReview:
             f"with {review.base}. The merge was aborted; {review.base} is unchanged.\n\n"
             "## Conflicting files\n" + "\n".join(f"- {f}" for f in conflicted)
         ),
-        by=by,
+        by=review.decided_by or "tether",
     )
-    ChangeReview.objects.filter(pk=change_id, status=ChangeStatus.PENDING).update(
+    review = _merging_update(
+        change_id,
         status=ChangeStatus.CONFLICTED,
-        decided_by=by,
-        decided_at=now,
+        merge_sha="",
+        decided_at=timezone.now(),
         comment="conflicts: " + ", ".join(conflicted),
         correction=filed,
     )
-    review.refresh_from_db()
-    publish("tether:drifts", "change_conflicted", {**change_payload(review), "by": by})
+    publish(
+        "tether:drifts", "change_conflicted", {**change_payload(review), "by": review.decided_by}
+    )
     return review
+
+
+@transaction.atomic
+def change_merge_failed(*, change_id: int, report: VerifyReport) -> ChangeReview:
+    """The checks failed on the merged result: the base did not move; the quantum is reopened
+    with the checks' output as its comment."""
+    summary = report.summary()
+    review = _merging_update(
+        change_id,
+        status=ChangeStatus.FAILED,
+        merge_sha="",
+        checks=[dict(c) for c in report.as_data()],
+        decided_at=timezone.now(),
+        comment=f"checks failed on the merged result: {summary}",
+    )
+    try:
+        quantum_reopen(
+            quantum_id=review.quantum_id,
+            reason=(
+                f"change #{change_id} was not merged: its checks failed once merged into "
+                f"{review.base}.\n\n{summary}"
+            ),
+        )
+    except IllegalTransition as exc:  # an open quantum need not be reopened
+        logger.info("tether: quantum %s not reopened: %s", review.quantum_id, exc)
+    publish("tether:drifts", "change_failed", {**change_payload(review), "by": review.decided_by})
+    return review
+
+
+@transaction.atomic
+def change_merge_moved(*, change_id: int, reason: str) -> ChangeReview:
+    """The branch moved since the review: back to pending, to be reviewed again."""
+    review = _merging_update(
+        change_id, status=ChangeStatus.PENDING, queued_at=None, merge_sha="", comment=reason
+    )
+    publish("tether:drifts", "change_returned", change_payload(review))
+    return review
+
+
+@transaction.atomic
+def change_merge_blocked(*, change_id: int, reason: str) -> ChangeReview:
+    """The base could not be moved for a reason of its own (its checkout has local changes in
+    the way): the entry goes back to the head of the queue, tried again on the next kick."""
+    review = _merging_update(change_id, status=ChangeStatus.QUEUED, merge_sha="", comment=reason)
+    publish("tether:drifts", "change_blocked", change_payload(review))
+    return review
+
+
+def changes_queued() -> bool:
+    return ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE).exists()
 
 
 @transaction.atomic

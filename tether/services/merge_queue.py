@@ -1,0 +1,287 @@
+"""The merge queue: approved changes merged into the target branch one at a time, each verified
+on the merged result before the target moves.
+
+One consumer at a time: `merge_queue_run` takes a lock file without waiting (fcntl: the lock
+goes with the process, so a worker that dies frees it) and, holding it, takes entries in
+approval order until the queue is empty. Any number of workers may be kicked at once; all but
+one return at once. After letting the lock go the consumer looks once more, so an entry
+approved while it was finishing is never left waiting for the next kick (beat's `tether.sweep`
+kicks the queue too).
+
+Each entry, in a scratch worktree detached at the target's sha (one, reused: only one consumer
+runs):
+1. `merge --no-ff` of the reviewed head (a conflict: the change goes back, nothing moves);
+2. the quantum's verify commands plus settings.TETHER_VERIFY_COMMANDS, through the guard and
+   the sandbox (psychonauts.verify): a failure sends the change back, nothing moves;
+3. the target moves by compare-and-set: `update-ref <target> <merge> <old>`, or, when the target
+   is checked out somewhere (the main checkout), `merge --ff-only` there, which refuses local
+   changes in the way and leaves index and files in step with the branch. The target moved by
+   someone else meanwhile: merged and verified again on the new target.
+
+A consumer that dies while merging leaves the entry `merging` (and perhaps its merge sha):
+the next consumer takes it first, finds the target already at that merge and records it, or
+starts the entry over. Nothing of a scratch worktree survives into the next entry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from psychonauts.errors import WorkspaceError
+from psychonauts.sandbox import workspace_own
+from psychonauts.verify import VerifyReport, verify_commands_run
+from psychonauts.workspaces import git, git_run, registry_lock
+from quanta.models import Quantum
+from tether.errors import TetherError
+from tether.models import ChangeReview
+from tether.services.changes import (
+    change_merge_blocked,
+    change_merge_claim,
+    change_merge_conflicted,
+    change_merge_done,
+    change_merge_failed,
+    change_merge_intent,
+    change_merge_moved,
+    changes_queued,
+    merge_lock,
+    sha_of,
+    worktree_of,
+)
+
+logger = logging.getLogger(__name__)
+
+# How many times one entry is merged again when the target moved under it (someone else moved
+# the branch between our merge and our compare-and-set) before it waits for the next kick.
+RACE_RETRIES = 3
+
+_MERGE_ENV = {
+    "PATH": "/usr/bin:/bin:/usr/local/bin",
+    "GIT_AUTHOR_NAME": "Annihilation Tether",
+    "GIT_AUTHOR_EMAIL": "tether@annihilation.invalid",
+    "GIT_COMMITTER_NAME": "Annihilation Tether",
+    "GIT_COMMITTER_EMAIL": "tether@annihilation.invalid",
+}
+
+
+class QueueBlocked(TetherError):
+    """The target branch cannot move for a reason of its own (its checkout has local changes in
+    the way): the entry stays at the head of the queue and the consumer stops until next kick."""
+
+
+@dataclass
+class QueueReport:
+    """What one consumer run did, change ids by outcome."""
+
+    merged: list[int] = field(default_factory=list)
+    conflicted: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    returned: list[int] = field(default_factory=list)
+    blocked: list[int] = field(default_factory=list)
+    busy: bool = False  # another consumer held the queue
+
+
+def _repo() -> Path:
+    return Path(settings.ANNIHILATION_REPO)
+
+
+def _repo_key() -> str:
+    return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def _queue_lock_try() -> Iterator[bool]:
+    """The queue's lock without waiting: True when held (for the block), False when another
+    consumer has it."""
+    folder = Path(settings.ANNIHILATION_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"merge-queue-{_repo_key()}.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def scratch_path() -> Path:
+    return Path(settings.ANNIHILATION_HOME) / "merges" / f"queue-{_repo_key()}"
+
+
+def _scratch_at(sha: str) -> Path:
+    """The scratch worktree, detached at `sha` and clean (whatever a dead consumer or the last
+    entry's checks left in it is gone)."""
+    where = scratch_path()
+    if not (where / ".git").exists():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
+            git("worktree", "prune", cwd=_repo())
+            if where.exists():
+                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
+            git("worktree", "add", "-q", "--detach", str(where), sha, cwd=_repo())
+        return where
+    git_run("merge", "--abort", cwd=where)  # a merge a dead consumer left half done
+    git("checkout", "-q", "-f", "--detach", sha, cwd=where)
+    git("clean", "-q", "-ffdx", cwd=where)
+    return where
+
+
+def _scratch_merge(where: Path, review: ChangeReview) -> tuple[str, list[str]]:
+    """(merge sha, []) or ("", the conflicting files; the merge aborted)."""
+    message = f"Merge {review.branch} (change #{review.pk}, quantum #{review.quantum_id})"
+    proc = git_run(
+        *("merge", "--no-ff", "--no-edit", "-m", message, review.head_sha),
+        cwd=where,
+        env={**_MERGE_ENV, "HOME": str(where)},
+    )
+    if proc.returncode == 0:
+        return git("rev-parse", "HEAD", cwd=where), []
+    conflicted = git("diff", "--name-only", "--diff-filter=U", cwd=where).splitlines()
+    git_run("merge", "--abort", cwd=where)
+    if not conflicted:
+        raise TetherError(f"git merge failed: {(proc.stderr or proc.stdout).strip()}")
+    return "", conflicted
+
+
+def _verify(where: Path, review: ChangeReview) -> VerifyReport:
+    own = list(
+        Quantum.objects.filter(pk=review.quantum_id).values_list("verify_commands", flat=True)
+    )
+    commands = [*(own[0] if own else []), *settings.TETHER_VERIFY_COMMANDS]
+    if not commands:
+        return VerifyReport(checks=())
+    # The checks run as the quantum's sandbox user, as its agents' do: the tree is theirs.
+    workspace_own(where, quantum_id=review.quantum_id)
+    return verify_commands_run(
+        commands,
+        workspace=where,
+        quantum_id=review.quantum_id,
+        timeout_s=settings.VERIFY_TIMEOUT_S,
+    )
+
+
+def _target_move(target: str, old: str, merge_sha: str) -> bool:
+    """Move the target from `old` to the merge (compare-and-set). False when it is no longer at
+    `old`; QueueBlocked when its checkout refuses (local changes in the way)."""
+    checkout = worktree_of(target)
+    if checkout is None:
+        proc = git_run("update-ref", f"refs/heads/{target}", merge_sha, old, cwd=_repo())
+        return proc.returncode == 0
+    # Checked out (the main checkout): moving the ref alone would leave its index and files at
+    # the old commit, as if the merge had been undone there. A fast-forward merge in the
+    # checkout moves all three, and refuses when local changes would be overwritten.
+    if sha_of(target) != old:
+        return False
+    proc = git_run(
+        "merge", "--ff-only", "--quiet", merge_sha, cwd=checkout, env={**_MERGE_ENV, "HOME": "/"}
+    )
+    if proc.returncode == 0:
+        return True
+    if sha_of(target) != old:
+        return False
+    raise QueueBlocked(
+        f"{target} is checked out in {checkout} and could not be moved to the merge: "
+        f"{(proc.stderr or proc.stdout).strip()}"
+    )
+
+
+def _process(review: ChangeReview, report: QueueReport) -> None:
+    """One entry, merging, to its outcome (or QueueBlocked)."""
+    change_id = review.pk
+    now_sha = sha_of(review.branch)
+    if now_sha != review.head_sha:
+        state = f"now at {now_sha[:10]}" if now_sha else "deleted"
+        change_merge_moved(
+            change_id=change_id,
+            reason=(
+                f"branch {review.branch} moved since the review (reviewed "
+                f"{review.head_sha[:10]}, {state}); nothing merged. Review the new commits."
+            ),
+        )
+        report.returned.append(change_id)
+        return
+    for _ in range(RACE_RETRIES):
+        old = sha_of(review.base)
+        if not old:
+            change_merge_moved(change_id=change_id, reason=f"base branch {review.base} is gone")
+            report.returned.append(change_id)
+            return
+        if (
+            review.merge_sha
+            and git_run(
+                "merge-base", "--is-ancestor", review.merge_sha, old, cwd=_repo()
+            ).returncode
+            == 0
+        ):
+            # A consumer died after moving the target, before recording it.
+            change_merge_done(change_id=change_id, merge_sha=review.merge_sha)
+            report.merged.append(change_id)
+            return
+        where = _scratch_at(old)
+        merge_sha, conflicted = _scratch_merge(where, review)
+        if conflicted:
+            change_merge_conflicted(change_id=change_id, conflicted=conflicted)
+            report.conflicted.append(change_id)
+            return
+        verified = _verify(where, review)
+        if not verified.passed:
+            change_merge_failed(change_id=change_id, report=verified)
+            report.failed.append(change_id)
+            return
+        change_merge_intent(change_id=change_id, merge_sha=merge_sha)
+        with merge_lock():
+            moved = _target_move(review.base, old, merge_sha)
+        if moved:
+            checks = [dict(c) for c in verified.as_data()]
+            change_merge_done(change_id=change_id, merge_sha=merge_sha, checks=checks)
+            report.merged.append(change_id)
+            return
+        logger.info("merge queue: %s moved under change %s; merging again", review.base, change_id)
+        review.merge_sha = ""
+    raise QueueBlocked(f"{review.base} kept moving under change #{change_id}")
+
+
+def merge_queue_run(*, limit: int | None = None) -> QueueReport:
+    """Take the queue's entries in order until it is empty (or `limit` entries): a no-op
+    (busy) when another consumer runs."""
+    report = QueueReport()
+    done = 0
+    while True:
+        with _queue_lock_try() as held:
+            if not held:
+                report.busy = True
+                return report
+            while limit is None or done < limit:
+                review = change_merge_claim()
+                if review is None:
+                    break
+                done += 1
+                started = time.monotonic()
+                try:
+                    _process(review, report)
+                except (QueueBlocked, WorkspaceError, TetherError) as exc:
+                    # Head-of-line: the next entry would meet the same target.
+                    logger.warning("merge queue: change %s blocked: %s", review.pk, exc)
+                    change_merge_blocked(change_id=review.pk, reason=f"blocked: {exc}")
+                    report.blocked.append(review.pk)
+                    return report
+                logger.info(
+                    "merge queue: change %s done in %.2fs",
+                    review.pk,
+                    time.monotonic() - started,
+                    extra={"change_id": review.pk},
+                )
+        # Looked again outside the lock: an entry approved while we were letting it go.
+        if (limit is not None and done >= limit) or not changes_queued():
+            return report
