@@ -9,6 +9,9 @@ class PsychonautsConfig(AppConfig):
 
     def ready(self) -> None:
         from psychonauts.selectors import role_names
+        from psychonauts.verify import verify_command_problem
+        from quanta.fields import verify_command_check_source
         from quanta.pipelines.services import role_names_source
 
         role_names_source(role_names)
+        verify_command_check_source(verify_command_problem)

@@ -107,14 +107,53 @@ def clean_label(value: Any) -> str:
     return label
 
 
+VERIFY_COMMAND_MAX = 2000  # characters of one verify command
+VERIFY_COMMANDS_MAX = 50  # verify commands of one quantum
+PROBLEM_MAX = 200  # characters of the guard's reason a message repeats
+
+CommandCheck = Callable[[str], str]
+_command_check: CommandCheck | None = None
+
+
+def verify_command_check_source(check: CommandCheck) -> None:
+    """Where verify commands are judged before they are saved: the agent runtime, which sits
+    above this app and runs them through its command guard, registers the guard here when the
+    apps load. `check(command)` returns why the command is refused, or "" when it may run."""
+    global _command_check
+    _command_check = check
+
+
+def clean_command(value: Any) -> str:
+    """One verify command: text a shell runs, that the command guard (when registered) allows."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidQuantum("verify_commands: a command must be non-empty text")
+    command = check_text("verify_commands", value)
+    if len(command) > VERIFY_COMMAND_MAX:
+        raise InvalidQuantum(
+            f"verify_commands: {quoted(command, 60)}: at most {VERIFY_COMMAND_MAX} characters"
+        )
+    problem = _command_check(command) if _command_check is not None else ""
+    if len(problem) > PROBLEM_MAX:  # the guard's reason may repeat a long command
+        problem = problem[:PROBLEM_MAX] + "…"
+    if problem:
+        raise InvalidQuantum(
+            f"verify_commands: {quoted(command)} is refused by the command guard: {problem}"
+        )
+    return command
+
+
 def clean_commands(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+    if not isinstance(value, list | tuple):
         raise InvalidQuantum("verify_commands: must be a list of commands")
-    return [check_text("verify_commands", v) for v in value]
+    if len(value) > VERIFY_COMMANDS_MAX:
+        raise InvalidQuantum(
+            f"verify_commands: at most {VERIFY_COMMANDS_MAX} commands (got {len(value)})"
+        )
+    return [clean_command(v) for v in value]
 
 
 def clean_pipeline(value: Any) -> str:

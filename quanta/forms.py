@@ -9,7 +9,8 @@ from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
-from quanta.errors import QuantaError
+from quanta.errors import InvalidQuantum, QuantaError
+from quanta.fields import clean_commands
 from quanta.models import Complexity, QuantumKind, QuantumStatus
 
 
@@ -50,12 +51,27 @@ class QuantumForm(forms.Form):
     labels = forms.CharField(required=False, help_text="comma separated")
     pipeline = forms.CharField(required=False, max_length=100, help_text="blank = matched")
     acceptance = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    verify_commands = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        required=False,
+        label="verify commands",
+        help_text="one command per line, run after the implementing stage (e.g. pytest -q)",
+    )
     parent = forms.IntegerField(
         required=False, min_value=1, max_value=ID_MAX, help_text="id of the parent quantum"
     )
 
     def clean_labels(self) -> list[str]:
         return _words(self.cleaned_data["labels"])
+
+    def clean_verify_commands(self) -> list[str]:
+        # Checked here too (the service checks again) so that a refused command shows beside
+        # the form's other problems, not after they are fixed.
+        lines = [line.strip() for line in self.cleaned_data["verify_commands"].splitlines()]
+        try:
+            return clean_commands([line for line in lines if line])
+        except InvalidQuantum as exc:
+            raise forms.ValidationError(str(exc).removeprefix("verify_commands: ")) from None
 
 
 class QuantumCreateForm(QuantumForm):

@@ -153,6 +153,7 @@ def _initial(quantum: Quantum) -> dict[str, Any]:
         "labels": ", ".join(quantum.labels),
         "pipeline": quantum.pipeline,
         "acceptance": quantum.acceptance,
+        "verify_commands": "\n".join(quantum.verify_commands),
         "parent": quantum.parent_id,
     }
 
@@ -172,6 +173,7 @@ def quantum_create(request: HttpRequest) -> HttpResponse:
                 labels=data["labels"],
                 pipeline=data["pipeline"],
                 acceptance=data["acceptance"],
+                verify_commands=data["verify_commands"],
                 parent_id=data["parent"],
                 depends_on=data["depends_on"],
             )
@@ -191,8 +193,9 @@ def quantum_edit(request: HttpRequest, quantum_id: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
         parent = data.pop("parent")
+        shown = {"labels": ", ".join, "verify_commands": "\n".join}  # lists as the form shows them
         changes: Any = {k: v for k, v in data.items() if form.initial.get(k) != (
-            ", ".join(v) if k == "labels" else v)}  # fmt: skip
+            shown[k](v) if k in shown else v)}  # fmt: skip
         try:
             if changes or parent != quantum.parent_id:
                 services.quantum_update(

@@ -9,6 +9,7 @@ from typing import Any, cast
 from django.core.management.base import CommandError, CommandParser
 
 from core.cli import (
+    USAGE_ERROR,
     SafeCommand,
     emit_json,
     parse_id,
@@ -18,7 +19,7 @@ from core.cli import (
     table,
 )
 from quanta import selectors, serializers, services
-from quanta.errors import ImportFailed, QuantaError
+from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
 from quanta.importer import quanta_import
 from quanta.models import (
     Comment,
@@ -57,7 +58,14 @@ class Command(SafeCommand):
             )
             p.add_argument("--pipeline", help="pipeline override by name")
             p.add_argument("--acceptance", help="acceptance criteria")
-            p.add_argument("--verify", action="append", dest="verify_commands", metavar="CMD")
+            p.add_argument(
+                "--verify",
+                action="append",
+                dest="verify_commands",
+                metavar="CMD",
+                help="a command that checks the work (repeatable"
+                + (")" if create else "; replaces the commands)"),
+            )
             p.add_argument("--complexity", choices=Complexity.values)
             p.add_argument("--parent", type=parse_id)
 
@@ -132,6 +140,8 @@ class Command(SafeCommand):
                 raise CommandError(f"import failed, nothing written: {problems[0]}") from None
             head = f"import failed, nothing written ({len(problems)} problems):"
             raise CommandError("\n".join([head, *(f"  {p}" for p in problems[:50])])) from None
+        except InvalidQuantum as exc:  # a value given on the command line: a usage error
+            raise CommandError(str(exc), returncode=USAGE_ERROR) from None
         except QuantaError as exc:
             raise CommandError(str(exc)) from None
 
