@@ -15,9 +15,11 @@ from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
 from psychonauts.diffs import diff_parse
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
-from psychonauts.selectors import role_names
+from psychonauts.selectors import agent_verifications, role_names, role_tools
 from psychonauts.services import agent_run_create
+from psychonauts.services.verification import verdict_find
 from psychonauts.tasks import execute_agent_run
+from psychonauts.tools import VERDICT_TOOL
 from quanta.errors import QuantumNotFound
 from quanta.forms import AgentRunForm
 from quanta.selectors import quantum_get
@@ -61,10 +63,20 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
             "stream": agent_stream(run=run),
             "tool_calls": agent_tool_calls(agent_run_id=run.pk),
             "diary": agent_diary(agent_run_id=run.pk),
+            **_checks_context(run.pk, run.role),
             "diff_files": diff_parse(worktree_diff(quantum_id=run.quantum_id)),
             **live_attrs([f"agent:{run.agent_id}"], "focus", agent_run_id=run.pk),
         },
     )
+
+
+def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
+    """What decided the run's end besides its answer: verification rounds and its verdict."""
+    return {
+        "verifications": agent_verifications(agent_run_id=agent_run_id),
+        "verdict": verdict_find(agent_run_id=agent_run_id),
+        "expects_verdict": VERDICT_TOOL in role_tools(role),
+    }
 
 
 @live_page("focus")
@@ -72,4 +84,11 @@ def focus_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]
     # One agent id has several attempts; show only the attempt on screen.
     if str(event["payload"].get("agent_run_id")) != params.get("agent_run_id"):
         raise LivePageError("another attempt's event")
+    if event["type"] in ("verification", "verdict"):  # their fragments redraw those sections
+        run_id = int(event["payload"]["agent_run_id"])
+        return {
+            "verifications": agent_verifications(agent_run_id=run_id),
+            "verdict": verdict_find(agent_run_id=run_id),
+            "expects_verdict": True,
+        }
     return {}

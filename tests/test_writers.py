@@ -37,6 +37,7 @@ from psychonauts.models import (
     Role,
     ToolCall,
     Usage,
+    Verification,
 )
 from quanta.models import Comment, Dependency, Quantum
 from quanta.pipeline_models import Pipeline, Stage
@@ -61,6 +62,7 @@ OWNERS: dict[type[models.Model], str] = {
     AgentTurn: "psychonauts/checkpoint.py",
     ToolCall: "psychonauts/checkpoint.py",
     Usage: "psychonauts/checkpoint.py",
+    Verification: "psychonauts/services/verification.py",
     Mail: "psychonauts/tools.py",
     DiaryEntry: "psychonauts/tools.py",
     CommandTrauma: "psychonauts/traumas.py",

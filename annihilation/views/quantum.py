@@ -11,7 +11,7 @@ from django.shortcuts import render
 from bursts.selectors import quantum_runs
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
-from psychonauts.selectors import role_names
+from psychonauts.selectors import quantum_verifications, role_names
 from quanta.errors import QuantumNotFound
 from quanta.forms import (
     AgentRunForm,
@@ -88,6 +88,7 @@ def _detail_context(quantum_id: int) -> dict[str, Any]:
         "graph": neighbourhood_svg(quantum_neighbourhood(quantum_id=quantum_id)),
         "comments": quantum_comments(quantum_id=quantum_id),
         "runs": quantum_runs(quantum_id=quantum_id),
+        "verifications": quantum_verifications(quantum_id=quantum_id),
     }
 
 

@@ -57,9 +57,7 @@ def test_a_fail_verdict_fails_the_run_with_its_reasons(repo, make_run, make_quan
     assert not Comment.objects.filter(quantum_id=run.quantum_id).exists()
 
 
-def test_a_fail_verdict_of_a_commenting_stage_ends_done_with_a_comment(
-    repo, make_quantum, scripts
-):
+def test_a_fail_verdict_of_a_commenting_stage_ends_done_with_a_comment(repo, make_quantum, scripts):
     scripts("nay", VERDICT.format(name="nay", verdict="fail", reasons="the docs lag behind"))
     quantum = make_quantum(labels=["nay"])
     run = staged_run(quantum, "reviewer", verdict="comment")

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 
 from bursts.models import AgentRun
+from core.access import operator_ensure
+from core.events import event_message
+from core.live import fragment_render
 from core.models import Event
 from psychonauts.models import AgentTurn, Verification
 from psychonauts.services import agent_run_execute
@@ -113,3 +117,54 @@ def test_it_verifies_nothing_outside_a_verify_stage(repo, make_quantum, make_run
 
     assert outcome.status == "done", outcome.error
     assert not Verification.objects.exists()
+
+
+def test_the_quantum_page_and_focus_show_the_rounds_and_redraw_them_live(
+    repo, make_quantum, scripts, client
+):
+    scripts(
+        "stubborn",
+        'name: stubborn\nmatch: {labels: [stubborn]}\nturns:\n  - text: "Done."\n',
+    )
+    quantum = make_quantum(verify_commands=CHECKS, labels=["stubborn"])
+    run = staged_run(quantum, "coder", verify=True, verify_retries=0)
+    agent_run_execute(agent_run_id=run.pk)
+    verification = Verification.objects.get(agent_run=run)
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+
+    for page in (
+        client.get(reverse("quantum", args=[quantum.pk])),
+        client.get(reverse("focus", args=[run.pk])),
+    ):
+        html = page.content.decode()
+        assert f'id="verification-{verification.pk}"' in html
+        # grep: status 2, the file is missing
+        assert (
+            '<span class="pill s-error">exit status 2</span> <code>grep -q fixed status.txt</code>'
+            in html
+        )
+        assert verification.commit_sha[:10] in html
+
+    for topic, page, params in (
+        ("quanta", "quantum", {"quantum_id": str(quantum.pk)}),
+        (f"agent:{run.agent_id}", "focus", {"agent_run_id": str(run.pk)}),
+    ):
+        event = Event.objects.get(topic=topic, type="verification")
+        html = fragment_render(event_message(event), page=page, params=params, can_operate=False)
+        assert '<div id="verifications" data-swap="replace">' in html
+        assert f'id="verification-{verification.pk}"' in html
+
+
+def test_focus_shows_a_reviewers_verdict(repo, make_run, client):
+    run = make_run("reviewer")
+    agent_run_execute(agent_run_id=run.pk)
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+
+    html = client.get(reverse("focus", args=[run.pk])).content.decode()
+
+    assert '<span class="pill s-done">verdict: pass</span>' in html
+    event = Event.objects.get(topic=f"agent:{run.agent_id}", type="verdict")
+    fragment = fragment_render(
+        event_message(event), page="focus", params={"agent_run_id": str(run.pk)}, can_operate=False
+    )
+    assert '<div id="verdict" data-swap="replace">' in fragment
