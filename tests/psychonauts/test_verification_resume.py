@@ -1,0 +1,85 @@
+"""A build-verify-fix round survives a crash: the corrective message is part of the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from bursts.models import AgentStatus
+from psychonauts.models import AgentTurn, Verification
+from psychonauts.services import agent_run_execute
+from tests.psychonauts.stages import staged_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CRASHY = """
+name: crashy-fix
+match: {labels: [crashy-fix]}
+turns:
+  - text: "Done."
+  - tools:
+      - shell: {command: "test -f marker || (touch marker && sleep 60)"}
+  - tools:
+      - write_file: {path: "status.txt", content: "fixed\\n"}
+  - text: "Fixed."
+"""
+
+
+def _wait_for(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def test_a_run_killed_after_a_failed_round_resumes_with_the_corrective_message(
+    repo, scripts, make_quantum, tmp_path
+):
+    scripts("crashy-fix", CRASHY)
+    quantum = make_quantum(verify_commands=["grep -q fixed status.txt"], labels=["crashy-fix"])
+    run = staged_run(quantum, "coder", verify=True, verify_retries=1)
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": django_settings.REDIS_URL,
+        "ANNIHILATION_HOME": str(tmp_path / "home"),
+        "ANNIHILATION_REPO": str(repo),
+        "ANNIHILATION_SCRIPT_DIRS": str(tmp_path / "scripts"),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "psychonaut", "execute", str(run.pk)],
+        cwd=Path(django_settings.BASE_DIR),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    worktree = tmp_path / "home" / "worktrees" / f"q-{run.quantum_id}"
+    try:
+        _wait_for(lambda: (worktree / "marker").exists())
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)  # mid-way through the fix
+        worker.wait()
+    run.refresh_from_db()
+    assert run.status == AgentStatus.RUNNING
+    first = AgentTurn.objects.get(agent_run=run, index=0)
+    assert "Verification failed (round 1)" in first.tool_results[0]["text"]
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    # The resumed conversation held the correction: the script went on with the fix (its turn
+    # is the count of assistant messages), and round 1 was not run again.
+    assert outcome.status == "done", outcome.error
+    rounds = Verification.objects.filter(agent_run=run).order_by("round")
+    assert [(v.round, v.passed) for v in rounds] == [(1, False), (2, True)]
+    assert AgentTurn.objects.filter(agent_run=run).count() == 4
