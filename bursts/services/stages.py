@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send
@@ -16,10 +16,20 @@ from bursts.context import PriorResult, context_thread
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_runs_create
 from bursts.services.quantum_runs import quantum_runs_begin, quantum_runs_create
+from core.redaction import redact
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.pipelines.conditions import BadCondition, condition_holds
 from quanta.pipelines.spec import StageSpec
+from quanta.selectors import quantum_comments
+
+# What a retried attempt is told: why the attempt before it failed, cut to its head and its
+# tail (a test run's summary comes last), and the quantum's latest comments (the burst
+# manager's note on each failed run among them; a quantum may have hundreds).
+FAILURE_HEAD = 2_000
+FAILURE_TAIL = 4_000
+COMMENTS_SHOWN = 20
+COMMENT_LIMIT = 1_500
 
 
 class StageStatus(enum.StrEnum):
@@ -190,6 +200,9 @@ def stages_begin(
     )
     for run, spec, position, aid, settings in wanted:
         known = spec["mode"] == StageMode.FAN_OUT or position == 0
+        context = contexts.get(run.pk, "") if known else ""
+        if known and aid in previous:  # a new run of a quantum whose earlier run failed
+            context = _joined(context, retry_notes(run.quantum_id, aid, previous[aid] + 1))
         new_agents.append(
             AgentRun(
                 agent_id=aid,
@@ -201,7 +214,7 @@ def stages_begin(
                 role=spec["agents"][position]["role"],
                 provider=str(settings.get("provider", "")),
                 model=str(settings.get("model", "")),
-                context=contexts.get(run.pk, "") if known else "",
+                context=context,
                 task_id=str(uuid.uuid4()),
             )
         )
@@ -261,22 +274,100 @@ def _contexts(
 
 
 def prior_results_context(run_id: int, stage_index: int, *, before_position: int) -> str:
-    """Earlier stages' results and this stage's results before the position (a chain link)."""
+    """The context of the chain link at `before_position`: earlier stages' results and this
+    stage's results before it, and, when the link is a retry, why its last attempt failed and
+    the quantum's comments."""
     rows = (
         AgentRun.objects.filter(
-            quantum_run_id=run_id, stage_index__lte=stage_index, status=AgentStatus.DONE
+            Q(status=AgentStatus.DONE, stage_index__lte=stage_index)
+            | Q(stage_index=stage_index, position=before_position),  # the link's own attempts
+            quantum_run_id=run_id,
+        )
+        .order_by("stage_index", "position", "attempt")
+        .values_list(
+            "stage_index", "position", "agent_id", "result", "status", "attempt", "quantum_id"
+        )
+    )
+    done: list[tuple[int, int, str, str]] = []
+    link: tuple[int, str, int] | None = None  # (quantum id, agent id, attempt) of the latest
+    for stage, position, agent_id, result, status, attempt, quantum_id in rows:
+        if status == AgentStatus.DONE:
+            done.append((stage, position, agent_id, result))
+        if (stage, position) == (stage_index, before_position):
+            link = (quantum_id, agent_id, attempt)
+    thread = _thread(done, stage_index, before_position)
+    return _joined(thread, retry_notes(*link) if link is not None else "")
+
+
+def agent_context(agent: AgentRun, mode: str) -> str:
+    """Earlier stages' results, plus (sequential) the earlier agents of this stage; for a retry,
+    why the last attempt failed and the quantum's comments."""
+    notes = retry_notes(agent.quantum_id, agent.agent_id, agent.attempt)
+    if agent.stage_index == 0 and (mode != StageMode.SEQUENTIAL or agent.position == 0):
+        return notes  # nothing came before: spare the query
+    if agent.quantum_run_id is None:
+        return notes  # a standalone agent (CLI): no stages
+    before = agent.position if mode == StageMode.SEQUENTIAL else 0
+    rows = (
+        AgentRun.objects.filter(
+            quantum_run_id=agent.quantum_run_id,
+            stage_index__lte=agent.stage_index,
+            status=AgentStatus.DONE,
         )
         .order_by("stage_index", "position", "attempt")
         .values_list("stage_index", "position", "agent_id", "result")
     )
-    return _thread(rows, stage_index, before_position)
+    return _joined(_thread(rows, agent.stage_index, before), notes)
 
 
-def agent_context(agent: AgentRun, mode: str) -> str:
-    """Earlier stages' results, plus (sequential) the earlier agents of this stage."""
-    if agent.stage_index == 0 and (mode != StageMode.SEQUENTIAL or agent.position == 0):
-        return ""  # nothing came before: spare the query
-    if agent.quantum_run_id is None:
-        return ""  # a standalone agent (CLI): no stages
-    before = agent.position if mode == StageMode.SEQUENTIAL else 0
-    return prior_results_context(agent.quantum_run_id, agent.stage_index, before_position=before)
+def _joined(*parts: str) -> str:
+    return "\n\n".join(part for part in parts if part)
+
+
+def _cut(text: str) -> str:
+    """Long text as its head and its tail, with how much was left out between them."""
+    if len(text) <= FAILURE_HEAD + FAILURE_TAIL:
+        return text
+    left_out = len(text) - FAILURE_HEAD - FAILURE_TAIL
+    return (
+        f"{text[:FAILURE_HEAD]}\n[... {left_out} characters left out ...]\n{text[-FAILURE_TAIL:]}"
+    )
+
+
+def retry_notes(quantum_id: int, agent_id: str, attempt: int) -> str:
+    """What attempt `attempt` of an agent is told about the tries before it: why the attempt
+    before it failed (its error; its result when the error says nothing, as for a failed
+    verdict), whether in this run or in an earlier run of the quantum, and the quantum's latest
+    comments, newest last. "" for a first attempt. Redacted, as everything the model reads."""
+    if attempt <= 1:
+        return ""
+    parts: list[str] = []
+    last = (
+        AgentRun.objects.filter(agent_id=agent_id, attempt__lt=attempt)
+        .order_by("-attempt")
+        .values("attempt", "status", "error", "result", "quantum_run_id")
+        .first()
+    )
+    if last is not None and last["status"] in (AgentStatus.ERROR, AgentStatus.CANCELLED):
+        why = (last["error"] or last["result"] or "(no reason was recorded)").strip()
+        parts.append(
+            f"## Why the previous attempt failed\n"
+            f"Attempt {last['attempt']} of {agent_id} (quantum run {last['quantum_run_id']}) "
+            f"ended {last['status']}. Do not repeat what made it fail:\n{_cut(why)}"
+        )
+    # The newest few, and one more to know whether older ones were left out.
+    comments = list(
+        quantum_comments(quantum_id=quantum_id)
+        .reverse()
+        .values_list("created_at", "author", "author_kind", "body")[: COMMENTS_SHOWN + 1]
+    )
+    if comments:
+        more = len(comments) > COMMENTS_SHOWN
+        shown = comments[:COMMENTS_SHOWN][::-1]
+        head = f"## Comments on the quantum ({'the latest ' if more else ''}{len(shown)}, oldest first)"
+        lines = [head]
+        for created_at, author, author_kind, body in shown:
+            text = body if len(body) <= COMMENT_LIMIT else body[:COMMENT_LIMIT] + " [...]"
+            lines.append(f"- {created_at:%Y-%m-%d %H:%M} {author} ({author_kind}): {text}")
+        parts.append("\n".join(lines))
+    return redact("\n\n".join(parts))
