@@ -16,6 +16,7 @@ from quanta.pipelines.services import pipeline_spec
 from quanta.pipelines.spec import PipelineSpec
 from tether.errors import NotFound
 from tether.models import (
+    CHANGE_IN_QUEUE,
     PRIORITY_RANK,
     ChangeReview,
     ChangeStatus,
@@ -102,6 +103,17 @@ def changes_list(*, status: str | None = None, limit: int = 200) -> QuerySet[Cha
         output_field=IntegerField(),
     )
     return rows.order_by(pending_first, "created_at")[:limit]
+
+
+def merge_queue_list(*, limit: int = 200) -> list[ChangeReview]:
+    """The merge queue in the order it is served: the entry merging, then the queued ones by
+    approval (the index change_in_queue serves it). The diff is deferred."""
+    return list(
+        ChangeReview.objects.select_related("quantum")
+        .defer("diff")
+        .filter(status__in=CHANGE_IN_QUEUE)
+        .order_by("queued_at", "pk")[:limit]
+    )
 
 
 def change_get(*, change_id: int) -> ChangeReview:

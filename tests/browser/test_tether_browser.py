@@ -117,6 +117,11 @@ def test_an_operator_answers_rejects_and_approves(control_room, page, login, scr
     screenshot("change")
     page.click("#change-approve")
     expect(page.locator(".messages .success")).to_contain_text("merged into main")
+    wait_for(  # the worker's merge queue merges it
+        lambda: ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.MERGED,
+        what="the merge queue",
+    )
+    page.reload()
     expect(page.locator("#change-status")).to_have_text("merged")
     assert ChangeReview.objects.get(pk=change.pk).status == ChangeStatus.MERGED
     page.goto(f"{control_room}/quanta/{quantum.pk}/")

@@ -4,13 +4,16 @@ moved by compare-and-set; conflicts and failed checks move nothing and go back t
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from psychonauts.workspaces import git
@@ -202,3 +205,30 @@ def test_it_resumes_an_entry_a_dead_consumer_left_merging(
     assert report.merged == [a.pk, b.pk]
     assert main_file(repo, "a.txt") == "a\n" and main_file(repo, "b.txt") == "b\n"
     assert len([s for s in first_parents(repo) if s.startswith("Merge")]) == 2
+
+
+def test_the_cli_approves_every_low_risk_change_and_lists_the_queue(
+    db: None, repo: Path, make_quantum: Any, tether_settings: Any
+) -> None:
+    low = [review_of(make_quantum(f"low {n}"), {f"l{n}.txt": "x\n"}) for n in range(2)]
+    medium = review_of(make_quantum("medium"), {"requirements.txt": "x\n"})
+    out = StringIO()
+
+    call_command("tether", "approve", "--all-low-risk", stdout=out)
+
+    assert [c.status for c in ChangeReview.objects.filter(pk__in=[r.pk for r in low])] == [
+        ChangeStatus.QUEUED
+    ] * 2
+    queue = StringIO()
+    call_command("tether", "queue", "--json", stdout=queue)
+    assert [row["id"] for row in json.loads(queue.getvalue())] == [r.pk for r in low]
+    with pytest.raises(CommandError, match="is queued"):
+        call_command("tether", "approve", str(low[0].pk), str(medium.pk), stdout=StringIO())
+    assert ChangeReview.objects.get(pk=medium.pk).status == ChangeStatus.QUEUED
+    merge_queue_run()
+    shown = StringIO()
+    call_command("tether", "show-change", str(low[0].pk), stdout=shown)
+    assert "merged as" in shown.getvalue()
+    empty = StringIO()
+    call_command("tether", "queue", stdout=empty)
+    assert "empty" in empty.getvalue()

@@ -40,6 +40,7 @@ from tether.services import (
     reaching_ask,
     reaching_expire,
 )
+from tether.services.merge_queue import merge_queue_run
 
 __all__ = ["make_quantum", "make_run", "scripts", "tether_settings"]
 
@@ -299,10 +300,14 @@ def test_an_operator_approves_a_change(op_client, change, repo):
     url = reverse("change_approve", args=[change.pk])
     response = op_client.post(url, follow=True)
     change.refresh_from_db()
-    assert change.status == ChangeStatus.MERGED
+    assert change.status == ChangeStatus.QUEUED
     assert messages_of(response) == [
-        f"Change #{change.pk} merged into main ({change.merge_sha[:10]})."
+        f"Change #{change.pk} is in the merge queue: merged into main and verified in turn; "
+        "the base moves only if the checks pass."
     ]
+    merge_queue_run()
+    change.refresh_from_db()
+    assert change.status == ChangeStatus.MERGED and change.merge_sha
     assert main_file(repo, "hello.py") == "print('hi')\n"
     again = op_client.post(url, follow=True)
     assert messages_of(again) == [f"change #{change.pk} is merged; nothing changed"]
@@ -328,14 +333,15 @@ def test_a_conflict_is_reported_with_its_correction(op_client, repo, make_quantu
     b = change_review_create(quantum_run_id=finished_run(second, {"calc.py": "B = 2\n"}).pk)
     assert a is not None and b is not None
     op_client.post(reverse("change_approve", args=[a.pk]), follow=True)
+    op_client.post(reverse("change_approve", args=[b.pk]), follow=True)
 
-    response = op_client.post(reverse("change_approve", args=[b.pk]), follow=True)
+    merge_queue_run()
 
     b.refresh_from_db()
     assert b.status == ChangeStatus.CONFLICTED
-    (message,) = messages_of(response)
-    assert "conflicts with main" in message and "calc.py" in message
-    assert f"Correction quantum #{b.correction_id}" in message
+    html = op_client.get(reverse("change", args=[b.pk])).content.decode()
+    assert "conflicts: calc.py" in html
+    assert reverse("quantum", args=[b.correction_id]) in html
 
 
 def test_rejecting_a_change_needs_a_reason_and_reopens_the_quantum(op_client, change):

@@ -1,5 +1,5 @@
-"""A change's page: its diff file by file, approving (merge into the base branch) or rejecting
-(the quantum reopens)."""
+"""A change's page: its diff file by file, what the commits left out, the checks on the merged
+result; approving (into the merge queue) or rejecting (the quantum reopens)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ def change_message(review: ChangeReview) -> tuple[int, str]:
         return messages.SUCCESS, (
             f"Change #{review.pk} merged into {review.base} ({review.merge_sha[:10]})."
         )
+    if review.status in (ChangeStatus.QUEUED, ChangeStatus.MERGING):
+        return messages.SUCCESS, (
+            f"Change #{review.pk} is in the merge queue: merged into {review.base} and verified "
+            "in turn; the base moves only if the checks pass."
+        )
+    if review.status == ChangeStatus.FAILED:
+        return messages.WARNING, f"Change #{review.pk} was not merged: {review.comment}"
     return messages.WARNING, (
         f"Change #{review.pk} conflicts with {review.base} ({review.comment}); nothing was "
         f"merged. Correction quantum #{review.correction_id} was filed."

@@ -1,5 +1,5 @@
-"""The Grounding page: the change reviews (pending first) and the pipeline proposals, each
-beside the pipeline as it is now; approving or rejecting a proposal."""
+"""The Grounding page: the merge queue (live), the change reviews (pending first) and the
+pipeline proposals, each beside the pipeline as it is now; approving or rejecting a proposal."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tether.selectors import (
     MutationView,
     change_get,
     changes_list,
+    merge_queue_list,
     mutation_exists,
     mutations_list,
     tether_counts,
@@ -60,6 +61,7 @@ def grounding_render(
         "grounding/page.html",
         {
             "changes": [change_row(c) for c in changes_list(limit=100)],
+            "queue": merge_queue_list(limit=50),
             "mutations": [mutation_row(v, bound) for v in mutations_list(limit=50)],
             "tether_counts": tether_counts(),
             **live_attrs(GROUNDING_TOPICS, "grounding"),
@@ -118,6 +120,7 @@ def grounding_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     payload = event["payload"]
     context: dict[str, Any] = {"tether_counts": tether_counts()}
     if "change_id" in payload:
+        context["queue"] = merge_queue_list(limit=50)
         try:
             context["crow"] = change_row(change_get(change_id=int(payload["change_id"])))
         except NotFound:

@@ -1,8 +1,8 @@
 """`manage.py tether ...`: the operator's side of the Tether, each subcommand with --json.
 
     questions | answer ID TEXT | drifts [--status S] | ground ID | reject ID --reason TEXT |
-    note ID TEXT | changes | show-change ID | approve ID | reject-change ID --reason TEXT |
-    mutations | approve-mutation ID | reject-mutation ID [--reason TEXT]
+    note ID TEXT | changes | show-change ID | approve ID... | approve --all-low-risk | queue |
+    reject-change ID --reason TEXT | mutations | approve-mutation ID | reject-mutation ID [--reason TEXT]
 
 Exit status: 0 done, 1 refused (unknown id, already decided, branch moved ...), 2 bad usage.
 """
@@ -24,12 +24,14 @@ from tether.selectors import (
     change_detail,
     changes_list,
     drifts_list,
+    merge_queue_list,
     mutations_list,
     reachings_pending,
 )
 from tether.services import (
-    change_approve,
     change_reject,
+    changes_approve,
+    changes_approve_low_risk,
     drift_ground,
     drift_note,
     drift_reject,
@@ -94,6 +96,9 @@ def change_data(c: ChangeReview, *, diff: bool = False) -> dict[str, Any]:
         "decided_by": c.decided_by,
         "comment": c.comment,
         "correction_id": c.correction_id,
+        "queued_at": c.queued_at,
+        "checks": c.checks,
+        "left_out": c.left_out,
         "created_at": c.created_at,
     }
     if diff:
@@ -138,7 +143,10 @@ class Command(SafeCommand):
         p.add_argument("text")
         add("changes", "change reviews, pending first")
         add("show-change", "a change with its diff").add_argument("change_id", type=parse_id)
-        add("approve", "merge a change into its base").add_argument("change_id", type=parse_id)
+        p = add("approve", "approve changes into the merge queue (merged and verified in order)")
+        p.add_argument("change_ids", type=parse_id, nargs="*")
+        p.add_argument("--all-low-risk", action="store_true", help="every pending low-risk change")
+        add("queue", "the merge queue: the change merging, then the queued ones in order")
         p = add("reject-change", "reject a change: the quantum is reopened")
         p.add_argument("change_id", type=parse_id)
         p.add_argument("--reason", required=True)
@@ -283,21 +291,77 @@ class Command(SafeCommand):
         w(f"{c.branch} @ {c.head_sha[:10]} -> {c.base}; +{c.additions} -{c.deletions}")
         for reason in c.reasons:
             w(f"  - {reason}")
+        if c.comment:
+            w(f"note: {c.comment}")
+        if c.merge_sha:
+            w(f"merged as {c.merge_sha[:10]}")
+        for check in c.checks:
+            mark = "ok" if check.get("passed") else f"FAILED ({check.get('reason', '')})"
+            w(f"check: {check.get('command', '')}: {mark}")
+        if c.left_out:
+            w(f"left out of the commits (ignored, generated): {len(c.left_out)}")
+            for path in c.left_out:
+                w(f"  - {path}")
         for f in detail.files:
             w("")
             w(f"== {f.status} {f.path} (+{f.additions} -{f.deletions})")
             w(f.diff)
 
     def do_approve(self, options: dict[str, Any]) -> None:
-        c = change_approve(change_id=options["change_id"], by=self.by)
-        if c.status == "conflicted":
-            text = (
-                f"change {c.pk} conflicts with {c.base} ({c.comment}); merge aborted, "
-                f"correction quantum #{c.correction_id} filed"
-            )
+        ids: list[int] = options["change_ids"]
+        if options["all_low_risk"] == bool(ids):
+            raise CommandError("name the changes to approve, or --all-low-risk (not both)")
+        if ids:
+            outcomes = changes_approve(change_ids=ids, by=self.by)
         else:
-            text = f"change {c.pk} merged into {c.base} ({c.merge_sha[:10]})"
-        self.say(change_data(c), text)
+            outcomes = changes_approve_low_risk(by=self.by)
+        data: list[dict[str, Any]] = []
+        lines: list[str] = []
+        refused = 0
+        for change_id, outcome in outcomes:
+            if isinstance(outcome, TetherError):
+                refused += 1
+                data.append({"id": change_id, "error": str(outcome)})
+                lines.append(f"change {change_id} refused: {outcome}")
+            else:
+                data.append(change_data(outcome))
+                lines.append(f"change {change_id} queued for {outcome.base}")
+        if not outcomes:
+            lines.append("no pending low-risk change")
+        if not refused or self.as_json:
+            self.say(data, "\n".join(lines))
+        elif len(outcomes) > refused:
+            self.stdout.write("\n".join(line for line in lines if "refused" not in line))
+        if refused:
+            errors = [str(o) for _, o in outcomes if isinstance(o, TetherError)]
+            raise CommandError("; ".join(errors))
+
+    def do_queue(self, options: dict[str, Any]) -> None:
+        rows = [change_data(c) for c in merge_queue_list()]
+        if self.as_json:
+            emit_json(self.stdout, rows)
+            return
+        if not rows:
+            self.stdout.write("the merge queue is empty")
+            return
+        table(
+            self.stdout,
+            ["#", "id", "status", "risk", "quantum", "branch", "base", "queued", "note"],
+            [
+                (
+                    n,
+                    c["id"],
+                    c["status"],
+                    c["risk"],
+                    f"#{c['quantum_id']}",
+                    c["branch"],
+                    c["base"],
+                    f"{c['queued_at']:%H:%M:%S}" if c["queued_at"] else "",
+                    shorten(c["comment"], 60),
+                )
+                for n, c in enumerate(rows, 1)
+            ],
+        )
 
     def do_reject_change(self, options: dict[str, Any]) -> None:
         c = change_reject(change_id=options["change_id"], reason=options["reason"], by=self.by)
