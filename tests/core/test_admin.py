@@ -81,8 +81,7 @@ def test_healthz_reports_postgres_and_redis(client, redis_client):
     assert response.json() == {"postgres": "ok", "redis": "ok"}
 
 
-def test_editing_a_pipeline_in_admin_bumps_its_version(admin_client):
-    pipelines_ensure_defaults()
+def _stage_edit_post(admin_client, **stage_changes):
     from quanta.pipeline_models import Pipeline
 
     pipeline = Pipeline.objects.get(name="frontend")
@@ -113,14 +112,34 @@ def test_editing_a_pipeline_in_admin_bumps_its_version(admin_client):
                 f"stages-{i}-condition": stage.condition,
                 f"stages-{i}-retries": stage.retries,
                 f"stages-{i}-timeout_s": stage.timeout_s,
+                f"stages-{i}-verify_retries": stage.verify_retries,
+                f"stages-{i}-verdict": stage.verdict,
+                # An unticked checkbox is not posted at all.
+                **({f"stages-{i}-verify": "on"} if stage.verify else {}),
             }
         )
-    response = admin_client.post(url, data)
+    data.update({f"stages-0-{k}": v for k, v in stage_changes.items()})
+    return pipeline, admin_client.post(url, data)
+
+
+def test_editing_a_pipeline_in_admin_bumps_its_version(admin_client):
+    pipelines_ensure_defaults()
+    pipeline, response = _stage_edit_post(admin_client)
     assert response.status_code == 302, (
         response.context["adminform"].form.errors if response.context else response
     )
     pipeline.refresh_from_db()
     assert (pipeline.description, pipeline.version) == ("edited in admin", 2)
+
+
+def test_the_admin_refuses_verification_options_the_loader_refuses(admin_client):
+    pipelines_ensure_defaults()
+    for changes in ({"verify_retries": 9}, {"verdict": "maybe"}):
+        pipeline, response = _stage_edit_post(admin_client, **changes)
+        assert response.status_code == 200, changes
+        assert response.context["inline_admin_formsets"][0].formset.errors[0], changes
+        pipeline.refresh_from_db()
+        assert pipeline.version == 1
 
 
 def _pipeline_post(pipeline):
