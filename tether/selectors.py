@@ -13,7 +13,7 @@ from django.db.models import Case, IntegerField, QuerySet, Value, When
 from psychonauts.diffs import DiffLine, diff_by_path
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.services import pipeline_spec
-from quanta.pipelines.spec import PipelineSpec
+from quanta.pipelines.spec import STAGE_DEFAULTS, PipelineSpec
 from tether.errors import NotFound
 from tether.models import (
     CHANGE_IN_QUEUE,
@@ -193,6 +193,10 @@ def pipeline_yaml(spec: PipelineSpec) -> str:
             stage["retries"] = s["retries"]
         if s["timeout_s"]:
             stage["timeout"] = s["timeout_s"]
+        for key, default in STAGE_DEFAULTS.items():
+            value = s.get(key, default)
+            if value != default:
+                stage[key] = value
         stages.append(stage)
     doc["stages"] = stages
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
