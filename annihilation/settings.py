@@ -41,6 +41,9 @@ ALLOWED_HOSTS = env_csv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 
 ANNIHILATION_HOME = env_path("ANNIHILATION_HOME", BASE_DIR / ".annihilation")
 
+# The project's apps, bottom floor first: each imports only those before it.
+PROJECT_APPS = ["core", "quanta", "bursts", "psychonauts", "tether", "reflection", "annihilation"]
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -54,13 +57,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "axes",
-    "core",
-    "quanta",
-    "bursts",
-    "psychonauts",
-    "tether",
-    "reflection",
-    "annihilation",
+    *PROJECT_APPS,
 ]
 
 MIDDLEWARE = [
@@ -245,16 +242,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
     "loggers": {
-        app: {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True}
-        for app in (
-            "core",
-            "quanta",
-            "bursts",
-            "psychonauts",
-            "tether",
-            "reflection",
-            "annihilation",
-        )
+        app: {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True} for app in PROJECT_APPS
     },
 }
 
