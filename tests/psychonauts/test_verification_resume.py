@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
-from django.conf import settings as django_settings
-from django.db import connection
 
 from bursts.models import AgentStatus
 from psychonauts.models import AgentTurn, Verification
 from psychonauts.services import agent_run_execute
+from tests.psychonauts.crash import execute_killed_at_marker
 from tests.psychonauts.stages import staged_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,43 +25,13 @@ turns:
 """
 
 
-def _wait_for(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 def test_a_run_killed_after_a_failed_round_resumes_with_the_corrective_message(
     repo, scripts, make_quantum, tmp_path
 ):
     scripts("crashy-fix", CRASHY)
     quantum = make_quantum(verify_commands=["grep -q fixed status.txt"], labels=["crashy-fix"])
     run = staged_run(quantum, "coder", verify=True, verify_retries=1)
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": django_settings.REDIS_URL,
-        "ANNIHILATION_HOME": str(tmp_path / "home"),
-        "ANNIHILATION_REPO": str(repo),
-        "ANNIHILATION_SCRIPT_DIRS": str(tmp_path / "scripts"),
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "manage.py", "psychonaut", "execute", str(run.pk)],
-        cwd=Path(django_settings.BASE_DIR),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    worktree = tmp_path / "home" / "worktrees" / f"q-{run.quantum_id}"
-    try:
-        _wait_for(lambda: (worktree / "marker").exists())
-    finally:
-        os.killpg(worker.pid, signal.SIGKILL)  # mid-way through the fix
-        worker.wait()
+    execute_killed_at_marker(run, repo=repo, tmp_path=tmp_path)
     run.refresh_from_db()
     assert run.status == AgentStatus.RUNNING
     first = AgentTurn.objects.get(agent_run=run, index=0)
