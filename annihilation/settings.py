@@ -42,7 +42,16 @@ ALLOWED_HOSTS = env_csv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 ANNIHILATION_HOME = env_path("ANNIHILATION_HOME", BASE_DIR / ".annihilation")
 
 # The project's apps, bottom floor first: each imports only those before it.
-PROJECT_APPS = ["core", "quanta", "bursts", "psychonauts", "tether", "reflection", "annihilation"]
+PROJECT_APPS = [
+    "core",
+    "quanta",
+    "bursts",
+    "psychonauts",
+    "tether",
+    "reflection",
+    "autopilot",
+    "annihilation",
+]
 
 INSTALLED_APPS = [
     "daphne",
@@ -389,6 +398,51 @@ TETHER_VERIFY_COMMANDS = [
     c.strip() for c in env_str("ANNIHILATION_TETHER_VERIFY_COMMANDS", "").split("|||") if c.strip()
 ]
 
+# --- autopilot ---
+# The hub's beat tick (it starts paused on a fresh installation: resume it to let it act).
+AUTOPILOT_TICK_S = env_float("ANNIHILATION_AUTOPILOT_TICK_S", 10.0, minimum=0.5)
+# Daily budgets (USD) of what the autopilot's own work may spend, in all and per hub state; a
+# model call that would go over waits (held, no worker) until the budget allows again.
+AUTOPILOT_BUDGET_DAY_USD = env_float("ANNIHILATION_AUTOPILOT_BUDGET_DAY_USD", 20.0, minimum=0)
+AUTOPILOT_BUDGET_STATE_USD = {
+    "executing": env_float("ANNIHILATION_AUTOPILOT_BUDGET_EXECUTING_USD", 15.0, minimum=0),
+    "improving": env_float("ANNIHILATION_AUTOPILOT_BUDGET_IMPROVING_USD", 3.0, minimum=0),
+    "contemplating": env_float("ANNIHILATION_AUTOPILOT_BUDGET_CONTEMPLATING_USD", 1.0, minimum=0),
+    "healing": env_float("ANNIHILATION_AUTOPILOT_BUDGET_HEALING_USD", 2.0, minimum=0),
+}
+# The global cap (USD per day, every agent's spend, the operator's included; 0 = none): reached,
+# it pauses every agent at its next model call and the autopilot, until the next day or a
+# higher cap.
+SPEND_CAP_DAY_USD = env_float("ANNIHILATION_SPEND_CAP_DAY_USD", 0.0, minimum=0)
+# Decomposition: the most quanta one plan may file, and the planner's tries at a valid plan.
+AUTOPILOT_PLAN_MAX_QUANTA = env_int("ANNIHILATION_AUTOPILOT_PLAN_MAX_QUANTA", 20, minimum=1)
+AUTOPILOT_PLAN_TRIES = env_int("ANNIHILATION_AUTOPILOT_PLAN_TRIES", 3, minimum=1)
+# Healing: an agent with no new turn for this long is stuck (cancelled and requeued); this many
+# failed checks of the integration branch in a row file a healing quantum; this many provider
+# failures of one endpoint in a row mark it down for the given time.
+AUTOPILOT_STUCK_S = env_float("ANNIHILATION_AUTOPILOT_STUCK_S", 900.0, minimum=1)
+AUTOPILOT_BASE_CHECK_S = env_float("ANNIHILATION_AUTOPILOT_BASE_CHECK_S", 600.0, minimum=1)
+AUTOPILOT_BASE_FAILURES = env_int("ANNIHILATION_AUTOPILOT_BASE_FAILURES", 2, minimum=1)
+AUTOPILOT_ENDPOINT_FAILURES = env_int("ANNIHILATION_AUTOPILOT_ENDPOINT_FAILURES", 3, minimum=1)
+AUTOPILOT_ENDPOINT_DOWN_S = env_float("ANNIHILATION_AUTOPILOT_ENDPOINT_DOWN_S", 300.0, minimum=1)
+# Improving: how often the scanners run when idle, what they file per pass, and the window in
+# which the same finding on the same file is not filed again (nor a line a merge just wrote).
+AUTOPILOT_SCAN_EVERY_S = env_float("ANNIHILATION_AUTOPILOT_SCAN_EVERY_S", 3600.0, minimum=1)
+AUTOPILOT_SCAN_MAX_FILED = env_int("ANNIHILATION_AUTOPILOT_SCAN_MAX_FILED", 5, minimum=1)
+AUTOPILOT_FINDING_WINDOW_S = env_float(
+    "ANNIHILATION_AUTOPILOT_FINDING_WINDOW_S", 7 * 86400.0, minimum=0
+)
+AUTOPILOT_LONG_FUNCTION_LINES = env_int("ANNIHILATION_AUTOPILOT_LONG_FUNCTION_LINES", 80, minimum=5)
+# The target repository's linter and tests, run in the sandbox by the scanners ("" = skip):
+# lint output lines `path:line[:col]: message` are findings; a failing test command is one.
+AUTOPILOT_SCAN_LINT_COMMAND = env_str("ANNIHILATION_AUTOPILOT_SCAN_LINT_COMMAND", "")
+AUTOPILOT_SCAN_TEST_COMMAND = env_str("ANNIHILATION_AUTOPILOT_SCAN_TEST_COMMAND", "")
+# Contemplating: how often an agent may propose goals, and how many may wait for approval.
+AUTOPILOT_CONTEMPLATE_EVERY_S = env_float(
+    "ANNIHILATION_AUTOPILOT_CONTEMPLATE_EVERY_S", 86400.0, minimum=1
+)
+AUTOPILOT_PROPOSALS_MAX = env_int("ANNIHILATION_AUTOPILOT_PROPOSALS_MAX", 5, minimum=0)
+
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
 # The beat's periodic tasks; each expires after its own period (the next one is due by then).
@@ -402,6 +456,7 @@ CELERY_BEAT_SCHEDULE = {
         ),
         ("bursts-safety-net", "bursts.safety_net", BURSTS_SAFETY_NET_INTERVAL_S),
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
+        ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
     )
 }
 

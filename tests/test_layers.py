@@ -1,8 +1,8 @@
 """The apps are floors: each imports only the apps below it, never one above.
 
-core (ground floor) < quanta < bursts < psychonauts < tether < reflection < annihilation (the
-project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and migrations are
-outside the house and may import anything.
+core (ground floor) < quanta < bursts < psychonauts < tether < reflection < autopilot <
+annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
+migrations are outside the house and may import anything.
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOORS = ["core", "quanta", "bursts", "psychonauts", "tether", "reflection", "annihilation"]
+FLOORS = [
+    "core",
+    "quanta",
+    "bursts",
+    "psychonauts",
+    "tether",
+    "reflection",
+    "autopilot",
+    "annihilation",
+]
 
 
 def imports_of(path: Path) -> set[str]:

@@ -27,6 +27,16 @@ import pytest
 from django.apps import apps
 from django.db import models
 
+from autopilot.models import (
+    BaseCheck,
+    Finding,
+    Goal,
+    GoalTransition,
+    Hold,
+    Hub,
+    HubTransition,
+    Spend,
+)
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
 from core.models import Event, Session
 from psychonauts.models import (
@@ -44,7 +54,16 @@ from quanta.pipeline_models import Pipeline, Stage
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["core", "quanta", "bursts", "psychonauts", "tether", "reflection", "annihilation"]
+APPS = [
+    "core",
+    "quanta",
+    "bursts",
+    "psychonauts",
+    "tether",
+    "reflection",
+    "autopilot",
+    "annihilation",
+]
 
 OWNERS: dict[type[models.Model], str] = {
     Session: "core/sessions.py",
@@ -70,6 +89,14 @@ OWNERS: dict[type[models.Model], str] = {
     Drift: "tether/services/drifts.py",
     ChangeReview: "tether/services/changes.py",
     PipelineMutation: "tether/services/mutations.py",
+    Goal: "autopilot/services/goals.py",
+    GoalTransition: "autopilot/services/goals.py",
+    Hub: "autopilot/services/hub.py",
+    HubTransition: "autopilot/services/hub.py",
+    Spend: "autopilot/services/budgets.py",
+    Hold: "autopilot/services/budgets.py",
+    Finding: "autopilot/services/scanners.py",
+    BaseCheck: "autopilot/services/healing.py",
 }
 WRITES = {
     "create",

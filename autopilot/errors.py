@@ -1,0 +1,27 @@
+"""What the autopilot refuses, each with a message for the operator."""
+
+from __future__ import annotations
+
+
+class AutopilotError(Exception):
+    """Base of the autopilot's refusals."""
+
+
+class GoalNotFound(AutopilotError):
+    pass
+
+
+class InvalidGoal(AutopilotError):
+    """A goal's fields are not acceptable (the message names the field)."""
+
+
+class IllegalGoalTransition(AutopilotError):
+    """The goal is not in a status the requested change can start from."""
+
+
+class InvalidPlan(AutopilotError):
+    """A planner's decomposition is not acceptable (the message lists every problem)."""
+
+
+class InvalidHubCommand(AutopilotError):
+    """A pause, resume or force the hub cannot take (unknown state, ...)."""
