@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from quanta.models import Comment, Dependency, Quantum
 
@@ -28,15 +31,22 @@ class QuantumAdmin(admin.ModelAdmin[Quantum]):
         "priority",
         "labels",
         "complexity",
+        "complexity_auto",
         "updated_at",
     ]
-    list_filter = ["status", "kind", "priority", "complexity"]
+    list_filter = ["status", "kind", "priority", "complexity", "complexity_auto"]
     search_fields = ["title", "body"]
     raw_id_fields = ["parent"]
     # Status changes go through the services (guarded transitions), never a free edit.
     readonly_fields = ["status", "close_reason", "created_at", "updated_at", "closed_at"]
     inlines = [DependencyInline, CommentInline]
     list_per_page = 50
+
+    def save_model(self, request: HttpRequest, obj: Quantum, form: Any, change: bool) -> None:
+        # A complexity chosen here is the operator's: the classifier leaves it alone from then on.
+        if "complexity" in form.changed_data:
+            obj.complexity_auto = False
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Dependency)

@@ -164,6 +164,19 @@ def clean_pipeline(value: Any) -> str:
     return check_text("pipeline", value.strip())
 
 
+COMPLEXITY_AUTO = "auto"  # what the form, the CLI and an import file say for "classify it"
+
+
+def clean_complexity(value: Any) -> str | None:
+    """A complexity, or None for `auto` (the classifier decides, quanta.complexity)."""
+    if value is None or value == COMPLEXITY_AUTO:
+        return None
+    if value not in Complexity.values:
+        choices = ", ".join([*Complexity.values, COMPLEXITY_AUTO])
+        raise InvalidQuantum(f"complexity: must be one of {choices}; got {quoted(value)}")
+    return str(value)
+
+
 # Fields an operator may set on create and update, each with its checker.
 FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "title": clean_title,
@@ -174,7 +187,7 @@ FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "pipeline": clean_pipeline,
     "acceptance": clean_text("acceptance"),
     "verify_commands": clean_commands,
-    "complexity": clean_choice("complexity", Complexity.values),
+    "complexity": clean_complexity,
 }
 
 

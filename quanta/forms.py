@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
 from quanta.errors import InvalidQuantum, QuantaError
-from quanta.fields import clean_commands
+from quanta.fields import COMPLEXITY_AUTO, clean_commands
 from quanta.models import Complexity, QuantumKind, QuantumStatus
 
 
@@ -47,7 +47,11 @@ class QuantumForm(forms.Form):
     body = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}), required=False)
     kind = forms.ChoiceField(choices=QuantumKind.choices, initial=QuantumKind.TASK)
     priority = forms.IntegerField(min_value=0, max_value=4, initial=2, help_text="0 = critical")
-    complexity = forms.ChoiceField(choices=Complexity.choices, initial=Complexity.STANDARD)
+    complexity = forms.ChoiceField(
+        choices=[(COMPLEXITY_AUTO, "auto (classified from the text)"), *Complexity.choices],
+        initial=COMPLEXITY_AUTO,
+        help_text="auto: set from the title and body, and again when they change",
+    )
     labels = forms.CharField(required=False, help_text="comma separated")
     pipeline = forms.CharField(required=False, max_length=100, help_text="blank = matched")
     acceptance = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)

@@ -4,7 +4,8 @@ A record:
 
     ref: schema                 # optional local name other records may point at
     title: Design the schema    # required
-    body, kind, priority, labels, pipeline, acceptance, verify_commands, complexity
+    body, kind, priority, labels, pipeline, acceptance, verify_commands,
+    complexity: trivial | standard | complex | auto (none: classified from title and body)
     status: open | deferred | blocked | closed      close_reason: why (for closed)
     parent: schema | 12         # a ref in this file, or the id of an existing quantum
     depends_on: [schema, 12]    # blocks edges; also `part_of`, `related`, `discovered_from`
@@ -33,6 +34,7 @@ from core.safeyaml import (
     source_name,
     yaml_load,
 )
+from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum
 from quanta.fields import FIELD_CHECKS
 from quanta.models import AuthorKind, Comment, DependencyKind, Quantum, QuantumStatus
@@ -321,6 +323,13 @@ def _default(field_name: str) -> Any:
     return model_field.get_default()
 
 
+def _complexity(fields: dict[str, Any]) -> tuple[str, bool]:
+    """The record's complexity and whether the classifier set it (none given, or `auto`)."""
+    if fields.get("complexity") is not None:
+        return fields["complexity"], False
+    return complexity_classify(fields["title"], fields.get("body") or "").complexity, True
+
+
 @transaction.atomic
 def quanta_import(*, path: Path) -> list[int]:
     """Import every record of the file, or nothing. Returns the new ids in file order."""
@@ -342,7 +351,7 @@ def quanta_import(*, path: Path) -> list[int]:
         )
 
     now = timezone.now()
-    defaults = {f: _default(f) for f in FIELD_CHECKS}
+    defaults = {f: _default(f) for f in FIELD_CHECKS if f != "complexity"}
     quanta_rows_insert(
         quanta=(
             (
@@ -357,7 +366,7 @@ def quanta_import(*, path: Path) -> list[int]:
                 f["pipeline"],
                 f["acceptance"],
                 f["verify_commands"],
-                f["complexity"],
+                *_complexity(f),
                 r.close_reason if r.status == QuantumStatus.CLOSED else "",
                 now,
                 now,

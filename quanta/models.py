@@ -72,6 +72,11 @@ class Quantum(models.Model):
     complexity = models.CharField(
         max_length=16, choices=Complexity.choices, default=Complexity.STANDARD
     )
+    # Set by the classifier (quanta.complexity), not by the operator: editing the title or body
+    # classifies it again; an operator's value is kept.
+    complexity_auto = models.BooleanField(
+        default=False, db_default=False, help_text="set by the classifier"
+    )
     close_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from core.events import publish, publish_many
 from core.redaction import redact
+from quanta.complexity import complexity_classify
 from quanta.errors import (
     DependencyCycle,
     DependencyNotFound,
@@ -49,7 +50,7 @@ class QuantumChanges(TypedDict, total=False):
     pipeline: str
     acceptance: str
     verify_commands: list[str]
-    complexity: str
+    complexity: str | None  # None: the classifier decides (quanta.complexity)
 
 
 def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
@@ -123,9 +124,11 @@ def quantum_create(
     pipeline: str = "",
     acceptance: str = "",
     verify_commands: Iterable[str] = (),
-    complexity: str = "standard",
+    complexity: str | None = None,
     depends_on: Iterable[int] = (),
 ) -> Quantum:
+    """A new quantum; `complexity` None (or "auto"): the classifier sets it from the title and
+    body, and classifies it again when they change."""
     fields = clean_fields(
         {
             "title": title,
@@ -140,6 +143,9 @@ def quantum_create(
         }
     )
     _check_parent(parent_id)
+    fields["complexity_auto"] = fields["complexity"] is None
+    if fields["complexity_auto"]:
+        fields["complexity"] = complexity_classify(fields["title"], fields["body"]).complexity
     quantum = Quantum.objects.create(parent_id=parent_id, **fields)
     for blocker_id in depends_on:
         dependency_add(quantum_id=quantum.pk, depends_on_id=blocker_id)
@@ -168,6 +174,14 @@ def quantum_update(
         fields["parent_id"] = None
     if not fields:
         raise InvalidQuantum("nothing to update: name at least one field")
+    if "complexity" in fields:
+        fields["complexity_auto"] = fields["complexity"] is None
+    if fields.get("complexity_auto") or (
+        "complexity" not in fields and quantum.complexity_auto and {"title", "body"} & fields.keys()
+    ):
+        fields["complexity"] = complexity_classify(
+            fields.get("title", quantum.title), fields.get("body", quantum.body)
+        ).complexity
     for name, value in fields.items():
         setattr(quantum, name, value)
     quantum.save(update_fields=[*fields, "updated_at"])
@@ -496,6 +510,7 @@ QUANTUM_COLUMNS = [
     "acceptance",
     "verify_commands",
     "complexity",
+    "complexity_auto",
     "close_reason",
     "created_at",
     "updated_at",

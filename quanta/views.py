@@ -16,6 +16,7 @@ from core.access import operator_required
 from core.safetext import display_name
 from quanta import services
 from quanta.errors import BadSearchQuery, ImportFailed, QuantaError, QuantumNotFound
+from quanta.fields import COMPLEXITY_AUTO
 from quanta.forms import (
     CloseForm,
     CommentForm,
@@ -149,7 +150,7 @@ def _initial(quantum: Quantum) -> dict[str, Any]:
         "body": quantum.body,
         "kind": quantum.kind,
         "priority": quantum.priority,
-        "complexity": quantum.complexity,
+        "complexity": COMPLEXITY_AUTO if quantum.complexity_auto else quantum.complexity,
         "labels": ", ".join(quantum.labels),
         "pipeline": quantum.pipeline,
         "acceptance": quantum.acceptance,

@@ -19,7 +19,9 @@ from core.cli import (
     table,
 )
 from quanta import selectors, serializers, services
+from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
+from quanta.fields import COMPLEXITY_AUTO
 from quanta.importer import quanta_import
 from quanta.models import (
     Comment,
@@ -37,6 +39,17 @@ def _priority(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 4:
         raise argparse.ArgumentTypeError(f"{value!r}: priority is 0..4 (0 = critical)")
     return int(value)
+
+
+def _complexity(quantum: Quantum) -> str:
+    """`standard`, or `standard (auto: 48 words; names 2 files)` when the classifier set it."""
+    if not quantum.complexity_auto:
+        return quantum.complexity
+    return f"{quantum.complexity} (auto: {_reasons(quantum)})"
+
+
+def _reasons(quantum: Quantum) -> str:
+    return complexity_classify(quantum.title, quantum.body).summary
 
 
 class Command(SafeCommand):
@@ -66,7 +79,12 @@ class Command(SafeCommand):
                 help="a command that checks the work (repeatable"
                 + (")" if create else "; replaces the commands)"),
             )
-            p.add_argument("--complexity", choices=Complexity.values)
+            p.add_argument(
+                "--complexity",
+                choices=[*Complexity.values, COMPLEXITY_AUTO],
+                help="auto: classified from the title and body"
+                + (" (the default)" if create else ""),
+            )
             p.add_argument("--parent", type=parse_id)
 
         p = add("create", "create a quantum")
@@ -205,6 +223,8 @@ class Command(SafeCommand):
                 self.stdout,
                 {
                     **quantum_data(quantum),
+                    "complexity_auto": quantum.complexity_auto,
+                    "complexity_reasons": _reasons(quantum) if quantum.complexity_auto else "",
                     "dependencies": [dependency_data(d) for d in deps],
                     "dependents": [dependency_data(d) for d in dependents],
                     "comments": [comment_data(c) for c in comments],
@@ -215,7 +235,8 @@ class Command(SafeCommand):
         w = self.stdout.write
         w(f"#{quantum.pk} {quantum.title}")
         w(
-            f"  status {quantum.status} · {quantum.kind} · priority {quantum.priority} · {quantum.complexity}"
+            f"  status {quantum.status} · {quantum.kind} · priority {quantum.priority}"
+            f" · {_complexity(quantum)}"
         )
         if quantum.labels:
             w(f"  labels: {', '.join(quantum.labels)}")
