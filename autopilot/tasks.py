@@ -1,0 +1,24 @@
+"""Celery tasks of the autopilot: thin adapters over its services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="autopilot.goal_progress", ignore_result=True)
+def goal_progress(goal_id: int) -> int:
+    """After a goal's planner run (chained to it): file its plan, try again or fail the goal;
+    the hub's tick does the same for every goal (goals_progress)."""
+    from autopilot.services.goals import goals_progress
+
+    return goals_progress(goal_id=goal_id)
+
+
+@shared_task(name="autopilot.goal_verify", acks_late=True, ignore_result=True)
+def goal_verify(goal_id: int) -> str:
+    """Run a verifying goal's verify commands on the integration branch (idempotent: a goal no
+    longer verifying, or being verified by another worker, is left alone)."""
+    from autopilot.services.goals import goal_verify as verify
+
+    goal = verify(goal_id=goal_id)
+    return goal.status if goal is not None else ""

@@ -1,0 +1,389 @@
+"""Goals: created with their fields checked, moved only along their allowed transitions (each a
+history row and an event), abandoned with their quanta, and done once their quanta's changes are
+merged and their own verify commands pass on the integration branch."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from autopilot.errors import GoalNotFound, IllegalGoalTransition, InvalidGoal
+from autopilot.models import GOAL_TRANSITIONS, Goal, GoalSource, GoalStatus, GoalTransition
+from autopilot.services.goals import (
+    _transition,
+    goal_abandon,
+    goal_approve,
+    goal_create,
+    goal_verify,
+    goals_decompose_due,
+    goals_progress,
+)
+from bursts.models import AgentRun
+from core.models import Event
+from psychonauts.services import agent_run_execute
+from quanta.models import Quantum, QuantumStatus
+from quanta.services import quantum_close, quantum_create, quantum_reopen
+from tests.tether.test_changes import finished_run
+from tether.models import ChangeStatus
+from tether.services import change_approve, change_review_create
+from tether.services.merge_queue import merge_queue_run
+
+S = GoalStatus
+
+
+def make_goal(**fields: Any) -> Goal:
+    values: dict[str, Any] = {"title": "Greet the user", "success_criteria": "hello.py greets"}
+    values.update(fields)
+    return goal_create(**values)
+
+
+def history(goal: Goal) -> list[tuple[str, str, str]]:
+    return list(
+        GoalTransition.objects.filter(goal=goal)
+        .order_by("created_at", "id")
+        .values_list("from_status", "to_status", "by")
+    )
+
+
+def epic_of(goal: Goal) -> int:
+    assert goal.epic_id is not None, "the goal has no epic"
+    return goal.epic_id
+
+
+def set_status(goal: Goal, status: str) -> None:
+    Goal.objects.filter(pk=goal.pk).update(status=status)
+
+
+# --- creating ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_creates_a_proposed_goal_with_its_history_row_and_event() -> None:
+    goal = goal_create(
+        title="  Greet the user  ",
+        success_criteria="hello.py prints hello",
+        description="A greeting.",
+        verify_commands=["python3 hello.py"],
+        priority=1,
+        labels=["ux", "ux", "script:goal-plan"],
+        budget_usd=Decimal("2.5"),
+        by="alice",
+    )
+
+    goal.refresh_from_db()
+    assert (goal.title, goal.status, goal.priority, goal.source) == (
+        "Greet the user",
+        S.PROPOSED,
+        1,
+        GoalSource.OPERATOR,
+    )
+    assert goal.labels == ["ux", "script:goal-plan"]
+    assert goal.verify_commands == ["python3 hello.py"]
+    assert goal.budget_usd == Decimal("2.5000") and goal.created_by == "alice"
+    assert history(goal) == [("", S.PROPOSED, "alice")]
+    event = Event.objects.filter(topic="autopilot:goals").latest("id")
+    assert event.type == "goal_created" and event.payload["goal_id"] == goal.pk
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"title": "   "}, "title: required"),
+        ({"title": "t" * 501}, "title: at most 500 characters"),
+        ({"title": "a\x00b"}, "title: contains a NUL character"),
+        ({"success_criteria": ""}, "success_criteria: required"),
+        ({"description": "\ud800"}, "description: is not valid UTF-8"),
+        ({"priority": 5}, "priority: from 0 (critical) to 4"),
+        ({"priority": True}, "priority: a whole number"),
+        ({"labels": ["two words"]}, "labels[0]: 'two words' is not a label"),
+        ({"labels": ["goal:3"]}, "labels: 'goal:3' is reserved"),
+        ({"labels": ["autopilot:executing"]}, "reserved for the autopilot"),
+        ({"budget_usd": Decimal("-1")}, "budget_usd: must be 0 or more"),
+        ({"budget_usd": Decimal("NaN")}, "budget_usd: must be 0 or more"),
+        ({"source": "nowhere"}, "source: one of operator"),
+        (
+            {"verify_commands": ["pytest -q", "rm -rf /"]},
+            "verify_commands[1]: 'rm -rf /' is refused by the command guard",
+        ),
+        ({"verify_commands": ["  "]}, "verify_commands[0]: a command must be non-empty"),
+    ],
+)
+def test_it_refuses_a_bad_field_naming_it(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidGoal, match=None) as caught:
+        make_goal(**fields)
+
+    assert message in str(caught.value)
+    assert not Goal.objects.exists()
+
+
+# --- transitions ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_approves_a_proposed_goal_and_refuses_to_approve_it_twice() -> None:
+    goal = make_goal()
+
+    approved = goal_approve(goal_id=goal.pk, by="bob")
+
+    assert (approved.status, approved.approved_by) == (S.APPROVED, "bob")
+    with pytest.raises(
+        IllegalGoalTransition, match=r"it is approved \(only from failed, proposed\)"
+    ):
+        goal_approve(goal_id=goal.pk, by="bob")
+    with pytest.raises(InvalidGoal, match="by: say who approves"):
+        goal_approve(goal_id=goal.pk, by="")
+    with pytest.raises(GoalNotFound):
+        goal_approve(goal_id=goal.pk + 1000, by="bob")
+    assert history(goal) == [("", S.PROPOSED, ""), (S.PROPOSED, S.APPROVED, "bob")]
+    event = Event.objects.filter(topic="autopilot:goals").latest("id")
+    assert (event.type, event.payload["from_status"], event.payload["status"]) == (
+        "goal_status",
+        S.PROPOSED,
+        S.APPROVED,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("start", list(S.values))
+def test_each_transition_is_allowed_only_from_its_statuses(start: str) -> None:
+    for target in S.values:
+        goal = make_goal(title=f"{start} to {target}")
+        set_status(goal, start)
+        allowed = target in GOAL_TRANSITIONS[start]
+
+        if allowed:
+            moved = _transition(goal.pk, to=target, reason="test", by="t")
+            assert moved.status == target
+            assert history(goal)[-1] == (start, target, "t")
+        else:
+            with pytest.raises(IllegalGoalTransition, match=f"it is {start}"):
+                _transition(goal.pk, to=target, reason="test", by="t")
+            assert Goal.objects.get(pk=goal.pk).status == start
+            assert len(history(goal)) == 1  # only its creation
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("start", list(S.values))
+def test_the_operator_actions_respect_the_guards(start: str) -> None:
+    goal = make_goal()
+    set_status(goal, start)
+
+    if start in (S.PROPOSED, S.FAILED):
+        assert goal_approve(goal_id=goal.pk, by="op").status == S.APPROVED
+    else:
+        with pytest.raises(IllegalGoalTransition):
+            goal_approve(goal_id=goal.pk, by="op")
+    goal2 = make_goal(title="another")
+    set_status(goal2, start)
+    if start in (S.DONE, S.ABANDONED):
+        with pytest.raises(IllegalGoalTransition):
+            goal_abandon(goal_id=goal2.pk, by="op")
+    else:
+        assert goal_abandon(goal_id=goal2.pk, by="op").status == S.ABANDONED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_approvals_approve_once() -> None:
+    goal = make_goal()
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def approve(by: str) -> None:
+        barrier.wait()
+        try:
+            goal_approve(goal_id=goal.pk, by=by)
+            outcomes.append("approved")
+        except IllegalGoalTransition:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(outcomes) == ["approved", "refused"]
+    assert [row[1] for row in history(goal)] == [S.PROPOSED, S.APPROVED]
+
+
+@pytest.mark.django_db
+def test_only_approved_goals_are_decomposed_most_urgent_first(repo: Path) -> None:
+    low = make_goal(title="low", priority=3)
+    high = make_goal(title="high", priority=0)
+    make_goal(title="never approved")
+    for goal in (low, high):
+        goal_approve(goal_id=goal.pk, by="op")
+
+    assert goals_decompose_due(limit=1) == 1
+    high.refresh_from_db()
+    assert high.status == S.DECOMPOSING and high.epic is not None
+    assert Goal.objects.get(pk=low.pk).status == S.APPROVED
+    assert goals_decompose_due() == 1
+    assert goals_decompose_due() == 0
+    epic = high.epic
+    assert (epic.kind, epic.status) == ("epic", QuantumStatus.DEFERRED)
+    assert epic.labels == ["autopilot", "autopilot:executing", f"goal:{high.pk}"]
+    assert "## Success criteria\nhello.py greets" in epic.body
+    run = AgentRun.objects.get(quantum=epic)
+    assert (run.role, run.agent_id, run.attempt) == ("goal-planner", f"{epic.pk}_goal_plan", 1)
+    assert "## Goal #" in run.context and "## The plan's format" in run.context
+
+
+# --- abandoning -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_abandoning_closes_the_goals_quanta_that_are_not_running_and_its_epic(repo: Path) -> None:
+    goal = make_goal()
+    goal_approve(goal_id=goal.pk, by="op")
+    goals_decompose_due()
+    goal.refresh_from_db()
+    assert goal.epic_id is not None
+    children = [quantum_create(title=f"child {n}", parent_id=goal.epic_id) for n in range(4)]
+    Quantum.objects.filter(pk=children[1].pk).update(status=QuantumStatus.IN_PROGRESS)
+    quantum_close(quantum_id=children[2].pk, reason="done earlier")
+    Quantum.objects.filter(pk=children[3].pk).update(status=QuantumStatus.BLOCKED)
+
+    abandoned = goal_abandon(goal_id=goal.pk, by="op", reason="not needed any more")
+
+    assert (abandoned.status, abandoned.reason) == (S.ABANDONED, "not needed any more")
+    assert abandoned.finished_at is not None
+    rows = {q.pk: q for q in Quantum.objects.filter(pk__in=[c.pk for c in children])}
+    assert rows[children[0].pk].close_reason == "goal abandoned"
+    assert rows[children[1].pk].status == QuantumStatus.IN_PROGRESS  # its run finishes
+    assert rows[children[2].pk].close_reason == "done earlier"
+    assert rows[children[3].pk].close_reason == "goal abandoned"
+    epic = Quantum.objects.get(pk=goal.epic_id)
+    assert (epic.status, epic.close_reason) == (QuantumStatus.CLOSED, "goal abandoned")
+    assert history(goal)[-1] == (S.DECOMPOSING, S.ABANDONED, "op")
+    with pytest.raises(IllegalGoalTransition):
+        goal_approve(goal_id=goal.pk, by="op")
+
+
+# --- completion -------------------------------------------------------------------------------
+
+
+def planned_goal(**fields: Any) -> tuple[Goal, list[Quantum]]:
+    """An active goal, planned by the shipped planner script (two quanta, the second waiting on
+    the first), its planner executed here."""
+    goal = make_goal(**fields)
+    goal_approve(goal_id=goal.pk, by="op")
+    goals_decompose_due()
+    goal.refresh_from_db()
+    run = AgentRun.objects.get(quantum_id=epic_of(goal))
+    assert agent_run_execute(agent_run_id=run.pk).status == "done"
+    assert goals_progress() == 1
+    goal.refresh_from_db()
+    assert goal.status == S.ACTIVE, goal.reason
+    return goal, list(Quantum.objects.filter(parent_id=goal.epic_id).order_by("pk"))
+
+
+def merge(quantum: Quantum, files: dict[str, str | None]) -> None:
+    review = change_review_create(quantum_run_id=finished_run(quantum, files).pk)
+    assert review is not None
+    change_approve(change_id=review.pk)
+    assert merge_queue_run().merged == [review.pk]
+
+
+@pytest.fixture
+def target(repo: Path, settings: Any) -> Path:
+    settings.TETHER_AUTO_MERGE_LOW_RISK = False
+    settings.TETHER_TARGET_BRANCH = ""
+    settings.TETHER_VERIFY_COMMANDS = []
+    return repo
+
+
+@pytest.mark.django_db
+def test_a_goal_whose_changes_are_merged_is_verified_on_the_integration_branch_and_done(
+    target: Path,
+) -> None:
+    goal, (notes, check) = planned_goal(verify_commands=["test -f hello.py", "python3 calc.py"])
+    assert goals_progress() == 0  # nothing changed: nothing moves
+
+    merge(notes, {"hello.py": "print('hello')\n"})
+    quantum_close(quantum_id=notes.pk, reason="merged")
+    assert goals_progress() == 0  # the second quantum is still open
+    quantum_close(quantum_id=check.pk, reason="nothing to change")  # no change: no review
+
+    assert goals_progress() == 1
+    assert Goal.objects.get(pk=goal.pk).status == S.VERIFYING
+    done = goal_verify(goal_id=goal.pk)
+
+    assert done is not None and done.status == S.DONE
+    assert done.reason.startswith("verified on main at ") and "2 command(s) passed" in done.reason
+    assert done.finished_at is not None
+    epic = Quantum.objects.get(pk=epic_of(goal))
+    assert (epic.status, epic.close_reason) == (QuantumStatus.CLOSED, "goal done")
+    assert [row[:2] for row in history(goal)][-3:] == [
+        (S.DECOMPOSING, S.ACTIVE),
+        (S.ACTIVE, S.VERIFYING),
+        (S.VERIFYING, S.DONE),
+    ]
+    assert not (Path(target.parent / "home" / "goals" / f"verify-{goal.pk}")).exists()
+
+
+@pytest.mark.django_db
+def test_a_failing_verify_command_fails_the_goal_and_keeps_its_quanta(target: Path) -> None:
+    goal, children = planned_goal(verify_commands=["test -f missing.txt"])
+    for child in children:
+        quantum_close(quantum_id=child.pk, reason="done")
+    assert goals_progress() == 1
+
+    failed = goal_verify(goal_id=goal.pk)
+
+    assert failed is not None and failed.status == S.FAILED
+    assert "verify failed on main at" in failed.reason
+    assert "FAILED: `test -f missing.txt` (exit status 1)" in failed.reason
+    assert Quantum.objects.filter(parent_id=goal.epic_id, status="closed").count() == 2
+    assert Quantum.objects.get(pk=epic_of(goal)).status == QuantumStatus.DEFERRED
+    # Approved again, it is planned anew (the earlier quanta named in the planner's context).
+    goal_approve(goal_id=goal.pk, by="op")
+    assert goals_decompose_due() == 1
+    run = AgentRun.objects.filter(quantum_id=epic_of(goal)).latest("attempt")
+    assert run.attempt == 2 and "Quanta filed for this goal before" in run.context
+    assert "test -f missing.txt" in run.context
+
+
+@pytest.mark.django_db
+def test_a_pending_change_keeps_the_goal_active_and_a_reopened_quantum_sends_it_back(
+    target: Path,
+) -> None:
+    goal, (notes, check) = planned_goal()
+    review = change_review_create(quantum_run_id=finished_run(notes, {"a.txt": "a\n"}).pk)
+    assert review is not None and review.status == ChangeStatus.PENDING
+    for child in (notes, check):
+        quantum_close(quantum_id=child.pk, reason="done")
+
+    assert goals_progress() == 0  # the change waits for the operator
+    change_approve(change_id=review.pk)
+    assert goals_progress() == 0  # queued
+    merge_queue_run()
+    assert goals_progress() == 1
+    assert Goal.objects.get(pk=goal.pk).status == S.VERIFYING
+
+    quantum_reopen(quantum_id=check.pk, reason="not quite")
+    assert goals_progress() == 1
+    back = Goal.objects.get(pk=goal.pk)
+    assert back.status == S.ACTIVE and "reopened" in back.reason
+    assert goal_verify(goal_id=goal.pk) is None  # not verifying: nothing runs
+
+
+@pytest.mark.django_db
+def test_a_goal_without_verify_commands_is_done_once_its_quanta_are(target: Path) -> None:
+    goal, children = planned_goal()
+    for child in children:
+        quantum_close(quantum_id=child.pk, reason="done")
+    assert goals_progress() == 1
+
+    done = goal_verify(goal_id=goal.pk)
+
+    assert done is not None and done.status == S.DONE
+    assert "no verify commands" in done.reason
