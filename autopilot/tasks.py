@@ -22,3 +22,24 @@ def goal_verify(goal_id: int) -> str:
 
     goal = verify(goal_id=goal_id)
     return goal.status if goal is not None else ""
+
+
+# --- improving and contemplating ----------------------------------------------------------------
+
+
+@shared_task(name="autopilot.scan", ignore_result=True)
+def scan() -> dict[str, object]:
+    """One improving pass: the scanners over the target branch, filing improvement quanta (a
+    pass that finds another running returns at once, busy)."""
+    from autopilot.services.scanners import scan_run
+
+    return scan_run().as_data()
+
+
+@shared_task(name="autopilot.contemplate", ignore_result=True)
+def contemplate() -> int | None:
+    """Start a contemplator run unless one is live or enough proposals wait (idempotent)."""
+    from autopilot.services.contemplation import contemplate_start
+
+    run = contemplate_start()
+    return run.pk if run is not None else None
