@@ -26,10 +26,17 @@ def _noop() -> Provider:
     return NoopProvider()
 
 
+def _shell() -> Provider:
+    from psychonauts.providers.shell import ShellProvider
+
+    return ShellProvider()
+
+
 PROVIDERS: dict[str, Callable[[], Provider]] = {
     "anthropic": _anthropic,
     "scripted": _scripted,
     "noop": _noop,
+    "shell": _shell,
 }
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
@@ -22,14 +23,24 @@ from core.events import publish
 from core.redaction import redact
 from psychonauts import registry
 from psychonauts.checkpoint import run_claim, run_read
-from psychonauts.errors import AgentRunNotFound, PsychonautError, RoleNotFound, SuspendRun
+from psychonauts.endpoints import endpoint_failure, endpoint_success, endpoints_down
+from psychonauts.errors import (
+    AgentRunNotFound,
+    ProviderError,
+    PsychonautError,
+    RoleNotFound,
+    SuspendRun,
+)
 from psychonauts.models import Role
 from psychonauts.providers import provider_get
 from psychonauts.providers.base import Provider
+from psychonauts.providers.shell import MODEL as SHELL_MODEL
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import sandbox_require
 from psychonauts.services.runner import Observer, Runner
 from psychonauts.services.runs import agent_run_fail, agent_run_suspend, run_outcome
+from quanta.complexity import complexity_classify
+from quanta.models import Complexity
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +49,64 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
-def _route(run: AgentRun, role: Role) -> tuple[Provider, str]:
-    """The provider and model for a run: its own, the setting, the role's; a trivial quantum
-    may skip the LLM; the model follows the quantum's complexity unless one is named."""
-    complexity = run.quantum.complexity
+@dataclass(frozen=True)
+class Route:
+    provider: Provider
+    model: str
+    note: str = ""  # why the run does not get its tier's model (it is down), for its events
+
+
+# Where a tier's runs go when its model is down: the next tier down, then up.
+FALLBACK: dict[str, tuple[str, ...]] = {
+    Complexity.COMPLEX: (Complexity.COMPLEX, Complexity.STANDARD, Complexity.TRIVIAL),
+    Complexity.STANDARD: (Complexity.STANDARD, Complexity.TRIVIAL, Complexity.COMPLEX),
+    Complexity.TRIVIAL: (Complexity.TRIVIAL, Complexity.STANDARD, Complexity.COMPLEX),
+}
+
+
+def _route(run: AgentRun, role: Role) -> Route:
+    """The provider and model for a run.
+
+    - A trivial quantum whose steps are mechanical (`quanta.complexity`) runs on the `shell`
+      provider, without a model, when PSYCHONAUTS_TRIVIAL_NO_LLM is on: whatever provider the
+      run, the setting or the role names (the scripted one included), since the point is that
+      no model is asked at all.
+    - Otherwise the provider is the run's own, else the setting's, else the role's; one without
+      a model (scripted, noop) is its own model.
+    - The model is the run's or the role's when named; else the quantum's tier's
+      (PSYCHONAUTS_MODELS), skipping a model that is down (`psychonauts.endpoints`) for the next
+      tier's; when every one is down, the tier's own, and the note says so.
+    """
+    quantum = run.quantum
+    complexity = quantum.complexity
+    if (
+        complexity == Complexity.TRIVIAL
+        and getattr(settings, "PSYCHONAUTS_TRIVIAL_NO_LLM", True)
+        and complexity_classify(quantum.title, quantum.body).mechanical
+    ):
+        return Route(provider_get("shell"), SHELL_MODEL)
     provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
-    if complexity == "trivial" and settings.PSYCHONAUTS_TRIVIAL_NO_LLM and provider.uses_llm:
-        provider = provider_get("noop")
     if not provider.uses_llm:
-        return provider, provider.name
-    return provider, run.model or role.model or settings.PSYCHONAUTS_MODELS.get(complexity, "")
+        return Route(provider, provider.name)
+    named = run.model or role.model
+    if named:
+        return Route(provider, named)
+    models: dict[str, str] = settings.PSYCHONAUTS_MODELS
+    candidates = list(
+        dict.fromkeys(models[t] for t in FALLBACK.get(complexity, (complexity,)) if models.get(t))
+    )
+    if not candidates:
+        return Route(provider, "")
+    down = endpoints_down([(provider.name, m) for m in candidates])
+    for model in candidates:
+        if (provider.name, model) not in down:
+            note = "" if model == candidates[0] else f"{candidates[0]} is down; routed to {model}"
+            return Route(provider, model, note)
+    return Route(
+        provider,
+        candidates[0],
+        f"every configured model is down ({', '.join(candidates)}); using {candidates[0]}",
+    )
 
 
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> Outcome:
@@ -60,7 +119,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         return run_outcome(run)
     if role is None:
         role = _role(run.role)
-    route: tuple[Provider, str] | None = None
+    route: Route | None = None
     refusal: PsychonautError = RoleNotFound(f"unknown role {run.role!r}")
     if role is not None:
         try:
@@ -74,7 +133,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         agent_run_id=run.pk,
         worker=worker,
         now=now,
-        route=(route[0].name, route[1]) if route else None,
+        route=(route.provider.name, route.model) if route else None,
         title=f"{run.agent_id} attempt {run.attempt}",
     )
     if not claimed:
@@ -84,7 +143,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     run.status, run.worker, run.heartbeat_at = AgentStatus.RUNNING, worker, now
     run.started_at = run.started_at or now
     if route is not None:
-        run.provider, run.model = route[0].name, route[1]
+        run.provider, run.model = route.provider.name, route.model
     runner: Runner | None = None
     try:
         if role is None or route is None or session_id is None:
@@ -92,14 +151,20 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         runner = Runner(
             run,
             role,
-            route,
+            (route.provider, route.model),
             observer,
             session_id=session_id,
             resumed=resumed,
             execute=agent_run_execute,
         )
         runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
-        return runner.loop()
+        if route.note:
+            runner.emit(
+                "routed", provider=runner.provider.name, model=runner.model, note=route.note
+            )
+        outcome = runner.loop()
+        endpoint_success(route.provider.name, route.model)
+        return outcome
     except SuspendRun as exc:
         agent_run_suspend(agent_run_id=run.pk)
         run.refresh_from_db()
@@ -109,6 +174,10 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             runner.emit("waiting", reason=reason)
             runner.flush_events()
         return Outcome("waiting", error=reason)
+    except ProviderError as exc:
+        if route is not None:  # the provider's own retries are spent: its endpoint failed
+            endpoint_failure(route.provider.name, route.model)
+        return _fail(run, runner, str(exc))
     except PsychonautError as exc:
         return _fail(run, runner, str(exc))
     except Exception as exc:
