@@ -268,13 +268,14 @@ if PSYCHONAUTS_WORKSPACE_MODE not in {"worktree", "shared"}:
     raise ImproperlyConfigured("ANNIHILATION_WORKSPACE_MODE must be 'worktree' or 'shared'")
 # Overrides every role's provider when set (e.g. `anthropic` to run the demo wave on Claude).
 PSYCHONAUTS_PROVIDER = env_str("ANNIHILATION_PROVIDER", "")
-# Model routing by quantum complexity; `trivial` runs the no-LLM executor when enabled.
+# Model routing by quantum complexity. A trivial quantum whose body gives its steps as shell
+# commands runs them without a model (the `shell` provider) when PSYCHONAUTS_TRIVIAL_NO_LLM is on.
 PSYCHONAUTS_MODELS = {
     "trivial": env_str("ANNIHILATION_MODEL_TRIVIAL", "claude-haiku-4-5"),
     "standard": env_str("ANNIHILATION_MODEL_STANDARD", "claude-sonnet-4-6"),
     "complex": env_str("ANNIHILATION_MODEL_COMPLEX", "claude-opus-4-6"),
 }
-PSYCHONAUTS_TRIVIAL_NO_LLM = env_bool("ANNIHILATION_TRIVIAL_NO_LLM", False)
+PSYCHONAUTS_TRIVIAL_NO_LLM = env_bool("ANNIHILATION_TRIVIAL_NO_LLM", True)
 # USD per million tokens (input, output); unknown models cost the default.
 PSYCHONAUTS_PRICES = {
     "claude-haiku-4-5": (1.0, 5.0),
