@@ -10,6 +10,7 @@ from django.urls import path
 # import; a websocket may connect before any HTTP request has loaded the URLconf.
 import annihilation.views.dashboard
 import annihilation.views.quantum  # noqa: F401
+import autopilot.views  # noqa: F401
 import bursts.views  # noqa: F401
 import psychonauts.views  # noqa: F401
 import quanta.views  # noqa: F401

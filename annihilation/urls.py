@@ -18,6 +18,7 @@ urlpatterns = [
     path("waves/", include("bursts.urls")),
     path("agents/", include("psychonauts.urls")),
     path("", include("tether.urls")),
+    path("", include("autopilot.urls")),
     path("admin/", admin.site.urls),
     path("healthz", dashboard.healthz, name="healthz"),
 ]

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from autopilot.views.hub import HUB_TOPICS, card_context
 from bursts.forms import WaveStartForm
 from bursts.selectors import dashboard_summary
 from bursts.services import wave_start
@@ -58,7 +59,7 @@ def events_recent(*, limit: int = RECENT_EVENTS) -> list[Event]:
     )
 
 
-DASHBOARD_TOPICS = ["burst:events", "quanta", "tether:reaching", "tether:drifts"]
+DASHBOARD_TOPICS = ["burst:events", "quanta", "tether:reaching", "tether:drifts", *HUB_TOPICS]
 
 
 def dashboard_render(
@@ -73,6 +74,7 @@ def dashboard_render(
             "events": events_recent(),
             "sandbox": sandbox_status(),
             "start_form": start_form or WaveStartForm(),
+            **card_context(),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
         },
         status=status,
@@ -91,6 +93,8 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
         return {"summary": dashboard_summary()}
     if event["topic"].startswith("tether:"):
         return {"tether_counts": tether_counts()}
+    if event["topic"].startswith("autopilot:"):
+        return card_context()
     return {}
 
 
