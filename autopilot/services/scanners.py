@@ -62,6 +62,7 @@ from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
 from quanta.errors import QuantaError
+from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus
 from quanta.services import quantum_create
 from tether.services.changes import sha_of, target_branch
@@ -208,7 +209,7 @@ def _sandboxed(
     except (SandboxUnavailable, OSError) as exc:
         report.errors.append(f"{what} command could not run: {exc}")
         return None
-    return result.returncode, result.stopped, result.stdout + result.stderr
+    return result.returncode, result.stopped, f"{result.stdout}\n{result.stderr}"
 
 
 def scan_commands(sha: str, paths: set[str], report: ScanReport) -> list[ScanFinding]:
@@ -371,8 +372,11 @@ def _checks(scanner: str, path: str, findings: Sequence[ScanFinding]) -> list[st
         commands.append(settings.AUTOPILOT_SCAN_TEST_COMMAND)
     elif scanner == lint.SCANNER:
         program = '$1 == p || $1 == "./" p'
+        # The linter in a subshell (it may be several commands), its standard output filtered
+        # to this file's lines: empty once they are fixed. (`2>&1` after a subshell is refused
+        # by the guard: a linter writing findings to stderr only is not checked this way.)
         commands.append(
-            f'test -z "$({settings.AUTOPILOT_SCAN_LINT_COMMAND} 2>&1 | '
+            f'test -z "$( ({settings.AUTOPILOT_SCAN_LINT_COMMAND}) | '
             f'awk -F: -v p={shlex.quote(path)} {shlex.quote(program)})"'
         )
     elif scanner == todo.SCANNER:
@@ -381,7 +385,11 @@ def _checks(scanner: str, path: str, findings: Sequence[ScanFinding]) -> list[st
             commands.append(
                 f'test "$(grep -c -F -e {shlex.quote(text)} -- {shlex.quote(path)})" = 0'
             )
-    return [c for c in commands if c.strip() and not verify_command_problem(c)]
+    return [
+        c
+        for c in commands
+        if c.strip() and len(c) <= VERIFY_COMMAND_MAX and not verify_command_problem(c)
+    ]
 
 
 def _body(scanner: str, path: str, findings: Sequence[ScanFinding], branch: str, sha: str) -> str:

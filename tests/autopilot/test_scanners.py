@@ -229,17 +229,25 @@ def test_it_files_one_quantum_per_file_and_scanner(repo: Path, scan_settings: An
     assert types[0] == "started" and types[-1] == "finished" and types.count("filed") == 4
 
 
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "# TODO: it's `quoted` $(here)",
+        '# FIXME: a "double" quote; rm -rf / && echo \\ done',
+        "// XXX: -e --regexp=x * ? [a] {b} ~ $HOME",
+    ],
+)
 def test_the_todo_checks_fail_until_the_comment_is_gone(
-    repo: Path, scan_settings: Any, tmp_path: Path
+    repo: Path, scan_settings: Any, tmp_path: Path, comment: str
 ) -> None:
-    commit(repo, {"a.py": "x = 1  # TODO: it's `quoted` $(here)\n"}, "todo", when=LONG_AGO)
+    commit(repo, {"a.py": f"x = 1  {comment}\n"}, "todo", when=LONG_AGO)
     report = scan_run()
     (quantum,) = Quantum.objects.filter(pk__in=report.quanta)
     checks = quantum.verify_commands
     assert len(checks) == 1
     work = tmp_path / "work"
     work.mkdir()
-    (work / "a.py").write_text("x = 1  # TODO: it's `quoted` $(here)\n", encoding="utf-8")
+    (work / "a.py").write_text(f"y = 0\nx = 1  {comment}\n", encoding="utf-8")
     assert not verify_commands_run(checks, workspace=work, quantum_id=quantum.pk).passed
     (work / "a.py").write_text("x = 1\n", encoding="utf-8")
     assert verify_commands_run(checks, workspace=work, quantum_id=quantum.pk).passed
@@ -306,7 +314,9 @@ def test_a_pass_files_at_most_the_limit(repo: Path, scan_settings: Any) -> None:
     assert len(second.quanta) == 2 and second.skipped == {"open": 2}
 
 
-def test_lint_and_test_commands_run_in_the_sandbox(repo: Path, scan_settings: Any) -> None:
+def test_lint_and_test_commands_run_in_the_sandbox(
+    repo: Path, scan_settings: Any, tmp_path: Path
+) -> None:
     commit(repo, {"a.py": "import os\n", "lint.out": "a.py:1:1: F401 `os` imported but unused\n"
                   "gone.py:1:1: F401 not ours\n"}, "lint", when=LONG_AGO)  # fmt: skip
     scan_settings.AUTOPILOT_SCAN_LINT_COMMAND = "cat lint.out && false"
@@ -321,6 +331,14 @@ def test_lint_and_test_commands_run_in_the_sandbox(repo: Path, scan_settings: An
     lint_q = quanta["Fix 1 linter finding in a.py"]
     assert "[F401]" in lint_q.body and len(lint_q.verify_commands) == 1
     assert lint_q.labels == filed_labels("improving", "improvement", "scan:lint")
+    # Its check is the linter on that file: failing while the finding is there.
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lint.out").write_text("./a.py:3:1: F401 `os` imported but unused\nb.py:1:1: E1 x\n")
+    checks = lint_q.verify_commands
+    assert not verify_commands_run(checks, workspace=work, quantum_id=lint_q.pk).passed
+    (work / "lint.out").write_text("b.py:1:1: E1 not this file\nba.py:2:2: E2 nor this\n")
+    assert verify_commands_run(checks, workspace=work, quantum_id=lint_q.pk).passed
 
 
 def test_a_refused_command_is_an_error_not_a_crash(repo: Path, scan_settings: Any) -> None:
