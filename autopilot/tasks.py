@@ -43,3 +43,49 @@ def contemplate() -> int | None:
 
     run = contemplate_start()
     return run.pk if run is not None else None
+
+
+# --- the hub ------------------------------------------------------------------------------------
+
+
+@shared_task(name="autopilot.tick", ignore_result=True)
+def tick() -> dict[str, object]:
+    """The hub's beat tick: snapshot, decide, record, act (a tick that finds another running
+    returns at once)."""
+    from autopilot.services.hub import hub_tick
+
+    return dict(vars(hub_tick()))
+
+
+@shared_task(name="autopilot.wave_start", ignore_result=True)
+def wave_start() -> int | None:
+    """Start the autopilot's wave unless one runs or nothing is ready (idempotent)."""
+    from autopilot.services.hub import autopilot_wave_start
+
+    wave = autopilot_wave_start()
+    return wave.pk if wave is not None else None
+
+
+@shared_task(name="autopilot.goals_decompose", ignore_result=True)
+def goals_decompose() -> int:
+    """Start planner runs for approved goals (sent by the tick while executing)."""
+    from autopilot.services.goals import goals_decompose_due
+
+    return goals_decompose_due()
+
+
+@shared_task(name="autopilot.goals_progress", ignore_result=True)
+def goals_progress() -> int:
+    """The goals' safety net (sent by every tick while goals are open)."""
+    from autopilot.services.goals import goals_progress as progress
+
+    return progress()
+
+
+@shared_task(name="autopilot.base_check", acks_late=True, ignore_result=True)
+def base_check() -> int | None:
+    """Run the target's checks on the integration branch (one at a time; sent when due)."""
+    from autopilot.services.healing import base_check_run
+
+    check = base_check_run()
+    return check.pk if check is not None else None

@@ -1,0 +1,336 @@
+"""Healing: stuck agents cancelled and requeued, failing provider endpoints marked down, and the
+integration branch's checks (the one writer of BaseCheck), with a healing quantum filed after
+repeated failures.
+
+The hub's tick calls `healing_act` when its snapshot shows something to heal; each action is
+guarded, so a second tick (or the burst manager finishing the same agent) finds nothing to do.
+The branch's checks run in a Celery task (`autopilot.base_check`, sent by the tick when due) in a
+scratch worktree detached at the branch's tip, through the command guard and the sandbox.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from autopilot.labels import filed_labels
+from autopilot.models import BaseCheck
+from autopilot.predicates import base_needs_healing, duration
+from autopilot.snapshot import FailingEndpoint, Snapshot, StuckAgent
+from bursts.canvas import StageDispatch, stages_send
+from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
+from bursts.services.agent_runs import agent_run_next_attempt, agent_run_time_out
+from bursts.services.quantum_runs import quantum_run_redispatch
+from bursts.services.stages import stage_spec
+from core.events import publish
+from core.redis import get_redis
+from psychonauts.endpoints import endpoint_mark_down
+from psychonauts.sandbox import workspace_own
+from psychonauts.verify import verify_commands_run
+from psychonauts.workspaces import git, git_run, registry_lock
+from quanta.models import Quantum
+from quanta.pipeline_models import StageMode
+from quanta.services import quantum_create
+from tether.services.changes import sha_of, target_branch
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "autopilot:healing"
+# The most of a failing check's summary a BaseCheck keeps, and a healing quantum's body quotes.
+SUMMARY_LIMIT = 20_000
+BODY_LIMIT = 8_000
+# The base checks run as this sandbox user's (they belong to no quantum).
+BASE_CHECK_QUANTUM = 0
+
+
+# --- stuck agents -------------------------------------------------------------------------------
+
+
+def _positions(run: QuantumRun, position: int) -> tuple[int, ...]:
+    """What to send again for a slot: the slot (fan-out), or the chain from it (sequential)."""
+    spec = stage_spec(run)
+    if spec["mode"] == StageMode.SEQUENTIAL:
+        return tuple(range(position, len(spec["agents"])))
+    return (position,)
+
+
+@transaction.atomic
+def agent_unstick(*, agent_run_id: int, quiet_s: float) -> bool:
+    """Cancel a stuck agent run and, when it is a slot of a running stage, give the slot its
+    next attempt and send the stage again; False when it was no longer running.
+
+    The run is locked before the agent changes (the run step's lock order); the hung execution
+    finds its attempt cancelled at its next turn and stops, and the stage tasks' leases make
+    its late return harmless. A sub-agent or a lone agent is only cancelled: its parent (or its
+    caller) sees the cancellation."""
+    agent = (
+        AgentRun.objects.filter(pk=agent_run_id)
+        .only("agent_id", "attempt", "status", "quantum_run_id", "parent_id", "stage_index",
+              "position", "quantum_id", "role", "provider", "model")
+        .first()
+    )  # fmt: skip
+    if agent is None or agent.status != AgentStatus.RUNNING:
+        return False
+    run: QuantumRun | None = None
+    if agent.quantum_run_id is not None and agent.parent_id is None:
+        run = (
+            QuantumRun.objects.select_for_update()
+            .filter(pk=agent.quantum_run_id)
+            .only("status", "current_stage", "pipeline_snapshot", "dispatched_at", "wave_id")
+            .first()
+        )
+    now = timezone.now()
+    why = (
+        f"stuck: no progress for {duration(quiet_s)} (the limit is "
+        f"{duration(settings.AUTOPILOT_STUCK_S)}); cancelled by the autopilot's healing"
+    )
+    if not agent_run_time_out(agent_run_id=agent.pk, error=why, now=now):
+        return False
+    requeued = (
+        run is not None
+        and run.status == RunStatus.RUNNING
+        and run.current_stage == agent.stage_index
+    )
+    if run is not None and requeued:
+        agent_run_next_attempt(agent=agent)
+        if quantum_run_redispatch(run_id=run.pk, dispatched_at=run.dispatched_at, now=now):
+            stages_send(
+                [
+                    StageDispatch(
+                        run.pk,
+                        run.current_stage,
+                        stage_spec(run)["mode"],
+                        _positions(run, agent.position),
+                    )
+                ]
+            )
+    logger.warning(
+        "autopilot healing: agent run %s (%s) stuck for %.0f s: cancelled%s",
+        agent.pk,
+        agent.agent_id,
+        quiet_s,
+        " and requeued" if requeued else "",
+        extra={"agent_run_id": agent.pk, "quantum_run_id": agent.quantum_run_id},
+    )
+    publish(
+        TOPIC,
+        "agent_unstuck",
+        {
+            "agent_run_id": agent.pk,
+            "agent_id": agent.agent_id,
+            "quantum_run_id": agent.quantum_run_id,
+            "quiet_s": round(quiet_s, 1),
+            "requeued": requeued,
+            "reason": why,
+        },
+    )
+    return True
+
+
+def stuck_agents_heal(stuck: tuple[StuckAgent, ...]) -> list[str]:
+    done: list[str] = []
+    for agent in stuck:
+        if agent_unstick(agent_run_id=agent.agent_run_id, quiet_s=agent.quiet_s):
+            done.append(f"agent {agent.agent_id} (run {agent.agent_run_id}) cancelled")
+    return done
+
+
+# --- endpoints ----------------------------------------------------------------------------------
+
+
+def endpoints_heal(endpoints: tuple[FailingEndpoint, ...]) -> list[str]:
+    """Mark each failing endpoint down for AUTOPILOT_ENDPOINT_DOWN_S (routing skips it)."""
+    ttl = float(settings.AUTOPILOT_ENDPOINT_DOWN_S)
+    done: list[str] = []
+    for e in endpoints:
+        reason = (
+            f"{e.failures} failures in a row; marked down for {duration(ttl)} by the "
+            "autopilot's healing"
+        )
+        endpoint_mark_down(provider=e.provider, model=e.model, reason=reason, ttl_s=ttl)
+        publish(
+            TOPIC,
+            "endpoint_down",
+            {"provider": e.provider, "model": e.model, "failures": e.failures, "ttl_s": ttl,
+             "reason": reason},
+        )  # fmt: skip
+        logger.warning("autopilot healing: endpoint %s/%s down: %s", e.provider, e.model, reason)
+        done.append(f"endpoint {e.provider}/{e.model} marked down")
+    return done
+
+
+# --- the integration branch's checks ------------------------------------------------------------
+
+
+def base_check_commands() -> list[str]:
+    """The target's checks: TETHER_VERIFY_COMMANDS and the scanners' test command."""
+    commands = list(settings.TETHER_VERIFY_COMMANDS)
+    test = str(getattr(settings, "AUTOPILOT_SCAN_TEST_COMMAND", "") or "").strip()
+    if test and test not in commands:
+        commands.append(test)
+    return commands
+
+
+def base_check_due(s: Snapshot) -> bool:
+    """Checks are configured and the last one is older than AUTOPILOT_BASE_CHECK_S."""
+    if not base_check_commands():
+        return False
+    last = s.base_checked_at
+    return last is None or s.at - last >= timedelta(seconds=s.limits.base_check_every_s)
+
+
+def _claim_key() -> str:
+    return f"autopilot:base_check:{_repo_key()}"
+
+
+def base_check_claim(s: Snapshot) -> bool:
+    """Claim this period's check (one send per period, whatever the ticks; a check that never
+    ran is sent again once the claim lapses)."""
+    ttl_ms = max(1000, int(s.limits.base_check_every_s * 1000))
+    return bool(get_redis().set(_claim_key(), s.at.isoformat(), nx=True, px=ttl_ms))
+
+
+def _repo() -> Path:
+    return Path(settings.ANNIHILATION_REPO)
+
+
+def _repo_key() -> str:
+    return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def _check_lock_try() -> Iterator[bool]:
+    """One base check at a time per repository (they share a scratch worktree); without
+    waiting. The lock goes with the process: a worker that dies frees it."""
+    folder = Path(settings.ANNIHILATION_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"base-check-{_repo_key()}.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _scratch_at(sha: str) -> Path:
+    """A worktree detached at `sha`, clean (what the last check left is gone)."""
+    where = Path(settings.ANNIHILATION_HOME) / "checks" / f"base-{_repo_key()}"
+    if not (where / ".git").exists():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
+            git("worktree", "prune", cwd=_repo())
+            if where.exists():
+                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
+            git("worktree", "add", "-q", "--detach", str(where), sha, cwd=_repo())
+        return where
+    git("checkout", "-q", "-f", "--detach", sha, cwd=where)
+    git("clean", "-q", "-ffdx", cwd=where)
+    return where
+
+
+def base_check_run() -> BaseCheck | None:
+    """Run the target's checks on the integration branch's tip and record the result. None
+    when no check is configured, the branch has no commit, or another check is running."""
+    commands = base_check_commands()
+    if not commands:
+        return None
+    with _check_lock_try() as held:
+        if not held:
+            return None
+        target = target_branch()
+        sha = sha_of(target)
+        if not sha:
+            logger.warning("autopilot base check: %s names no commit", target)
+            return None
+        where = _scratch_at(sha)
+        workspace_own(where, quantum_id=BASE_CHECK_QUANTUM)
+        report = verify_commands_run(commands, workspace=where, quantum_id=BASE_CHECK_QUANTUM)
+    summary = report.summary()
+    if len(summary) > SUMMARY_LIMIT:
+        summary = summary[:SUMMARY_LIMIT] + "\n[... cut ...]"
+    with transaction.atomic():
+        check = BaseCheck.objects.create(sha=sha, ok=report.passed, summary=summary)
+        publish(
+            TOPIC,
+            "base_check",
+            {"id": check.pk, "sha": sha, "branch": target, "ok": check.ok,
+             "failed": [c.command for c in report.failed]},
+        )  # fmt: skip
+    return check
+
+
+def base_healing_file(s: Snapshot) -> Quantum | None:
+    """File the healing quantum for the branch's failing checks (priority 0), linked from the
+    latest of them; None when they no longer fail enough in a row or one is open already.
+    Called under the hub's lock (the tick), so two ticks never file two."""
+    if not base_needs_healing(s):
+        return None
+    checks = list(BaseCheck.objects.order_by("-created_at", "-id")[: s.limits.base_failures])
+    if len(checks) < s.limits.base_failures or any(c.ok for c in checks):
+        return None
+    if BaseCheck.objects.filter(quantum__isnull=False).exclude(quantum__status="closed").exists():
+        return None
+    latest = checks[0]
+    target = target_branch()
+    summary = latest.summary
+    if len(summary) > BODY_LIMIT:
+        summary = summary[:BODY_LIMIT] + "\n[... cut ...]"
+    body = (
+        f"The integration branch `{target}` failed its checks {len(checks)} times in a row "
+        f"(the latest at {latest.sha[:12]}, {latest.created_at:%Y-%m-%d %H:%M} UTC). Make them "
+        f"pass again without weakening them.\n\n## The latest result\n{summary}"
+    )
+    quantum = quantum_create(
+        title=f"Heal {target}: its checks failed {len(checks)} times in a row"[:500],
+        body=body,
+        kind="bug",
+        priority=0,
+        labels=filed_labels("healing", "healing"),
+        acceptance=f"Every check passes on {target}: {', '.join(base_check_commands())}"[:5000],
+    )
+    BaseCheck.objects.filter(pk=latest.pk).update(quantum=quantum)
+    publish(
+        TOPIC,
+        "healing_quantum",
+        {"quantum_id": quantum.pk, "sha": latest.sha, "failures": len(checks), "branch": target},
+    )
+    return quantum
+
+
+# --- what the tick calls ------------------------------------------------------------------------
+
+
+def healing_act(s: Snapshot) -> list[str]:
+    """Every healing action the snapshot calls for; what was done, in words."""
+    done = stuck_agents_heal(s.stuck)
+    done += endpoints_heal(s.endpoints)
+    quantum = base_healing_file(s)
+    if quantum is not None:
+        done.append(f"healing quantum #{quantum.pk} filed for the integration branch")
+    return done
+
+
+__all__ = [
+    "agent_unstick",
+    "base_check_claim",
+    "base_check_commands",
+    "base_check_due",
+    "base_check_run",
+    "base_healing_file",
+    "endpoints_heal",
+    "healing_act",
+    "stuck_agents_heal",
+]

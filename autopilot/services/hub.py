@@ -1,0 +1,371 @@
+"""The hub: the autopilot's state machine, and the one writer of Hub and HubTransition.
+
+A beat tick (`hub_tick`, task `autopilot.tick`) takes a snapshot, decides the state with the
+predicates, records a change with its reason and the snapshot, then acts: it sends work to
+Celery after commit (never long work inside the tick). The operator pauses, resumes or forces a
+state (`hub_pause`, `hub_resume`, `hub_force`); each is a history row too.
+
+Ticks serialise on the hub's row: a tick locks it without waiting (`SKIP LOCKED`) and a tick
+that finds it held returns at once, so two ticks never act twice. The global spending cap
+pauses the hub (reason "global spend cap ..."); the tick lifts that pause, and only that one,
+once the cap no longer holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from autopilot.errors import InvalidHubCommand
+from autopilot.labels import AUTOPILOT
+from autopilot.models import Hub, HubState, HubTransition
+from autopilot.predicates import (
+    Decision,
+    contemplation_due,
+    decide,
+    needs_healing,
+    needs_wave,
+    scan_due,
+)
+from autopilot.services import healing
+from autopilot.snapshot import Snapshot, snapshot_take
+from autopilot.spend import CapStatus, cap_status
+from bursts.models import Wave, WaveStatus
+from bursts.services.waves import wave_start
+from core.celery import app
+from core.events import publish
+from quanta.selectors import quanta_ready
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "autopilot:hub"
+TICK = "tick"
+CAP_PAUSE = "global spend cap"
+STARTED_BY = "autopilot"
+
+# The tasks the tick sends (by name: the tick never imports the tasks module).
+SCAN_TASK = "autopilot.scan"
+CONTEMPLATE_TASK = "autopilot.contemplate"
+WAVE_TASK = "autopilot.wave_start"
+DECOMPOSE_TASK = "autopilot.goals_decompose"
+PROGRESS_TASK = "autopilot.goals_progress"
+BASE_CHECK_TASK = "autopilot.base_check"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one tick did."""
+
+    state: str
+    reason: str
+    changed: bool = False  # the state (or the pause) changed
+    paused: bool = False
+    skipped: bool = False  # another tick held the hub
+    sent: tuple[str, ...] = ()  # the tasks sent after commit
+    healed: tuple[str, ...] = ()  # the healing actions taken
+    actions: tuple[str, ...] = field(default=())  # other calls made (holds released ...)
+
+
+# --- reading and locking the row ----------------------------------------------------------------
+
+
+def hub_get() -> Hub:
+    """The hub's row (made on first use: a flushed test database has none)."""
+    hub, _ = Hub.objects.get_or_create(pk=1)
+    return hub
+
+
+def _hub_locked(*, skip: bool) -> Hub | None:
+    """The row, locked for this transaction; None when `skip` and another holds it."""
+    hub = Hub.objects.select_for_update(skip_locked=skip).filter(pk=1).first()
+    if hub is not None:
+        return hub
+    if Hub.objects.filter(pk=1).exists():
+        return None  # held by another transaction
+    Hub.objects.get_or_create(pk=1)
+    return Hub.objects.select_for_update(skip_locked=skip).filter(pk=1).first()
+
+
+def _usd(value: Any) -> str:
+    return f"${value:,.2f}"
+
+
+def cap_words(cap: CapStatus | Snapshot) -> str:
+    if isinstance(cap, Snapshot):
+        spent, limit = cap.cap_spent_usd, cap.cap_usd
+    else:
+        spent, limit = cap.spent_usd, cap.cap_usd
+    return f"{CAP_PAUSE} {_usd(spent)} of {_usd(limit or 0)} reached"
+
+
+# --- history -----------------------------------------------------------------------------------
+
+
+def _record(
+    hub: Hub,
+    *,
+    from_state: str,
+    reason: str,
+    by: str,
+    snapshot: dict[str, Any] | None = None,
+    kind: str = "state",
+) -> None:
+    """A history row and its event (sent after commit)."""
+    HubTransition.objects.create(
+        from_state=from_state,
+        to_state=hub.state,
+        reason=reason,
+        by=by,
+        snapshot=snapshot or {},
+    )
+    publish(
+        TOPIC,
+        kind,
+        {
+            "from": from_state,
+            "to": hub.state,
+            "reason": reason,
+            "by": by,
+            "paused": hub.paused,
+            "paused_reason": hub.paused_reason,
+            "forced": hub.forced,
+        },
+    )
+
+
+def _save(hub: Hub, expected_state: str, **changes: Any) -> None:
+    """Write `changes` to the locked row (compare-and-set on the state it was read in)."""
+    updated = Hub.objects.filter(pk=1, state=expected_state).update(**changes)
+    if updated != 1:  # the row is locked by this transaction: only a bug gets here
+        raise InvalidHubCommand(f"the hub changed under its lock (expected {expected_state})")
+    for name, value in changes.items():
+        setattr(hub, name, value)
+
+
+# --- the operator's commands --------------------------------------------------------------------
+
+
+@transaction.atomic
+def hub_pause(*, by: str, reason: str = "") -> Hub:
+    """Pause the autopilot (ticks then only record that they ran)."""
+    hub = _hub_locked(skip=False)
+    assert hub is not None
+    why = reason.strip() or f"paused by {by}"
+    _save(hub, hub.state, paused=True, paused_reason=why)
+    _record(hub, from_state=hub.state, reason=f"paused by {by}: {why}", by=by, kind="paused")
+    return hub
+
+
+@transaction.atomic
+def hub_resume(*, by: str) -> Hub:
+    """Let the autopilot decide again: lifts a pause and a forced state. Refused while the
+    global spending cap is reached (the next tick would pause it again)."""
+    hub = _hub_locked(skip=False)
+    assert hub is not None
+    if not hub.paused and not hub.forced:
+        return hub
+    cap = cap_status()
+    if cap.reached:
+        raise InvalidHubCommand(
+            f"the {cap_words(cap)}: raise SPEND_CAP_DAY_USD or wait for tomorrow to resume"
+        )
+    was = "paused" if hub.paused else f"forced to {hub.state}"
+    _save(hub, hub.state, paused=False, paused_reason="", forced=False)
+    _record(hub, from_state=hub.state, reason=f"resumed by {by} (was {was})", by=by, kind="resumed")
+    return hub
+
+
+@transaction.atomic
+def hub_force(*, state: str, by: str) -> Hub:
+    """Put the hub in `state` and keep it there (ticks act in it) until resumed. A paused hub
+    runs again in that state; refused while the global spending cap is reached."""
+    if state not in HubState.values:
+        raise InvalidHubCommand(
+            f"unknown state {state!r}: the states are {', '.join(HubState.values)}"
+        )
+    hub = _hub_locked(skip=False)
+    assert hub is not None
+    cap = cap_status()
+    if cap.reached:
+        raise InvalidHubCommand(f"the {cap_words(cap)}: no state can be forced")
+    before = hub.state
+    reason = f"forced to {state} by {by}"
+    _save(
+        hub,
+        before,
+        state=state,
+        reason=reason,
+        forced=True,
+        paused=False,
+        paused_reason="",
+        since=timezone.now(),
+    )
+    _record(hub, from_state=before, reason=reason, by=by, kind="forced")
+    return hub
+
+
+# --- the tick -----------------------------------------------------------------------------------
+
+
+def _send_unsafe(name: str, expires: float) -> None:
+    """Send a task now (hence `unsafe`: only after commit). A broker outage is logged: the next
+    tick decides again."""
+    try:
+        app.send_task(name, expires=expires)
+    except Exception:
+        logger.warning("autopilot: could not send %s", name, exc_info=True)
+
+
+def _send(name: str, sent: list[str]) -> None:
+    # A task not taken within a tick is stale: the next tick sends what is due then.
+    expires = max(float(settings.AUTOPILOT_TICK_S) * 3, 30.0)
+    transaction.on_commit(lambda: _send_unsafe(name, expires))
+    sent.append(name)
+
+
+def hub_tick() -> Tick:
+    """Snapshot, decide, record, act. Idempotent; a tick that finds another holding the hub
+    returns at once (`skipped`)."""
+    now = timezone.now()
+    sent: list[str] = []
+    with transaction.atomic():
+        hub = _hub_locked(skip=True)
+        if hub is None:
+            return Tick(state="", reason="another tick holds the hub", skipped=True)
+        snap = snapshot_take(now=now)
+        changed = False
+        # The global cap pauses the hub; lifting it lifts only its own pause.
+        if snap.cap_reached and not hub.paused:
+            why = cap_words(snap)
+            _save(hub, hub.state, paused=True, paused_reason=why)
+            _record(hub, from_state=hub.state, reason=why, by=TICK, snapshot=snap.as_data(),
+                    kind="paused")  # fmt: skip
+            changed = True
+        elif hub.paused and hub.paused_reason.startswith(CAP_PAUSE) and not snap.cap_reached:
+            why = (
+                f"the global spend cap no longer holds: {_usd(snap.cap_spent_usd)} spent today"
+                + (f" of {_usd(snap.cap_usd)}" if snap.cap_usd is not None else " (no cap)")
+            )
+            _save(hub, hub.state, paused=False, paused_reason="")
+            _record(hub, from_state=hub.state, reason=why, by=TICK, snapshot=snap.as_data(),
+                    kind="resumed")  # fmt: skip
+            changed = True
+        if hub.paused:
+            _save(hub, hub.state, tick_at=now)
+            return Tick(state=hub.state, reason=hub.paused_reason, changed=changed, paused=True)
+
+        decision = Decision(hub.state, hub.reason) if hub.forced else decide(snap)
+        changes: dict[str, Any] = {"tick_at": now}
+        if decision.state != hub.state:
+            changes.update(state=decision.state, reason=decision.reason, since=now)
+        elif decision.reason != hub.reason:
+            changes["reason"] = decision.reason
+        state = decision.state
+        # Due checked again: a forced state keeps its rhythm.
+        if state == HubState.IMPROVING and scan_due(snap):
+            changes["scanned_at"] = now
+            _send(SCAN_TASK, sent)
+        elif state == HubState.CONTEMPLATING and contemplation_due(snap):
+            changes["contemplated_at"] = now
+            _send(CONTEMPLATE_TASK, sent)
+        before = hub.state
+        _save(hub, before, **changes)
+        if before != state:
+            _record(hub, from_state=before, reason=decision.reason, by=TICK,
+                    snapshot=snap.as_data())  # fmt: skip
+            changed = True
+
+        # Healing that costs nothing (cancelling stuck agents, marking endpoints down, filing
+        # the healing quantum, which waits for its budget like any work) happens in any state.
+        healed = tuple(healing.healing_act(snap)) if needs_healing(snap) else ()
+        if state == HubState.EXECUTING:
+            if snap.goals_approved:
+                _send(DECOMPOSE_TASK, sent)
+            if needs_wave(snap):
+                _send(WAVE_TASK, sent)
+        # The goals' safety net, in every state: plans to apply, quanta all closed, checks due.
+        if snap.goals_decomposing or snap.goals_active or snap.goals_verifying:
+            _send(PROGRESS_TASK, sent)
+        if healing.base_check_due(snap) and healing.base_check_claim(snap):
+            _send(BASE_CHECK_TASK, sent)
+        actions: list[str] = []
+        if snap.holds:
+            released = _call(_holds_release)
+            actions.append(f"holds released: {released}")
+    return Tick(
+        state=state,
+        reason=decision.reason,
+        changed=changed,
+        sent=tuple(sent),
+        healed=healed,
+        actions=tuple(actions),
+    )
+
+
+def _holds_release() -> int:
+    from autopilot.services.budgets import holds_release
+
+    return holds_release()
+
+
+def _call(fn: Callable[[], int]) -> int | None:
+    """Another service's step inside the tick, in a savepoint: its failure is logged and the
+    tick goes on."""
+    try:
+        with transaction.atomic():
+            return fn()
+    except Exception:
+        logger.exception("autopilot tick: %s failed", getattr(fn, "__name__", fn))
+        return None
+
+
+# --- the autopilot's wave -----------------------------------------------------------------------
+
+
+def autopilot_wave_running() -> int | None:
+    """The running wave that covers autopilot quanta (scoped to them, or to everything)."""
+    for wave_id, labels in Wave.objects.filter(status=WaveStatus.RUNNING).values_list(
+        "pk", "labels"
+    ):
+        if not labels or AUTOPILOT in labels:
+            return int(wave_id)
+    return None
+
+
+def autopilot_wave_start() -> Wave | None:
+    """Start a wave scoped to `autopilot`, unless the hub is paused or not
+    executing, a wave already covers the autopilot's quanta, or none is ready. Serialised on
+    the hub's row, so two deliveries start one wave."""
+    with transaction.atomic():
+        hub = _hub_locked(skip=False)
+        assert hub is not None
+        if hub.paused or hub.state != HubState.EXECUTING:
+            return None
+        if autopilot_wave_running() is not None:
+            return None
+        if not quanta_ready(labels=[AUTOPILOT], limit=1).exists():
+            return None
+        # Batch: each burst closes its barrier and drains before the next collects what the
+        # last one unblocked (and what decompositions filed meanwhile).
+        wave = wave_start(labels=[AUTOPILOT], started_by=STARTED_BY)
+        publish(TOPIC, "wave_started", {"wave_id": wave.pk, "labels": [AUTOPILOT]})
+    return wave
+
+
+__all__ = [
+    "CAP_PAUSE",
+    "Tick",
+    "autopilot_wave_running",
+    "autopilot_wave_start",
+    "hub_force",
+    "hub_get",
+    "hub_pause",
+    "hub_resume",
+    "hub_tick",
+]
