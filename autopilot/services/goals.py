@@ -69,7 +69,14 @@ from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import git, git_run, registry_lock
 from quanta.errors import IllegalTransition, InvalidQuantum
 from quanta.fields import clean_labels
-from quanta.models import PRIORITY_MAX, PRIORITY_MIN, Complexity, Quantum, QuantumKind
+from quanta.models import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    Complexity,
+    Quantum,
+    QuantumKind,
+    QuantumStatus,
+)
 from quanta.services import (
     OPERATOR_CLOSABLE,
     quanta_close,
@@ -626,33 +633,48 @@ _GOAL = Goal._meta.db_table
 _QUANTUM = Quantum._meta.db_table
 _REVIEW = ChangeReview._meta.db_table
 
-# A child of the epic whose work is not in the integration branch yet: not closed, or its latest
-# change review is anything but merged (pending, queued, merging; conflicted waits for its
-# correction; rejected and failed reopen the child). A child without a review made no change.
-_CHILD_UNFINISHED = f"""
-    EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id AND c.status <> 'closed')
-    OR EXISTS (
+_LIVE = ", ".join(
+    f"'{status}'" for status in QuantumStatus.values if status != QuantumStatus.CLOSED
+)
+
+# A child of the epic (`{epic}`) whose work is not in the integration branch although it is
+# closed: its latest change review is anything but merged (pending, queued, merging; conflicted
+# waits for its correction; rejected and failed reopen the child). A child without a review made
+# no change.
+_CHANGE_UNMERGED = f"""
+    EXISTS (
         SELECT 1 FROM {_QUANTUM} c
         CROSS JOIN LATERAL (
             SELECT r.status FROM {_REVIEW} r WHERE r.quantum_id = c.id
              ORDER BY r.created_at DESC, r.id DESC LIMIT 1
         ) latest
-        WHERE c.parent_id = g.epic_id AND latest.status <> '{ChangeStatus.MERGED}'
+        WHERE c.parent_id = {{epic}} AND latest.status <> '{ChangeStatus.MERGED}'
     )
 """
-# Active goals whose children are all finished. The status index finds the (few) active goals;
-# each probes its children by the parent foreign key's index and their reviews by theirs.
+# Active goals whose children are all finished, in two steps so that the usual case (a goal with
+# a quantum still to do) costs nothing per goal: the goals with no live child (one pass over the
+# live quanta by the status index, hashed: it grows with the work in flight, not with history),
+# and only for those the reviews of their children (by the parent and review foreign keys).
 _READY_TO_VERIFY = f"""
-SELECT g.id FROM {_GOAL} g
- WHERE g.status = 'active' AND g.epic_id IS NOT NULL {{only}}
-   AND EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id)
-   AND NOT ({_CHILD_UNFINISHED})
+WITH quiet AS MATERIALIZED (
+    SELECT g.id, g.epic_id, g.priority, g.created_at FROM {_GOAL} g
+     WHERE g.status = 'active' AND g.epic_id IS NOT NULL {{only}}
+       AND g.epic_id NOT IN (
+           SELECT c.parent_id FROM {_QUANTUM} c
+            WHERE c.status IN ({_LIVE}) AND c.parent_id IS NOT NULL
+       )
+)
+SELECT g.id FROM quiet g
+ WHERE EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id)
+   AND NOT {_CHANGE_UNMERGED.format(epic="g.epic_id")}
  ORDER BY g.priority, g.created_at
 """
-# Verifying goals with a child reopened (or a change sent back) meanwhile.
+# Verifying goals (few) with a child reopened, or a change sent back, meanwhile.
 _BACK_TO_ACTIVE = f"""
 SELECT g.id FROM {_GOAL} g
- WHERE g.status = 'verifying' AND g.epic_id IS NOT NULL {{only}} AND ({_CHILD_UNFINISHED})
+ WHERE g.status = 'verifying' AND g.epic_id IS NOT NULL {{only}}
+   AND (EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id AND c.status <> 'closed')
+        OR {_CHANGE_UNMERGED.format(epic="g.epic_id")})
 """
 
 
