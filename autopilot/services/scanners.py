@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import logging
 import shlex
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from autopilot.scanners.tree import (
     tree_files,
 )
 from core.events import publish
+from core.redaction import redact
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
@@ -219,33 +221,42 @@ def scan_commands(sha: str, paths: set[str], report: ScanReport) -> list[ScanFin
     if not lint_command and not test_command:
         return []
     where = scratch_path()
+    found: list[ScanFinding] = []
+    try:
+        if lint_command:
+            ran = _in_copy(lint_command, sha, where, report, "lint")
+            if ran is not None:
+                found.extend(lint.lint_parse(ran[2], paths=paths, root=str(where.resolve())))
+                if ran[1]:
+                    report.errors.append(
+                        f"lint command stopped early ({ran[1]}): findings may be missing"
+                    )
+        if test_command:
+            ran = _in_copy(test_command, sha, where, report, "test")
+            if ran is not None:
+                finding = failing.failing_tests(
+                    test_command, returncode=ran[0], stopped=ran[1], output=ran[2]
+                )
+                if finding is not None:
+                    found.append(finding)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return found
+
+
+def _in_copy(
+    command: str, sha: str, where: Path, report: ScanReport, what: str
+) -> tuple[int, str, str] | None:
+    """A scan command run on a fresh copy of commit `sha` (what another command wrote there,
+    caches or fixes, is not this one's tree); its output redacted."""
     try:
         tree_export(_repo(), sha, where)
     except (TreeError, OSError) as exc:
-        report.errors.append(f"could not copy the target branch for the commands: {exc}")
-        return []
-    found: list[ScanFinding] = []
-    if lint_command:
-        workspace_own(where, quantum_id=SANDBOX_QUANTUM)
-        ran = _sandboxed(lint_command, where, report, "lint")
-        if ran is not None:
-            found.extend(lint.lint_parse(ran[2], paths=paths, root=str(where.resolve())))
-            if ran[1]:
-                report.errors.append(
-                    f"lint command stopped early ({ran[1]}): findings may be missing"
-                )
-    if test_command:
-        if lint_command:  # what the linter wrote (caches, fixes) is not the tests' tree
-            tree_export(_repo(), sha, where)
-        workspace_own(where, quantum_id=SANDBOX_QUANTUM)
-        ran = _sandboxed(test_command, where, report, "test")
-        if ran is not None:
-            finding = failing.failing_tests(
-                test_command, returncode=ran[0], stopped=ran[1], output=ran[2]
-            )
-            if finding is not None:
-                found.append(finding)
-    return found
+        report.errors.append(f"could not copy the target branch for the {what} command: {exc}")
+        return None
+    workspace_own(where, quantum_id=SANDBOX_QUANTUM)
+    ran = _sandboxed(command, where, report, what)
+    return None if ran is None else (ran[0], ran[1], redact(ran[2]))
 
 
 @dataclass

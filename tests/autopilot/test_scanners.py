@@ -373,3 +373,30 @@ def test_a_second_pass_at_once_is_busy(repo: Path, scan_settings: Any) -> None:
         fcntl.flock(handle, fcntl.LOCK_EX)
         assert scan_run().busy
     assert not scan_run().busy
+
+
+def test_a_hanging_or_noisy_test_command_is_one_finding(repo: Path, scan_settings: Any) -> None:
+    commit(repo, {"a.py": "x = 1\n"}, "clean", when=LONG_AGO)
+    scan_settings.VERIFY_TIMEOUT_S = 1.0
+    scan_settings.AUTOPILOT_SCAN_TEST_COMMAND = "printf 'bad\\000byte\\033[31m\\n' && sleep 30"
+    started = time.monotonic()
+    report = scan_run()
+    assert time.monotonic() - started < 15
+    (quantum,) = Quantum.objects.filter(pk__in=report.quanta)
+    assert "timed out" in quantum.body and "\x00" not in quantum.body
+    (row,) = Finding.objects.filter(scanner="tests")
+    assert "bad" in row.message and "\x1b" not in row.message
+
+
+def test_without_a_sandbox_the_commands_are_an_error(repo: Path, scan_settings: Any) -> None:
+    commit(repo, {"a.py": "# TODO: still found\n"}, "todo", when=LONG_AGO)
+    scan_settings.SANDBOX_MODE = "on"
+    scan_settings.SANDBOX_BWRAP = "/nonexistent/bwrap"
+    scan_settings.AUTOPILOT_SCAN_TEST_COMMAND = "pytest -q"
+    report = scan_run()
+    assert len(report.errors) == 1
+    assert report.errors[0].startswith("test command could not run: the agent sandbox cannot")
+    assert len(report.quanta) == 1
+    assert not (Path(scan_settings.ANNIHILATION_HOME) / "scans").exists() or not any(
+        (Path(scan_settings.ANNIHILATION_HOME) / "scans").iterdir()
+    )
