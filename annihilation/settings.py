@@ -443,6 +443,9 @@ AUTOPILOT_CONTEMPLATE_EVERY_S = env_float(
     "ANNIHILATION_AUTOPILOT_CONTEMPLATE_EVERY_S", 86400.0, minimum=1
 )
 AUTOPILOT_PROPOSALS_MAX = env_int("ANNIHILATION_AUTOPILOT_PROPOSALS_MAX", 5, minimum=0)
+# Low-risk changes of the autopilot's own quanta merge without the operator (through the merge
+# queue, verified on the merged result); the operator's own changes follow TETHER_AUTO_MERGE_*.
+AUTOPILOT_AUTO_MERGE_LOW_RISK = env_bool("ANNIHILATION_AUTOPILOT_AUTO_MERGE_LOW_RISK", False)
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")

@@ -98,7 +98,8 @@ _DEMO_FILES = {
     "README.md": "# demo\n\nA small repository for Annihilation's demo wave.\n",
     "calc.py": (
         '"""A tiny calculator the demo agents work on."""\n\n\n'
-        "def add(a: int, b: int) -> int:\n    return a + b\n"
+        "def add(a: int, b: int) -> int:\n    return a + b\n\n\n"
+        "# TODO: subtract and divide, with a clear error for a zero divisor.\n"
     ),
     "test_calc.py": (
         "from calc import add\n\n\ndef test_add() -> None:\n    assert add(2, 2) == 4\n"

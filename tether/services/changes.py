@@ -6,6 +6,7 @@ transitions are here, each a compare-and-set on the status."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from psychonauts.workspaces import (
     worktree_path,
 )
 from quanta.errors import IllegalTransition
-from quanta.models import Dependency, DependencyKind
+from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, Risk
@@ -39,6 +40,23 @@ from tether.services.drifts import drift_built_on_set
 logger = logging.getLogger(__name__)
 
 AUTO = "auto (low risk)"
+# Policies that auto-merge more low-risk changes than settings.TETHER_AUTO_MERGE_LOW_RISK does:
+# each gets the changed quantum's labels (the autopilot registers one for its own quanta).
+AUTO_MERGE_POLICIES: list[Callable[[Sequence[str]], bool]] = []
+
+
+def _auto_merge(review: ChangeReview) -> bool:
+    """Whether a new review is approved at once: low risk, and the setting or a policy says so."""
+    if review.risk != Risk.LOW:
+        return False
+    if settings.TETHER_AUTO_MERGE_LOW_RISK:
+        return True
+    if not AUTO_MERGE_POLICIES:
+        return False
+    labels = Quantum.objects.values_list("labels", flat=True).get(pk=review.quantum_id)
+    return any(policy(labels) for policy in AUTO_MERGE_POLICIES)
+
+
 QUEUE_TASK = "tether.merge_queue_run"
 # How many left-out files a review keeps (the rest are counted in the last entry).
 LEFT_OUT_LIMIT = 200
@@ -158,7 +176,7 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
         return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
     _record_built_on(review)
     publish("tether:drifts", "change_review_created", change_payload(review))
-    if review.risk == Risk.LOW and settings.TETHER_AUTO_MERGE_LOW_RISK:
+    if _auto_merge(review):
         try:
             return change_approve(change_id=review.pk, by=AUTO)
         except TetherError as exc:
