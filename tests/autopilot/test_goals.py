@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from autopilot.errors import GoalNotFound, IllegalGoalTransition, InvalidGoal
+from autopilot.goal_selectors import goal_detail, goals_counts, goals_for_ui
 from autopilot.models import GOAL_TRANSITIONS, Goal, GoalSource, GoalStatus, GoalTransition
 from autopilot.services.goals import (
     _transition,
@@ -26,6 +27,7 @@ from autopilot.services.goals import (
 from bursts.models import AgentRun
 from core.models import Event
 from psychonauts.services import agent_run_execute
+from psychonauts.tools import ToolContext, tool_execute
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_close, quantum_create, quantum_reopen
 from tests.tether.test_changes import finished_run
@@ -387,3 +389,110 @@ def test_a_goal_without_verify_commands_is_done_once_its_quanta_are(target: Path
 
     assert done is not None and done.status == S.DONE
     assert "no verify commands" in done.reason
+
+
+@pytest.mark.django_db
+def test_the_selectors_show_counts_progress_and_a_goals_decomposition(target: Path) -> None:
+    goal, (notes, check) = planned_goal()
+    make_goal(title="waiting", priority=0)
+    review = change_review_create(quantum_run_id=finished_run(notes, {"a.txt": "a\n"}).pk)
+    assert review is not None
+    quantum_close(quantum_id=check.pk, reason="done")
+
+    counts = goals_counts()
+    listed = goals_for_ui()
+    detail = goal_detail(goal_id=goal.pk)
+
+    assert counts[S.ACTIVE] == 1 and counts[S.PROPOSED] == 1 and counts[S.DONE] == 0
+    assert set(counts) == set(S.values)
+    assert [(row.goal.title, row.quanta, row.closed) for row in listed] == [
+        ("waiting", 0, 0),
+        ("Greet the user", 2, 1),
+    ]
+    assert [row.goal.pk for row in goals_for_ui(status=S.ACTIVE)] == [goal.pk]
+    assert [t.to_status for t in detail.transitions] == [
+        S.PROPOSED,
+        S.APPROVED,
+        S.DECOMPOSING,
+        S.ACTIVE,
+    ]
+    assert detail.epic is not None and detail.epic.pk == goal.epic_id
+    first, second = detail.children
+    assert (first.quantum_id, first.change_id, first.change_status) == (
+        notes.pk,
+        review.pk,
+        ChangeStatus.PENDING,
+    )
+    assert (second.status, second.waits_on, second.change_status) == ("closed", (notes.pk,), "")
+    assert [(r.role, r.attempt, r.status) for r in detail.planner_runs] == [
+        ("goal-planner", 1, "done")
+    ]
+    with pytest.raises(GoalNotFound):
+        goal_detail(goal_id=goal.pk + 1000)
+
+
+# --- the agents' tools ------------------------------------------------------------------------
+
+
+def tool_ctx(tmp_path: Path, agent_id: str = "7_contemplate") -> ToolContext:
+    return ToolContext(
+        agent_run_id=1,
+        agent_id=agent_id,
+        attempt=1,
+        quantum_id=7,
+        role="contemplator",
+        depth=0,
+        workspace=tmp_path,
+        shared=False,
+    )
+
+
+def test_submit_plan_accepts_a_valid_plan_and_returns_every_problem_of_a_bad_one(
+    tmp_path: Path,
+) -> None:
+    good = {"quanta": [{"key": "a", "title": "A", "acceptance": "a done"}]}
+    bad = {
+        "quanta": [
+            {"key": "a", "title": "A", "depends_on": ["a"]},
+            {"key": "b", "title": "B", "acceptance": "b", "verify_commands": ["rm -rf /"]},
+        ]
+    }
+
+    accepted = tool_execute(tool_ctx(tmp_path), "submit_plan", good, ["submit_plan"])
+    refused = tool_execute(tool_ctx(tmp_path), "submit_plan", bad, ["submit_plan"])
+
+    assert not accepted.is_error and accepted.output.startswith("plan accepted: 1 quanta")
+    assert refused.is_error
+    assert "the plan has 3 problem(s)" in refused.output
+    for expected in ("quanta[0].acceptance: required", "cycle a -> a", "'rm -rf /' is refused"):
+        assert expected in refused.output
+
+
+@pytest.mark.django_db
+def test_propose_goal_files_a_proposed_goal_from_contemplation_within_the_limit(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.AUTOPILOT_PROPOSALS_MAX = 1
+    args = {"title": "Test the parser", "success_criteria": "the parser has tests", "priority": 3}
+
+    first = tool_execute(tool_ctx(tmp_path), "propose_goal", args, ["propose_goal"])
+    second = tool_execute(tool_ctx(tmp_path), "propose_goal", args, ["propose_goal"])
+
+    assert not first.is_error and "waits for the operator's approval" in first.output
+    goal = Goal.objects.get()
+    assert (goal.status, goal.source, goal.created_by, goal.priority) == (
+        S.PROPOSED,
+        GoalSource.CONTEMPLATION,
+        "7_contemplate",
+        3,
+    )
+    assert second.is_error and "already wait for the operator" in second.output
+    settings.AUTOPILOT_PROPOSALS_MAX = 5
+    refused = tool_execute(
+        tool_ctx(tmp_path),
+        "propose_goal",
+        {**args, "verify_commands": ["rm -rf /"]},
+        ["propose_goal"],
+    )
+    assert refused.is_error and "'rm -rf /' is refused by the command guard" in refused.output
+    assert Goal.objects.count() == 1
