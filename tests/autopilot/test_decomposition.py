@@ -19,6 +19,7 @@ from autopilot.services.goals import goal_approve, goal_create, goals_decompose_
 from bursts.models import AgentRun
 from psychonauts.models import ToolCall
 from quanta.models import Dependency, Quantum, QuantumStatus
+from quanta.services import quantum_close
 from tests.bursts.conftest import Worker, worker_env
 from tests.polling import wait_for
 
@@ -167,3 +168,23 @@ def test_a_plan_given_as_the_final_answer_is_filed(planner_worker: Worker) -> No
     assert (one.title, two.title) == ("Do the first thing", "Do the second thing")
     assert list(two.dependencies.values_list("depends_on_id", flat=True)) == [one.pk]
     assert "given as text" in goal.reason
+
+
+def test_a_goal_whose_quanta_are_closed_is_verified_by_the_worker_and_done(
+    planner_worker: Worker,
+) -> None:
+    goal = decompose("goal-answer", verify_commands=["test -f calc.py", "python3 calc.py"])
+    assert goal.status == S.ACTIVE, goal.reason
+    for child in Quantum.objects.filter(parent_id=epic_of(goal)):
+        quantum_close(quantum_id=child.pk, reason="nothing to change")
+
+    assert goals_progress() == 1  # -> verifying; the verification is sent to the worker
+
+    done = wait_for(
+        lambda: Goal.objects.filter(pk=goal.pk, status__in={S.DONE, S.FAILED}).first(),
+        timeout=60,
+        what="the goal verified",
+    )
+    assert done.status == S.DONE, done.reason
+    assert "2 command(s) passed" in done.reason
+    assert Quantum.objects.get(pk=epic_of(goal)).status == QuantumStatus.CLOSED
