@@ -72,6 +72,9 @@ def scan_settings(settings: Any, repo: Path) -> Any:
     settings.AUTOPILOT_SCAN_LINT_COMMAND = ""
     settings.AUTOPILOT_SCAN_TEST_COMMAND = ""
     settings.TETHER_TARGET_BRANCH = ""
+    # The demo repository's own TODO out of the way: each test plants its own findings.
+    commit(repo, {"calc.py": "def add(a: int, b: int) -> int:\n    return a + b\n"}, "clean",
+           when=LONG_AGO)  # fmt: skip
     return settings
 
 
@@ -88,7 +91,7 @@ def test_it_finds_marked_comments_only() -> None:
         "todo_items = ['TODO']  # see the TODO list\n"
         "def todo(): pass\n"
     )
-    found = todo_scan("a.py", text)
+    found = todo_scan("notes.txt", text)
     assert [(f.line, f.message) for f in found] == [
         (1, "TODO: handle the empty case"),
         (2, "FIXME: off by one"),
@@ -98,6 +101,22 @@ def test_it_finds_marked_comments_only() -> None:
     ]
     assert {f.rule for f in found} == {"todo"}
     assert found[0].evidence == "TODO: handle the empty case"
+
+
+def test_in_python_only_comments_count() -> None:
+    text = (
+        'MESSAGE = "# TODO: in a string"\n'
+        "x=1#TODO: tight\n"
+        '"""\n# FIXME: in a docstring\n"""\n'
+        "y = 2  # XXX: a comment\n"
+    )
+    assert [(f.line, f.message) for f in todo_scan("a.py", text)] == [
+        (2, "TODO: tight"),
+        (6, "XXX: a comment"),
+    ]
+    # A file the tokenizer refuses is searched line by line.
+    broken = 'x = """never closed\n# TODO: still found\n'
+    assert [f.line for f in todo_scan("b.py", broken)] == [2]
 
 
 def test_it_measures_python_functions_and_methods() -> None:
@@ -190,6 +209,15 @@ def test_it_names_a_finding_without_its_line_or_numbers() -> None:
 # --- filing, on a real repository -----------------------------------------------------------
 
 
+def test_the_demo_repository_has_something_to_file(repo: Path, settings: Any) -> None:
+    settings.AUTOPILOT_SCAN_LINT_COMMAND = settings.AUTOPILOT_SCAN_TEST_COMMAND = ""
+    settings.TETHER_TARGET_BRANCH = ""
+    report = scan_run()
+    (quantum,) = Quantum.objects.filter(pk__in=report.quanta)
+    assert quantum.title == "Resolve 1 TODO/FIXME comment in calc.py"
+    assert report.skipped == {} and report.errors == []
+
+
 def test_it_files_one_quantum_per_file_and_scanner(repo: Path, scan_settings: Any) -> None:
     commit(
         repo,
@@ -230,26 +258,26 @@ def test_it_files_one_quantum_per_file_and_scanner(repo: Path, scan_settings: An
 
 
 @pytest.mark.parametrize(
-    "comment",
+    ("name", "comment"),
     [
-        "# TODO: it's `quoted` $(here)",
-        '# FIXME: a "double" quote; rm -rf / && echo \\ done',
-        "// XXX: -e --regexp=x * ? [a] {b} ~ $HOME",
+        ("a.py", "# TODO: it's `quoted` $(here)"),
+        ("a.py", '# FIXME: a "double" quote; rm -rf / && echo \\ done'),
+        ("a.js", "// XXX: -e --regexp=x * ? [a] {b} ~ $HOME"),
     ],
 )
 def test_the_todo_checks_fail_until_the_comment_is_gone(
-    repo: Path, scan_settings: Any, tmp_path: Path, comment: str
+    repo: Path, scan_settings: Any, tmp_path: Path, name: str, comment: str
 ) -> None:
-    commit(repo, {"a.py": f"x = 1  {comment}\n"}, "todo", when=LONG_AGO)
+    commit(repo, {name: f"x = 1  {comment}\n"}, "todo", when=LONG_AGO)
     report = scan_run()
     (quantum,) = Quantum.objects.filter(pk__in=report.quanta)
     checks = quantum.verify_commands
     assert len(checks) == 1
     work = tmp_path / "work"
     work.mkdir()
-    (work / "a.py").write_text(f"y = 0\nx = 1  {comment}\n", encoding="utf-8")
+    (work / name).write_text(f"y = 0\nx = 1  {comment}\n", encoding="utf-8")
     assert not verify_commands_run(checks, workspace=work, quantum_id=quantum.pk).passed
-    (work / "a.py").write_text("x = 1\n", encoding="utf-8")
+    (work / name).write_text("x = 1\n", encoding="utf-8")
     assert verify_commands_run(checks, workspace=work, quantum_id=quantum.pk).passed
 
 
