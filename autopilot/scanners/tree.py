@@ -10,6 +10,7 @@ checkout holds).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -95,9 +96,15 @@ def blobs_read(repo: Path, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
     assert proc.stdin is not None and proc.stdout is not None
     try:
         for oid in oids:
-            proc.stdin.write(oid.encode() + b"\n")
-            proc.stdin.flush()
-            header = proc.stdout.readline().split()
+            try:
+                proc.stdin.write(oid.encode() + b"\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                raise TreeError("git cat-file ended early") from None
+            line = proc.stdout.readline()
+            if not line:
+                raise TreeError("git cat-file ended early")
+            header = line.split()
             if len(header) != 3:  # `<oid> missing`
                 continue
             size = int(header[2])
@@ -105,7 +112,8 @@ def blobs_read(repo: Path, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
             proc.stdout.read(1)  # the newline after the content
             yield oid, data
     finally:
-        proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
         proc.stdout.close()
         proc.wait()
 

@@ -428,3 +428,19 @@ def test_without_a_sandbox_the_commands_are_an_error(repo: Path, scan_settings: 
     assert not (Path(scan_settings.ANNIHILATION_HOME) / "scans").exists() or not any(
         (Path(scan_settings.ANNIHILATION_HOME) / "scans").iterdir()
     )
+
+
+def test_links_out_of_the_tree_are_not_followed(repo: Path, scan_settings: Any) -> None:
+    (repo / "passwd").symlink_to("/etc/passwd")
+    (repo / "up").symlink_to("../../outside")
+    commit(repo, {"a.py": "x = 1\n"}, "links", when=LONG_AGO)
+    scan_settings.AUTOPILOT_SCAN_TEST_COMMAND = "ls -la && test ! -e passwd && test ! -e up"
+    report = scan_run()
+    assert report.errors == [] and report.found == 0, Finding.objects.values_list("message")
+
+
+def test_a_missing_target_branch_is_an_error(repo: Path, scan_settings: Any) -> None:
+    scan_settings.TETHER_TARGET_BRANCH = "nope"
+    report = scan_run()
+    assert report.errors == ["target branch 'nope' has no commit"]
+    assert report.quanta == [] and not Event.objects.filter(topic="autopilot:scan").exists()
