@@ -8,6 +8,12 @@ class AutopilotConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from autopilot.services.budgets import spend_call_record, spend_gate
+        from psychonauts.services.budget import spend_gate_register, spend_recorder_register
+
+        spend_gate_register(spend_gate)
+        spend_recorder_register(spend_call_record)
+
         from autopilot.tools import PROPOSE_GOAL, SUBMIT_PLAN
         from psychonauts.tools import tool_register
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 from celery import shared_task
 
 
+@shared_task(name="autopilot.holds_release", ignore_result=True)
+def holds_release() -> int:
+    """Resume the runs held by a budget that allows again (the hub's tick does it too)."""
+    from autopilot.services.budgets import holds_release as release
+
+    return release()
+
+
 @shared_task(name="autopilot.goal_progress", ignore_result=True)
 def goal_progress(goal_id: int) -> int:
     """After a goal's planner run (chained to it): file its plan, try again or fail the goal;

@@ -12,6 +12,10 @@ A script (psychonauts/scripts/*.yaml, plus ANNIHILATION_SCRIPT_DIRS):
         attempts: [1]                      # ... only on these attempts
       - sleep: 1.0                         # seconds before answering (benchmarks)
         text: "Done."
+        usage: {input_tokens: 1200, output_tokens: 300, model: claude-haiku-4-5}
+
+`usage` reports what the turn used, priced as `model` (default `scripted`, which costs nothing);
+without it the tokens are estimated from the conversation's length.
 
 The turn played is the number of assistant messages already in the conversation, so a resumed
 run continues the script where its checkpoint stopped. `{quantum_id}`, `{agent_id}`, `{role}`,
@@ -37,7 +41,17 @@ from psychonauts.providers.base import (
 )
 from psychonauts.yamlfile import YamlDoc
 
-_TURN_KEYS = {"text", "tools", "fail", "attempts", "sleep"}
+_TURN_KEYS = {"text", "tools", "fail", "attempts", "sleep", "usage"}
+_USAGE_KEYS = {"input_tokens", "output_tokens", "model"}
+
+
+@dataclass(frozen=True)
+class ScriptUsage:
+    """What a turn reports it used (its cost is priced as `model`)."""
+
+    input_tokens: int
+    output_tokens: int
+    model: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,7 @@ class ScriptTurn:
     fail: str
     attempts: tuple[int, ...]
     sleep: float
+    usage: ScriptUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,26 @@ def _parse_tool(doc: YamlDoc, raw: Any, keys: tuple[str | int, ...]) -> tuple[st
     return name, args
 
 
+def _parse_usage(doc: YamlDoc, raw: Any, keys: tuple[str | int, ...]) -> ScriptUsage | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise doc.error("a mapping of input_tokens, output_tokens and model", *keys)
+    unknown = set(raw) - _USAGE_KEYS
+    if unknown:
+        raise doc.error(f"unknown key {sorted(unknown)[0]!r}", *keys)
+    tokens = []
+    for key in ("input_tokens", "output_tokens"):
+        value = raw.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise doc.error("a number of tokens (0 or more)", *keys, key)
+        tokens.append(value)
+    model = raw.get("model", "scripted")
+    if not isinstance(model, str) or not model:
+        raise doc.error("a model name (its price is the cost)", *keys, "model")
+    return ScriptUsage(tokens[0], tokens[1], model)
+
+
 def script_parse(path: Path) -> Script:
     doc = YamlDoc(path)
     data = doc.data
@@ -92,7 +127,9 @@ def script_parse(path: Path) -> Script:
     turns = []
     for i, raw in enumerate(raw_turns):
         if not isinstance(raw, dict):
-            raise doc.error("a turn is a mapping (text, tools, fail, attempts, sleep)", "turns", i)
+            raise doc.error(
+                "a turn is a mapping (text, tools, fail, attempts, sleep, usage)", "turns", i
+            )
         unknown = set(raw) - _TURN_KEYS
         if unknown:
             raise doc.error(f"unknown key {sorted(unknown)[0]!r}", "turns", i)
@@ -111,7 +148,8 @@ def script_parse(path: Path) -> Script:
         if not isinstance(tools, list):
             raise doc.error("a list of tool calls", "turns", i, "tools")
         parsed = tuple(_parse_tool(doc, t, ("turns", i, "tools", j)) for j, t in enumerate(tools))
-        turns.append(ScriptTurn(text, parsed, fail, tuple(attempts), float(sleep)))
+        usage = _parse_usage(doc, raw.get("usage"), ("turns", i, "usage"))
+        turns.append(ScriptTurn(text, parsed, fail, tuple(attempts), float(sleep), usage))
     return Script(name, tuple(roles), tuple(labels), tuple(turns), path)
 
 
@@ -206,6 +244,14 @@ class ScriptedProvider:
                 }
             )
         stop = "tool_use" if turn.tools else "end_turn"
+        if turn.usage is not None:
+            return ProviderResponse(
+                content,
+                stop,
+                tokens_in=turn.usage.input_tokens,
+                tokens_out=turn.usage.output_tokens,
+                model=turn.usage.model,
+            )
         return ProviderResponse(
             content,
             stop,

@@ -1,7 +1,13 @@
-"""What a model call costs, and the budgets that refuse the next one."""
+"""What a model call costs, and the budgets that refuse the next one.
+
+Apps above psychonauts take part through two hooks they register from their AppConfig.ready():
+gates, asked before every provider call (after the quantum run's and the wave's budgets), and
+recorders, told what every call cost once its turn is durable.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -36,10 +42,62 @@ class Spend:
     wave: Decimal | None = None
 
 
+@dataclass(frozen=True)
+class CallCheck:
+    """The model call about to be made, as a gate sees it: whose it is and about what it costs
+    (its input, estimated from the prompt's length)."""
+
+    agent_run_id: int
+    quantum_id: int
+    labels: tuple[str, ...]
+    model: str
+    estimate_usd: Decimal
+
+
+@dataclass(frozen=True)
+class CallSpend:
+    """A model call made, as a recorder sees it: whose it was and what it cost."""
+
+    agent_run_id: int
+    quantum_id: int
+    labels: tuple[str, ...]
+    provider: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    usd: Decimal
+
+
+# A gate refuses a call by raising: SuspendRun pauses the run (it waits, holding no worker,
+# until someone resumes it; the call is made then), BudgetExceeded ends it in error.
+SpendGate = Callable[[CallCheck], None]
+SpendRecorder = Callable[[CallSpend], None]
+SPEND_GATES: list[SpendGate] = []
+SPEND_RECORDERS: list[SpendRecorder] = []
+
+
+def spend_gate_register(gate: SpendGate) -> None:
+    if gate not in SPEND_GATES:
+        SPEND_GATES.append(gate)
+
+
+def spend_recorder_register(recorder: SpendRecorder) -> None:
+    if recorder not in SPEND_RECORDERS:
+        SPEND_RECORDERS.append(recorder)
+
+
+def spend_recorded(spend: CallSpend) -> None:
+    """Tell the recorders what a call cost (after its turn was written: a crash in between
+    leaves the call unrecorded rather than counted twice when the run resumes)."""
+    for recorder in SPEND_RECORDERS:
+        recorder(spend)
+
+
 def budget_check(
     run: AgentRun, *, spend: Spend, wave: WaveBudget | None, model: str, estimate_tokens_in: int
 ) -> None:
-    """Refuse the next call if it would take the quantum run (or the wave) over budget."""
+    """Refuse the next call if it would take the quantum run (or the wave) over budget, or if a
+    registered gate refuses it. `run.quantum` is loaded (the gates see its labels)."""
     estimate = cost_usd(model, estimate_tokens_in, 0)
     limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
     scope = "quantum run" if run.quantum_run_id else "agent run"
@@ -54,3 +112,13 @@ def budget_check(
             f"budget: wave {wave.wave_id} has spent ${spend.wave:.4f} of "  # type: ignore[union-attr]
             f"${limit_wave:.4f}; the next call would exceed it"
         )
+    if SPEND_GATES:
+        check = CallCheck(
+            agent_run_id=run.pk,
+            quantum_id=run.quantum_id,
+            labels=tuple(run.quantum.labels),
+            model=model,
+            estimate_usd=estimate,
+        )
+        for gate in SPEND_GATES:
+            gate(check)

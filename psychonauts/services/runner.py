@@ -40,7 +40,14 @@ from psychonauts.providers.base import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from psychonauts.services.budget import Spend, WaveBudget, budget_check, cost_usd
+from psychonauts.services.budget import (
+    CallSpend,
+    Spend,
+    WaveBudget,
+    budget_check,
+    cost_usd,
+    spend_recorded,
+)
 from psychonauts.services.prompt import agent_prompt
 from psychonauts.services.runs import run_outcome
 from psychonauts.services.spawn import Execute, agent_spawn
@@ -339,6 +346,18 @@ class Runner:
                 now=now,
             ),
             self.take_events(),
+        )
+        spend_recorded(
+            CallSpend(
+                agent_run_id=self.run.pk,
+                quantum_id=self.run.quantum_id,
+                labels=tuple(self.run.quantum.labels),
+                provider=self.provider.name,
+                model=model,
+                tokens_in=response.tokens_in,
+                tokens_out=response.tokens_out,
+                usd=cost,
+            )
         )
         turn = AgentTurn(
             pk=turn_id,
