@@ -51,12 +51,12 @@ MECHANICAL_PROSE_WORDS = 30  # "Run these:" and a line of why, not a description
 SCAN_MAX_CHARS = 200_000  # a longer text is complex by its length; the rest is not read
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
-# A path: a name with an extension (`README.md`, `src/app.py`) or with a slash (`docs/api`).
-_PATH = re.compile(
-    r"(?<![\w/.:@-])"
-    r"(?:\.?[\w-]+/)+(?:[\w.-]+)?"  # with a slash
-    r"|(?<![\w/.:@-])\.?[\w-]*[A-Za-z_][\w-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/])"  # name.ext
-)
+# A path: a name with an extension (`README.md`, `src/app.py`) or with a slash (`docs/api`),
+# matched against one whitespace-separated token at a time (no nested repetition: linear time).
+_PATH_EXT = re.compile(r"[\w./-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
+_PATH_DIR = re.compile(r"\.{0,2}[\w.-]*/[\w./-]*")
+_PATH_MAX = 300  # a longer token is not a file name
+_TRIM = "\"'`()[]{}<>,;:!?*"
 _NOT_PATHS = frozenset({"e.g", "i.e", "and/or", "either/or", "vs", "etc"})
 _FENCE = re.compile(r"^\s*```\s*([A-Za-z0-9_+-]*)\s*$")
 _SHELL_FENCES = frozenset({"sh", "bash", "shell", "console", "zsh"})
@@ -139,9 +139,13 @@ def _commands(block: list[str]) -> list[str]:
 
 def _files(text: str) -> list[str]:
     seen: dict[str, None] = {}
-    for match in _PATH.finditer(text):
-        token = match.group(0).rstrip(".")
-        if token and token.lower() not in _NOT_PATHS:
+    for raw in text.split():
+        token = raw.strip(_TRIM).rstrip(".")
+        if not token or len(token) > _PATH_MAX or "://" in raw or token.lower() in _NOT_PATHS:
+            continue
+        if not any(c.isalpha() for c in token):
+            continue
+        if _PATH_EXT.fullmatch(token) or _PATH_DIR.fullmatch(token):
             seen.setdefault(token, None)
     return list(seen)
 
@@ -156,7 +160,8 @@ def complexity_classify(title: str, body: str = "") -> Classification:
     title, body = title[:SCAN_MAX_CHARS], body[:SCAN_MAX_CHARS]
     parts = _split(body)
     prose = f"{title}\n{parts.prose}"
-    words = [w.lower() for w in _WORD.findall(prose)]
+    words = prose.split()
+    vocabulary = {w.lower() for w in _WORD.findall(prose)}
     files = _files(prose)
     reasons = [_plural(len(words), "word")]
     if files:
@@ -164,7 +169,7 @@ def complexity_classify(title: str, body: str = "") -> Classification:
         reasons.append(f"names {_plural(len(files), 'file')} ({shown})")
 
     steps = parts.steps
-    prose_words = len(_WORD.findall(parts.prose))
+    prose_words = len(parts.prose.split())
     mechanical = False
     if steps:
         if parts.other_code:
@@ -181,7 +186,6 @@ def complexity_classify(title: str, body: str = "") -> Classification:
     if not mechanical:
         steps = ()
 
-    vocabulary = set(words)
     overrides = sorted(vocabulary & COMPLEX_KEYWORDS)
     if overrides:
         reasons.append("names " + ", ".join(repr(k) for k in overrides[:3]))
@@ -198,6 +202,8 @@ def complexity_classify(title: str, body: str = "") -> Classification:
         reasons.append("names " + ", ".join(repr(k) for k in trivial_words[:3]))
     if len(words) > TRIVIAL_MAX_WORDS:
         reasons.append(f"more than {TRIVIAL_MAX_WORDS} words: not trivial")
+    elif len(parts.steps) > MAX_STEPS:
+        reasons.append(f"more than {MAX_STEPS} steps: not trivial")
     elif len(files) > TRIVIAL_MAX_FILES:
         reasons.append(f"more than {_plural(TRIVIAL_MAX_FILES, 'file')}: not trivial")
     elif mechanical or trivial_words:
