@@ -23,6 +23,7 @@ from autopilot.services.contemplation import (
 )
 from autopilot.services.goals import goal_create
 from bursts.models import AGENT_TERMINAL, AgentRun
+from core.celery import app
 from core.models import Event
 from quanta.models import Quantum
 from tests.bursts.conftest import ROOT, Worker, worker_env
@@ -133,3 +134,18 @@ def test_the_context_summarises_the_project(contemplation_settings: Any, repo: P
     assert "- calc.py" in text and "demo: initial commit" in text
     assert "[proposed, operator] Ship the thing" in text
     assert "Propose at most 2 goals" in text
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_hub_s_tasks_scan_and_contemplate_on_a_worker(worker: Worker) -> None:
+    app.send_task("autopilot.scan")
+    app.send_task("autopilot.contemplate")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        filed = Quantum.objects.filter(labels__contains=["scan:todo"]).count()
+        if filed and Goal.objects.count() == 2:
+            break
+        time.sleep(0.2)
+    assert Quantum.objects.filter(labels__contains=["scan:todo"]).count() == 1
+    assert Goal.objects.filter(status=GoalStatus.PROPOSED).count() == 2, worker.log.read_text()
