@@ -427,7 +427,12 @@ def _planner_start(goal: Goal, *, epic_id: int, problems: Sequence[str], tries: 
         agent_id=planner_agent_id(epic_id),
         context=_planner_context(goal, problems=problems, tries=tries),
     )
-    run_id, goal_id = run.pk, goal.pk
+    _planner_send(goal.pk, run.pk)
+    return run
+
+
+def _planner_send(goal_id: int, run_id: int) -> None:
+    """After commit: the planner run's execution, then the goal's progress (a chain)."""
 
     def send() -> None:
         chain(
@@ -438,7 +443,21 @@ def _planner_start(goal: Goal, *, epic_id: int, problems: Sequence[str], tries: 
         ).apply_async()
 
     transaction.on_commit(send)
-    return run
+
+
+def _planner_resend(goal_id: int, run_id: int) -> None:
+    """A planner run still pending long after it was sent (its message lost with a broker or a
+    worker): sent again, chained as before. Executing a run is idempotent, so a message that was
+    only late costs a no-op. The goal is stamped: sent again once per period, not every tick."""
+    with transaction.atomic():
+        if Goal.objects.filter(pk=goal_id, status=S.DECOMPOSING).update(updated_at=timezone.now()):
+            logger.warning(
+                "goal %s: planner run %s still pending; sent again",
+                goal_id,
+                run_id,
+                extra={"goal_id": goal_id, "agent_run_id": run_id},
+            )
+            _planner_send(goal_id, run_id)
 
 
 def goals_decompose_due(*, limit: int = 10) -> int:
@@ -738,17 +757,23 @@ def goals_progress(*, goal_id: int | None = None) -> int:
     decomposing = Goal.objects.filter(status=S.DECOMPOSING, epic__isnull=False)
     if goal_id is not None:
         decomposing = decomposing.filter(pk=goal_id)
-    epics = dict(decomposing.values_list("epic_id", "pk"))
+    epics = {
+        epic: (pk, at) for epic, pk, at in decomposing.values_list("epic_id", "pk", "updated_at")
+    }
     if epics:
-        ended = (
+        latest = (
             AgentRun.objects.filter(agent_id__in=[planner_agent_id(e) for e in epics])
             .order_by("agent_id", "-attempt")
             .distinct("agent_id")
-            .values_list("quantum_id", "status")
+            .values_list("quantum_id", "status", "pk", "created_at")
         )
-        for epic_id, status in ended:
-            if status in AGENT_TERMINAL and _plan_take(epics[epic_id]):
+        lost_before = timezone.now() - timedelta(seconds=settings.AUTOPILOT_STUCK_S)
+        for epic_id, status, run_id, created_at in latest:
+            goal_pk, goal_at = epics[epic_id]
+            if status in AGENT_TERMINAL and _plan_take(goal_pk):
                 moved += 1
+            elif status == AgentStatus.PENDING and max(created_at, goal_at) < lost_before:
+                _planner_resend(goal_pk, run_id)
     for ready in _ids(_READY_TO_VERIFY, goal_id):
         moved += _to_verifying(ready)
     for back in _ids(_BACK_TO_ACTIVE, goal_id):

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from autopilot.models import Goal, GoalStatus, GoalTransition
 from autopilot.services.goals import goal_approve, goal_create, goals_decompose_due, goals_progress
 from bursts.models import AgentRun
+from core.celery import app
 from psychonauts.models import ToolCall
 from quanta.models import Dependency, Quantum, QuantumStatus
 from quanta.services import quantum_close
@@ -30,11 +33,9 @@ SETTLED = {S.ACTIVE, S.FAILED}
 
 
 @pytest.fixture
-def planner_worker(repo: Path, settings: Any, tmp_path: Path) -> Iterator[Worker]:
-    """A threads worker (no beat: only the planner's own chain moves the goal) on the test's
-    repository."""
+def planner_env(repo: Path, settings: Any, tmp_path: Path) -> dict[str, str]:
     settings.AUTOPILOT_PLAN_TRIES = 3
-    env = worker_env(
+    return worker_env(
         ANNIHILATION_BURSTS_EXECUTOR="psychonauts",
         ANNIHILATION_HOME=str(tmp_path / "home"),
         ANNIHILATION_REPO=str(repo),
@@ -43,10 +44,21 @@ def planner_worker(repo: Path, settings: Any, tmp_path: Path) -> Iterator[Worker
         ANNIHILATION_AUTOPILOT_PLAN_TRIES="3",
         REDIS_URL=django_settings.REDIS_URL,
     )
-    worker = Worker(env=env, tmp=tmp_path, name=f"goals-{os.getpid()}", beat=False).start()
+
+
+@pytest.fixture
+def idle_worker(planner_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
+    """A threads worker (no beat: only the planner's own chain moves the goal) on the test's
+    repository, not started yet."""
+    worker = Worker(env=planner_env, tmp=tmp_path, name=f"goals-{os.getpid()}", beat=False)
     yield worker
     worker.stop()
     connection.close()
+
+
+@pytest.fixture
+def planner_worker(idle_worker: Worker) -> Worker:
+    return idle_worker.start()
 
 
 def decompose(script: str, **fields: Any) -> Goal:
@@ -188,3 +200,31 @@ def test_a_goal_whose_quanta_are_closed_is_verified_by_the_worker_and_done(
     assert done.status == S.DONE, done.reason
     assert "2 command(s) passed" in done.reason
     assert Quantum.objects.get(pk=epic_of(goal)).status == QuantumStatus.CLOSED
+
+
+def test_a_planner_run_whose_message_was_lost_is_sent_again(
+    idle_worker: Worker, settings: Any, redis_client: Any
+) -> None:
+    goal = goal_create(title="Lost", success_criteria="found", labels=["script:goal-answer"])
+    goal_approve(goal_id=goal.pk, by="op")
+    assert goals_decompose_due() == 1
+    app.control.purge()  # the broker lost the planner's message before any worker took it
+    idle_worker.start()
+    goal.refresh_from_db()
+    run = AgentRun.objects.get(quantum_id=epic_of(goal))
+    assert run.status == "pending"
+
+    assert goals_progress() == 0  # not long enough to be lost: a queue may just be busy
+    settings.AUTOPILOT_STUCK_S = 60
+    long_ago = timezone.now() - timedelta(minutes=5)
+    AgentRun.objects.filter(pk=run.pk).update(created_at=long_ago)
+    Goal.objects.filter(pk=goal.pk).update(updated_at=long_ago)
+    goals_progress()
+
+    planned = wait_for(
+        lambda: Goal.objects.filter(pk=goal.pk, status__in=SETTLED).first(),
+        timeout=60,
+        what="the goal planned after the resend",
+    )
+    assert planned.status == S.ACTIVE, planned.reason
+    assert AgentRun.objects.filter(quantum_id=epic_of(goal)).count() == 1  # the same run
