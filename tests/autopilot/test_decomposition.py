@@ -19,12 +19,14 @@ from django.utils import timezone
 from autopilot.models import Goal, GoalStatus, GoalTransition
 from autopilot.services.goals import goal_approve, goal_create, goals_decompose_due, goals_progress
 from bursts.models import AgentRun
+from bursts.services import wave_start
 from core.celery import app
 from psychonauts.models import ToolCall
 from quanta.models import Dependency, Quantum, QuantumStatus
 from quanta.services import quantum_close
-from tests.bursts.conftest import Worker, worker_env
+from tests.bursts.conftest import Worker, wait_wave, worker_env
 from tests.polling import wait_for
+from tether.models import ChangeReview, ChangeStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -228,3 +230,51 @@ def test_a_planner_run_whose_message_was_lost_is_sent_again(
     )
     assert planned.status == S.ACTIVE, planned.reason
     assert AgentRun.objects.filter(quantum_id=epic_of(goal)).count() == 1  # the same run
+
+
+@pytest.fixture
+def merging_worker(planner_env: dict[str, str], tmp_path: Path, settings: Any) -> Iterator[Worker]:
+    """The planner's worker, with beat (the Tether's sweep) and low-risk changes merged."""
+    settings.TETHER_AUTO_MERGE_LOW_RISK = True
+    settings.TETHER_TARGET_BRANCH = ""
+    env = {
+        **planner_env,
+        "ANNIHILATION_TETHER_AUTO_MERGE_LOW_RISK": "true",
+        "ANNIHILATION_TETHER_SWEEP_INTERVAL_S": "0.5",
+    }
+    worker = Worker(env=env, tmp=tmp_path, name=f"goals-m-{os.getpid()}", beat=True).start()
+    yield worker
+    worker.stop()
+    connection.close()
+
+
+def test_a_goal_is_planned_executed_merged_verified_and_done(
+    merging_worker: Worker, repo: Path
+) -> None:
+    goal = goal_create(
+        title="Leave notes",
+        success_criteria="every quantum left its note",
+        verify_commands=["ls notes"],
+    )
+    goal_approve(goal_id=goal.pk, by="op")
+    goals_decompose_due()
+    goal = wait_for(
+        lambda: Goal.objects.filter(pk=goal.pk, status__in=SETTLED).first(),
+        timeout=60,
+        what="the goal planned",
+    )
+    assert goal.status == S.ACTIVE, goal.reason
+    wave = wave_start(labels=[f"goal:{goal.pk}"], started_by="test")
+    wait_wave(wave.pk, timeout=120)
+
+    def moved() -> Goal | None:
+        goals_progress()
+        return Goal.objects.filter(pk=goal.pk, status__in={S.DONE, S.FAILED}).first()
+
+    done = wait_for(moved, timeout=120, what="the goal done")
+    assert done.status == S.DONE, (done.reason, merging_worker.log.read_text()[-3000:])
+    children = list(Quantum.objects.filter(parent_id=epic_of(goal)))
+    assert len(children) == 2 and all(c.status == "closed" for c in children)
+    assert (
+        ChangeReview.objects.filter(quantum__in=children, status=ChangeStatus.MERGED).count() == 2
+    )
