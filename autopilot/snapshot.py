@@ -29,9 +29,11 @@ from psychonauts.endpoints import endpoints_failing
 from psychonauts.models import AgentTurn
 from quanta.models import Quantum
 
-# Counting the ready autopilot quanta stops here: the hub needs "is there work, and roughly how
-# much", not an exact count of a large backlog (a capped count walks at most this many rows).
-READY_CAP = 1000
+# Counting the ready (and the in-progress) autopilot quanta stops here: the hub needs "is there
+# work, and roughly how much", not an exact count of a large backlog. Measured on 10,000 quanta
+# (2,500 autopilot, 500 of them ready): capped at 100 the count costs 0.2 ms, at 1,000 it cost
+# 3.8 ms (every match fetched from the heap).
+READY_CAP = 100
 
 # The states whose work spends (resting spends nothing).
 WORK_STATES: tuple[str, ...] = (

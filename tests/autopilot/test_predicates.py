@@ -18,7 +18,7 @@ from autopilot.predicates import (
     needs_healing,
     needs_wave,
 )
-from autopilot.snapshot import FailingEndpoint, Limits, Snapshot, StuckAgent
+from autopilot.snapshot import READY_CAP, FailingEndpoint, Limits, Snapshot, StuckAgent
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 LIMITS = Limits(
@@ -70,7 +70,12 @@ TABLE: list[tuple[str, Snapshot, str, str]] = [
     ("idle says when the next scan is", snap(), "resting", "the last scan was 10 min ago"),
     ("ready quanta", snap(ready=3), "executing", "3 autopilot quanta ready"),
     ("one ready quantum", snap(ready=1), "executing", "1 autopilot quantum ready"),
-    ("ready at the cap", snap(ready=1000), "executing", "1000 or more autopilot quanta"),
+    (
+        "ready at the cap",
+        snap(ready=READY_CAP),
+        "executing",
+        f"{READY_CAP} or more autopilot quanta",
+    ),
     ("approved goals", snap(goals_approved=2), "executing", "2 approved goals awaiting"),
     ("a planner runs", snap(goals_decomposing=1), "executing", "1 goal being decomposed"),
     ("quanta in progress", snap(in_progress=4, wave_id=9), "executing", "wave 9 running"),
