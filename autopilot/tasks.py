@@ -74,20 +74,15 @@ def wave_start() -> int | None:
     return wave.pk if wave is not None else None
 
 
-@shared_task(name="autopilot.goals_decompose", ignore_result=True)
-def goals_decompose() -> int:
-    """Start planner runs for approved goals (sent by the tick while executing)."""
-    from autopilot.services.goals import goals_decompose_due
+@shared_task(name="autopilot.goals", ignore_result=True)
+def goals(decompose: bool = False) -> int:
+    """The goals' step, sent by the tick: start planner runs for approved goals (while
+    executing), then the safety net (plans to file, quanta all closed, checks due); how many
+    goals moved."""
+    from autopilot.services.goals import goals_decompose_due, goals_progress
 
-    return goals_decompose_due()
-
-
-@shared_task(name="autopilot.goals_progress", ignore_result=True)
-def goals_progress() -> int:
-    """The goals' safety net (sent by every tick while goals are open)."""
-    from autopilot.services.goals import goals_progress as progress
-
-    return progress()
+    started = goals_decompose_due() if decompose else 0
+    return started + goals_progress()
 
 
 @shared_task(name="autopilot.base_check", acks_late=True, ignore_result=True)
