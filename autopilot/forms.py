@@ -39,14 +39,14 @@ class GoalCreateForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=TEXT_MAX
     )
     success_criteria = forms.CharField(
-        label="success criteria",
+        label="Success criteria",
         widget=forms.Textarea(attrs={"rows": 3}),
         max_length=TEXT_MAX,
         help_text="what must be true when the goal is done",
         error_messages={"required": "Say what must be true when the goal is done."},
     )
     verify_commands = forms.CharField(
-        label="verify commands",
+        label="Verify commands",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
         required=False,
         help_text="one command per line, run on the integration branch once every quantum is merged",
@@ -54,7 +54,7 @@ class GoalCreateForm(forms.Form):
     priority = forms.IntegerField(min_value=0, max_value=4, initial=2, help_text="0 = critical")
     labels = forms.CharField(required=False, help_text="comma separated; its quanta carry them")
     budget_usd = forms.DecimalField(
-        label="budget (USD)",
+        label="Budget (USD)",
         required=False,
         min_value=Decimal(0),
         max_value=BUDGET_MAX,
@@ -81,7 +81,10 @@ class GoalFilterForm(forms.Form):
 
 class GoalAbandonForm(forms.Form):
     reason = forms.CharField(
-        label="Reason", required=False, max_length=5_000, widget=forms.TextInput()
+        label="Reason",
+        required=False,
+        max_length=5_000,
+        widget=forms.TextInput(attrs={"placeholder": "why abandon it (optional)"}),
     )
 
 

@@ -3,7 +3,7 @@ and abandon) and a goal's page (its history, its quanta, its planner runs, its v
 
 Reads come from autopilot.selectors; each action is one service call whose refusals become a
 message (stale: nothing changed) or a form error (bad input). Both pages redraw live when a goal
-changes (`autopilot:goals` events)."""
+changes (`autopilot:goal` events), a goal's page also when one of its quanta does."""
 
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from autopilot.errors import AutopilotError, GoalNotFound, InvalidGoal
 from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm, service_error_to_form
 from autopilot.models import GOAL_OPEN, GoalStatus
 from autopilot.selectors import goal_counts, goal_detail, goals_list
+from autopilot.services.goals import TOPIC as GOAL_TOPIC
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from autopilot.views.common import next_url, or_404
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
 
-GOAL_TOPICS = ["autopilot:goals"]
+GOAL_TOPICS = [GOAL_TOPIC]
 # A goal that may still be approved (proposed, or failed: approved again, decomposed anew) or
 # abandoned (anything not over).
 APPROVABLE = frozenset({GoalStatus.PROPOSED, GoalStatus.FAILED})

@@ -26,13 +26,15 @@ from autopilot.selectors import (
     hub_transitions,
     spend_per_day,
 )
+from autopilot.services.budgets import TOPIC as BUDGET_TOPIC
+from autopilot.services.hub import TOPIC as HUB_TOPIC
 from autopilot.services.hub import hub_force, hub_pause, hub_resume
 from autopilot.views.common import next_url
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import live_attrs, live_page
 
-HUB_TOPICS = ["autopilot:hub", "autopilot:budget"]
+HUB_TOPICS = [HUB_TOPIC, BUDGET_TOPIC]
 
 
 def card_context() -> dict[str, Any]:

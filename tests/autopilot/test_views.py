@@ -382,3 +382,50 @@ def test_live_fragments_follow_a_goals_quanta() -> None:
 
     assert "goal-body" in fragment_render(mine, page="goal", params=params, can_operate=False)
     assert fragment_render(theirs, page="goal", params=params, can_operate=False) == ""
+
+
+def test_it_survives_hostile_input(op_client: Client) -> None:
+    huge = 10**20
+    assert op_client.get(f"/goals/{huge}/").status_code == 404
+    assert op_client.post(f"/goals/{huge}/approve/").status_code == 404
+    assert op_client.post(f"/goals/{huge}/abandon/").status_code == 404
+    assert op_client.get("/goals/?status=nonsense").status_code == 200
+    assert op_client.get("/autopilot/?page=nonsense").status_code == 200
+    for bad in ({"title": "a\x00b"}, {"budget_usd": "1e400"}, {"priority": "1.5"},
+                {"verify_commands": "x" * 3000}, {"labels": "bad label!"}):  # fmt: skip
+        response = op_client.post("/goals/new/", {**VALID, **bad})
+        assert response.status_code == 400, bad
+    assert not Goal.objects.exists()
+    assert op_client.post("/autopilot/pause/", {"reason": "x" * 2000}).status_code == 302
+    assert Hub.objects.filter(paused=True, paused_reason__startswith="xx").count() == 0
+
+
+def test_the_pages_read_in_a_fixed_number_of_queries(op_client: Client) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def goals_with_quanta(n: int) -> Goal:
+        goal = a_goal()
+        for i in range(n):
+            epic = quantum_create(title=f"epic {i}", kind="epic")
+            other = a_goal(f"goal {i}")
+            Goal.objects.filter(pk=other.pk).update(epic=epic)
+            quantum_create(title="child", parent_id=epic.pk)
+        epic = quantum_create(title="epic", kind="epic")
+        Goal.objects.filter(pk=goal.pk).update(epic=epic)
+        for i in range(n):
+            quantum_create(title=f"child {i}", parent_id=epic.pk)
+        return goal
+
+    def count(url: str) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert op_client.get(url).status_code == 200
+        return len(queries)
+
+    few = goals_with_quanta(1)
+    HubTransition.objects.create(to_state="resting", reason="first", by="tick")
+    counts = [count("/goals/"), count(f"/goals/{few.pk}/"), count("/autopilot/")]
+    many = goals_with_quanta(6)
+    for i in range(6):
+        HubTransition.objects.create(to_state="resting", reason=f"r{i}", by="tick")
+    assert [count("/goals/"), count(f"/goals/{many.pk}/"), count("/autopilot/")] == counts
