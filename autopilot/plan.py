@@ -6,7 +6,8 @@ A plan is a JSON object: `{"quanta": [...], "notes": "..."}`, each quantum
 "depends_on"}` (`depends_on` names other quanta of the plan by key: "wait for these"). The planner
 hands it over with the `submit_plan` tool, or as its final answer (the object alone, or in a
 ```json fence). `plan_parse` lists every problem at once, so that a planner told why its plan was
-refused can fix all of it in one more try.
+refused can fix all of it in one more try; `planner_plan_read` finds the plan a finished planner
+run left (its last accepted call, else its answer) or says why there is none.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopilot.errors import InvalidPlan
+from bursts.models import AgentRun, AgentStatus
 from core.safetext import quoted, text_problem
+from psychonauts.models import ToolCall
 from psychonauts.verify import verify_command_problem
 from quanta.errors import InvalidQuantum
 from quanta.fields import (
@@ -356,3 +359,59 @@ def plan_parse(raw: str | dict[str, Any] | list[Any], *, max_quanta: int) -> Pla
     if plan is None:
         raise PlanRefused(problems)
     return plan
+
+
+# --- a planner run's plan ---------------------------------------------------------------------
+
+SUBMIT_PLAN_TOOL = "submit_plan"
+
+
+@dataclass(frozen=True)
+class PlanReading:
+    """What a finished planner run left: a valid plan, or why there is none."""
+
+    plan: Plan | None
+    problems: tuple[str, ...]
+    source: str  # "tool", "answer" or "" (none)
+
+
+def planner_plan_read(run: AgentRun, *, max_quanta: int) -> PlanReading:
+    """The plan of a planner run that ended: its last successful `submit_plan` call, else its
+    final answer (a JSON object, perhaps in a ```json fence); else why there is none (the
+    problems of its last refused call, or of its answer)."""
+    calls = list(
+        ToolCall.objects.filter(agent_run_id=run.pk, name=SUBMIT_PLAN_TOOL, completed=True)
+        .order_by("-turn_index", "-id")
+        .only("input", "is_error")[:20]
+    )
+    accepted = next((c for c in calls if not c.is_error), None)
+    if accepted is not None:
+        plan, problems = plan_check(accepted.input, max_quanta=max_quanta)
+        return PlanReading(plan, tuple(problems), "tool")
+    answer = run.result or ""
+    if "{" in answer:
+        plan, problems = plan_check(answer, max_quanta=max_quanta)
+        if plan is not None:
+            return PlanReading(plan, (), "answer")
+        if not calls:
+            return PlanReading(None, tuple(problems), "answer")
+    ended = (
+        f"the planner run ended {run.status}: {run.error.strip()[:500]}"
+        if run.status != AgentStatus.DONE
+        else ""
+    )
+    if calls:  # refused calls only: what was wrong with the last one
+        _, problems = plan_check(calls[0].input, max_quanta=max_quanta)
+        return PlanReading(None, tuple([*([ended] if ended else []), *problems]), "tool")
+    if ended:
+        return PlanReading(None, (ended, "no plan was submitted"), "")
+    _, problems = plan_check(answer, max_quanta=max_quanta)
+    return PlanReading(
+        None,
+        (
+            f"no plan: call {SUBMIT_PLAN_TOOL} with the plan, or make your final answer the "
+            "plan as one JSON object",
+            *problems,
+        ),
+        "",
+    )

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from autopilot.errors import AutopilotError
 from autopilot.models import Goal, GoalSource, GoalStatus
-from autopilot.plan import plan_check, plan_problems_message
+from autopilot.plan import SUBMIT_PLAN_TOOL, plan_check, plan_problems_message
 from autopilot.services.goals import goal_create
 from psychonauts.errors import ToolFailure
 from psychonauts.tools import Tool, ToolContext
@@ -63,7 +63,7 @@ _STR = {"type": "string", "minLength": 1}
 # Loose on purpose: plan_check reports every problem of a plan at once, named by where it is,
 # where the schema would stop at its own first complaints.
 SUBMIT_PLAN = Tool(
-    "submit_plan",
+    SUBMIT_PLAN_TOOL,
     "Submit your decomposition of the goal: the quanta to file, each with a key, title, body, "
     "acceptance criteria, optional verify commands, labels, priority (0-4), complexity "
     "(trivial|standard|complex) and depends_on (keys of quanta of the plan that must be done "

@@ -26,14 +26,10 @@ closes its quanta that are not running, and its epic.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
 from celery import chain, signature
@@ -54,19 +50,18 @@ from autopilot.plan import (
     PLAN_FORMAT,
     Plan,
     labels_problems,
-    plan_check,
+    planner_plan_read,
     verify_commands_problems,
 )
+from autopilot.worktrees import scratch_at, scratch_remove, verify_lock
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.celery import app
 from core.events import publish
 from core.safetext import text_problem
 from psychonauts.errors import WorkspaceError
-from psychonauts.models import ToolCall
 from psychonauts.sandbox import workspace_own
 from psychonauts.services.runs import agent_run_create
 from psychonauts.verify import VerifyReport, verify_commands_run
-from psychonauts.workspaces import git, git_run, registry_lock
 from quanta.errors import IllegalTransition, InvalidQuantum
 from quanta.fields import clean_labels
 from quanta.models import (
@@ -92,7 +87,6 @@ logger = logging.getLogger(__name__)
 S = GoalStatus
 TOPIC = "autopilot:goals"
 PLANNER_ROLE = "goal-planner"
-SUBMIT_PLAN_TOOL = "submit_plan"
 ABANDONED_REASON = "goal abandoned"
 DONE_REASON = "goal done"
 TITLE_MAX = Goal._meta.get_field("title").max_length or 500
@@ -491,57 +485,6 @@ def goals_decompose_due(*, limit: int = 10) -> int:
     return started
 
 
-@dataclass(frozen=True)
-class PlanReading:
-    """What a finished planner run left: a valid plan, or why there is none."""
-
-    plan: Plan | None
-    problems: tuple[str, ...]
-    source: str  # "tool", "answer" or "" (none)
-
-
-def planner_plan_read(run: AgentRun, *, max_quanta: int) -> PlanReading:
-    """The plan of a planner run that ended: its last successful `submit_plan` call, else its
-    final answer (a JSON object, perhaps in a ```json fence); else why there is none (the
-    problems of its last refused call, or of its answer)."""
-    calls = list(
-        ToolCall.objects.filter(agent_run_id=run.pk, name=SUBMIT_PLAN_TOOL, completed=True)
-        .order_by("-turn_index", "-id")
-        .only("input", "is_error")[:20]
-    )
-    accepted = next((c for c in calls if not c.is_error), None)
-    if accepted is not None:
-        plan, problems = plan_check(accepted.input, max_quanta=max_quanta)
-        return PlanReading(plan, tuple(problems), "tool")
-    answer = run.result or ""
-    if "{" in answer:
-        plan, problems = plan_check(answer, max_quanta=max_quanta)
-        if plan is not None:
-            return PlanReading(plan, (), "answer")
-        if not calls:
-            return PlanReading(None, tuple(problems), "answer")
-    ended = (
-        f"the planner run ended {run.status}: {run.error.strip()[:500]}"
-        if run.status != AgentStatus.DONE
-        else ""
-    )
-    if calls:  # refused calls only: what was wrong with the last one
-        _, problems = plan_check(calls[0].input, max_quanta=max_quanta)
-        return PlanReading(None, tuple([*([ended] if ended else []), *problems]), "tool")
-    if ended:
-        return PlanReading(None, (ended, "no plan was submitted"), "")
-    _, problems = plan_check(answer, max_quanta=max_quanta)
-    return PlanReading(
-        None,
-        (
-            f"no plan: call {SUBMIT_PLAN_TOOL} with the plan, or make your final answer the "
-            "plan as one JSON object",
-            *problems,
-        ),
-        "",
-    )
-
-
 def _plan_file(goal: Goal, plan: Plan, *, epic_id: int) -> list[int]:
     """The plan's quanta as the epic's children, with their `blocks` dependencies; their ids in
     the plan's order. The goal's labels go along, but not a `script:` label (it forces the
@@ -795,48 +738,12 @@ def goals_progress(*, goal_id: int | None = None) -> int:
 # --- verification on the integration branch ---------------------------------------------------
 
 
-@contextmanager
-def _verify_lock(goal_id: int) -> Iterator[bool]:
-    """One verification of a goal at a time (without waiting: True when held). A file lock goes
-    with its process: a worker that dies lets it go."""
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"goal-verify-{goal_id}.lock").open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _scratch(goal_id: int, sha: str) -> Path:
-    """A worktree detached at `sha`, for the goal's verification only."""
-    repo = Path(settings.ANNIHILATION_REPO)
-    where = Path(settings.ANNIHILATION_HOME) / "goals" / f"verify-{goal_id}"
-    where.parent.mkdir(parents=True, exist_ok=True)
-    with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
-        git("worktree", "prune", cwd=repo)
-        if where.exists():
-            git_run("worktree", "remove", "--force", str(where), cwd=repo)
-        git("worktree", "add", "-q", "--detach", str(where), sha, cwd=repo)
-    return where
-
-
-def _scratch_remove(where: Path) -> None:
-    with registry_lock(shared=True):
-        git_run("worktree", "remove", "--force", str(where), cwd=Path(settings.ANNIHILATION_REPO))
-
-
 def goal_verify(*, goal_id: int) -> Goal | None:
     """Run a verifying goal's verify commands on the integration branch's tip (a scratch
     worktree detached there, through the guard and the sandbox) -> done (its epic closed) or
     failed with what failed. None when the goal is not verifying, or another verification of it
     is running; a goal that moved on meanwhile (a quantum reopened) keeps its new status."""
-    with _verify_lock(goal_id) as held:
+    with verify_lock(goal_id) as held:
         if not held:
             return None
         goal = Goal.objects.filter(pk=goal_id, status=S.VERIFYING).first()
@@ -849,7 +756,7 @@ def goal_verify(*, goal_id: int) -> Goal | None:
         if not sha:
             return _verify_failed(goal, f"the integration branch {target!r} has no commit")
         try:
-            where = _scratch(goal_id, sha)
+            where = scratch_at(goal_id, sha)
         except WorkspaceError as exc:
             return _verify_failed(goal, f"could not check out {target} at {sha[:10]}: {exc}")
         try:
@@ -861,7 +768,7 @@ def goal_verify(*, goal_id: int) -> Goal | None:
                 list(goal.verify_commands), workspace=where, quantum_id=goal.epic_id
             )
         finally:
-            _scratch_remove(where)
+            scratch_remove(where)
         return _verified(goal, report, target=target, sha=sha)
 
 

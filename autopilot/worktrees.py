@@ -1,0 +1,51 @@
+"""Where a goal's verify commands run: a scratch worktree of the repository detached at the
+integration branch's tip, one per goal, gone once the commands have run; and the lock that keeps
+two verifications of one goal from running at once."""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.conf import settings
+
+from psychonauts.workspaces import git, git_run, registry_lock
+
+
+@contextmanager
+def verify_lock(goal_id: int) -> Iterator[bool]:
+    """One verification of a goal at a time (without waiting: True when held). A file lock goes
+    with its process: a worker that dies lets it go."""
+    folder = Path(settings.ANNIHILATION_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"goal-verify-{goal_id}.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def scratch_at(goal_id: int, sha: str) -> Path:
+    """A worktree detached at `sha`, for the goal's verification only."""
+    repo = Path(settings.ANNIHILATION_REPO)
+    where = Path(settings.ANNIHILATION_HOME) / "goals" / f"verify-{goal_id}"
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
+        git("worktree", "prune", cwd=repo)
+        if where.exists():
+            git_run("worktree", "remove", "--force", str(where), cwd=repo)
+        git("worktree", "add", "-q", "--detach", str(where), sha, cwd=repo)
+    return where
+
+
+def scratch_remove(where: Path) -> None:
+    """The scratch worktree gone (its folder and git's record of it)."""
+    with registry_lock(shared=True):
+        git_run("worktree", "remove", "--force", str(where), cwd=Path(settings.ANNIHILATION_REPO))
