@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 from datetime import timedelta
@@ -246,3 +248,58 @@ def test_executing_starts_an_autopilot_wave_on_a_real_worker(
     assert statuses[theirs.pk] == "open"
     # Nothing ready any more: the hub leaves executing.
     assert hub_tick().state != "executing"
+
+
+def sent_messages(client: redis.Redis) -> list[tuple[str, dict[str, Any]]]:
+    """The tasks waiting in the broker's default queue: (name, kwargs)."""
+    found = []
+    for raw in client.lrange("celery", 0, -1):
+        message = json.loads(raw)
+        body = json.loads(base64.b64decode(message["body"]))
+        found.append((message["headers"]["task"], body[1]))
+    return found
+
+
+def test_approved_goals_are_decomposed_while_executing(
+    hub: Hub, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    from autopilot.models import Goal
+    from autopilot.services.goals import goal_approve, goal_create
+    from autopilot.tasks import goals
+
+    goal = goal_create(title="Greet in French", success_criteria="it says bonjour", by="alice")
+    assert hub_tick().state == "resting"  # proposed goals wait for the operator
+    goal_approve(goal_id=goal.pk, by="alice")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tick = hub_tick()
+
+    assert tick.state == "executing" and tick.sent == ("autopilot.goals",)
+    assert "1 approved goal awaiting decomposition" in tick.reason
+    assert ("autopilot.goals", {"decompose": True}) in sent_messages(redis_client)
+    # What the worker runs for that message: the goal's planner starts.
+    assert goals(decompose=True) >= 1
+    assert Goal.objects.get(pk=goal.pk).status == "decomposing"
+    # While it is planned, every tick sends the goals' safety net, without decomposing.
+    redis_client.delete("celery")
+    with django_capture_on_commit_callbacks(execute=True):
+        tick = hub_tick()
+    assert tick.state == "executing" and "1 goal being decomposed" in tick.reason
+    assert sent_messages(redis_client) == [("autopilot.goals", {"decompose": False})]
+
+
+def test_active_goals_get_their_safety_net_in_any_state(
+    hub: Hub, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    from autopilot.models import Goal
+    from autopilot.services.goals import goal_create
+
+    goal = goal_create(title="Greet in German", success_criteria="it says hallo", by="alice")
+    Goal.objects.filter(pk=goal.pk).update(status="active")  # its quanta run elsewhere
+    hub_pause(by="alice")
+    assert hub_tick().sent == ()  # paused: nothing
+    hub_resume(by="alice")
+    with django_capture_on_commit_callbacks(execute=True):
+        tick = hub_tick()
+    assert tick.state == "resting" and tick.sent == ("autopilot.goals",)
+    assert sent_messages(redis_client) == [("autopilot.goals", {"decompose": False})]
