@@ -21,14 +21,15 @@ from autopilot.labels import filed_labels, goal_label
 from autopilot.models import Goal, GoalStatus, Hold, Spend
 from autopilot.services.budgets import NEED_KEY, holds_release, spend_flush
 from autopilot.spend import budget_left, budget_status, cap_status, spend_by_day, spend_today
-from bursts.models import AgentRun, AgentStatus
+from bursts.models import AgentRun, AgentStatus, Wave, WaveStatus
+from bursts.services import wave_start
 from core.models import Event
 from core.redis import get_redis
 from psychonauts.models import AgentTurn, Usage
 from psychonauts.services import agent_run_execute
 from psychonauts.services.budget import cost_usd
-from quanta.models import Quantum
-from tests.bursts.conftest import Worker, worker_env
+from quanta.models import Quantum, QuantumStatus
+from tests.bursts.conftest import Worker, pipeline, wait_wave, worker_env
 from tests.polling import wait_for
 from tests.psychonauts.conftest import make_quantum, make_run, scripts
 from tests.tether.conftest import active_tasks
@@ -385,3 +386,32 @@ def test_on_a_worker_the_cap_holds_agents_without_a_slot_and_a_raised_cap_resume
     assert started == 2  # executed twice: before the hold, after the release
     assert ledger() == {("improving", None): (Decimal(3), 3), ("operator", None): (Decimal(3), 3)}
     assert Quantum.objects.count() == 2
+
+
+@pytest.mark.slow
+def test_on_a_worker_a_wave_held_by_its_state_budget_finishes_once_the_budget_is_raised(
+    start_worker, budgets, make_quantum
+):
+    budgets.BURSTS_EXECUTOR = "psychonauts"
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    tight = start_worker("tight", ANNIHILATION_AUTOPILOT_BUDGET_EXECUTING_USD="1.5")
+    budgets.AUTOPILOT_BUDGET_STATE_USD = {**budgets.AUTOPILOT_BUDGET_STATE_USD, "executing": 1.5}
+    quantum = make_quantum(labels=[*filed_labels("executing"), "paid"])
+
+    wave = wave_start()
+    wait_for(lambda: Hold.objects.exists(), what="the state budget to hold the coder")
+    coder = AgentRun.objects.get(quantum=quantum)
+    wait_for(lambda: agent_status(coder.pk) == AgentStatus.WAITING, what="the coder to wait")
+    assert Wave.objects.get(pk=wave.pk).status == WaveStatus.RUNNING
+    assert calls_made(coder) == 2
+
+    tight.stop()  # the operator raises the budget: the workers restart with it
+    start_worker("roomy", ANNIHILATION_AUTOPILOT_BUDGET_EXECUTING_USD="10")
+    budgets.AUTOPILOT_BUDGET_STATE_USD = {**budgets.AUTOPILOT_BUDGET_STATE_USD, "executing": 10.0}
+    assert holds_release() == 1
+
+    assert wait_wave(wave.pk).status == WaveStatus.DONE
+    quantum.refresh_from_db()
+    assert quantum.status == QuantumStatus.CLOSED
+    assert calls_made(coder) == 3 and AgentRun.objects.filter(quantum=quantum).count() == 1
+    assert ledger() == {("executing", None): (Decimal(3), 3)}
