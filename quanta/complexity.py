@@ -51,13 +51,15 @@ MECHANICAL_PROSE_WORDS = 30  # "Run these:" and a line of why, not a description
 SCAN_MAX_CHARS = 200_000  # a longer text is complex by its length; the rest is not read
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
-# A path: a name with an extension (`README.md`, `src/app.py`) or with a slash (`docs/api`),
+# A path: a name with an extension (`README.md`, `src/app.py`) or with a slash (`docs/`),
 # matched against one whitespace-separated token at a time (no nested repetition: linear time).
 _PATH_EXT = re.compile(r"[\w./-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
 _PATH_DIR = re.compile(r"\.{0,2}[\w.-]*/[\w./-]*")
+# Words joined by slashes are prose ("and/or", "add/list/complete"), not a folder.
+_ALTERNATIVES = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)+")
 _PATH_MAX = 300  # a longer token is not a file name
 _TRIM = "\"'`()[]{}<>,;:!?*"
-_NOT_PATHS = frozenset({"e.g", "i.e", "and/or", "either/or", "vs", "etc"})
+_NOT_PATHS = frozenset({"e.g", "i.e", "vs", "etc"})
 _FENCE = re.compile(r"^\s*```\s*([A-Za-z0-9_+-]*)\s*$")
 _SHELL_FENCES = frozenset({"sh", "bash", "shell", "console", "zsh"})
 
@@ -145,7 +147,9 @@ def _files(text: str) -> list[str]:
             continue
         if not any(c.isalpha() for c in token):
             continue
-        if _PATH_EXT.fullmatch(token) or _PATH_DIR.fullmatch(token):
+        if _PATH_EXT.fullmatch(token) or (
+            _PATH_DIR.fullmatch(token) and not _ALTERNATIVES.fullmatch(token)
+        ):
             seen.setdefault(token, None)
     return list(seen)
 
