@@ -154,7 +154,7 @@ def _brace_spans(text: str) -> Iterator[tuple[str, int, int]]:
         if not name:
             continue
         brace = joined.find("{", starts[number - 1])
-        # The body opens on the header's line or within the two after it, before any `;`.
+        # The body opens on the header's line or within the three after it, before any `;`.
         last = min(number + 2, len(lines) - 1)
         limit = starts[last] + len(lines[last])
         semicolon = joined.find(";", starts[number - 1])

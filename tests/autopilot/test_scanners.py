@@ -150,6 +150,28 @@ def test_it_measures_brace_languages_conservatively() -> None:
     assert long_functions_scan("notes.txt", js, limit=10) == []
 
 
+def test_it_tells_functions_from_blocks_in_java_typescript_and_rust() -> None:
+    body = "".join(f"    x{i}++;\n" for i in range(12))
+    java = (
+        "public class Foo {\n"
+        f"  public static void main(String[] args) throws IOException {{\n{body}  }}\n"
+        f"  void run() {{\n    try {{\n{body}    }} catch (Exception e) {{\n    }}\n  }}\n"
+        f"  static {{\n{body}  }}\n"
+        "}\n"
+    )
+    assert [(f.key, f.line) for f in long_functions_scan("Foo.java", java, limit=10)] == [
+        ("main", 2),
+        ("run", 16),
+    ]
+    ts = (
+        f"export class Svc {{\n  async load(id: string): Promise<Item> {{\n{body}  }}\n}}\n"
+        f"const config = {{\n{body}}};\n"
+    )
+    assert [f.key for f in long_functions_scan("a.ts", ts, limit=10)] == ["load"]
+    rust = f"impl A {{\n  pub async fn run<T>(&self) -> R\n  where\n    T: Send,\n  {{\n{body}  }}\n}}\n"
+    assert [f.key for f in long_functions_scan("a.rs", rust, limit=10)] == ["run"]
+
+
 def test_it_survives_hostile_text() -> None:
     nested = "x = " + "(" * 100_000 + "\n"
     assert long_functions_scan("deep.py", nested, limit=5) == []
