@@ -147,29 +147,35 @@ def tree_export(repo: Path, sha: str, dest: Path) -> None:
             raise TreeError(f"git archive {sha[:10]} failed: {err}")
 
 
-def merged_recently(repo: Path, target: str, since: datetime) -> set[str]:
-    """The commits that merges into `target`'s first-parent line since `since` brought in, the
-    merge commits included (a conflict's resolution is theirs)."""
+@dataclass(frozen=True)
+class RecentMerges:
+    """What merges into the target brought in lately: their commits (the merge commits
+    included: a conflict's resolution is theirs) and the files they changed."""
+
+    commits: frozenset[str]
+    paths: frozenset[str]
+
+
+def merged_recently(repo: Path, target: str, since: datetime) -> RecentMerges:
+    """The merges into `target`'s first-parent line since `since`."""
     cutoff = int(since.timestamp())
     # --since prunes the walk; the cut itself is on each merge's committer time.
     listed = _git(
-        repo,
-        "rev-list",
-        "--first-parent",
-        "--merges",
-        "--format=%H %ct",
-        f"--since=@{cutoff}",
+        repo, "rev-list", "--first-parent", "--merges", "--format=%H %ct", f"--since=@{cutoff}",
         target,
-    ).decode()
+    ).decode()  # fmt: skip
     merges = []
     for line in listed.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit() and int(parts[1]) > since.timestamp():
             merges.append(parts[0])
-    brought: set[str] = set()
+    commits: set[str] = set()
+    paths: set[str] = set()
     for sha in merges:
-        brought.update(c.decode() for c in _git(repo, "rev-list", f"{sha}^1..{sha}").split())
-    return brought
+        commits.update(c.decode() for c in _git(repo, "rev-list", f"{sha}^1..{sha}").split())
+        changed = _git(repo, "diff", "--no-renames", "--name-only", "-z", f"{sha}^1", sha)
+        paths.update(p.decode("utf-8", "replace") for p in changed.split(b"\x00") if p)
+    return RecentMerges(frozenset(commits), frozenset(paths))
 
 
 @dataclass(frozen=True)

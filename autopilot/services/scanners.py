@@ -319,15 +319,14 @@ def _judge(candidates: list[_Candidate], *, branch: str, sha: str, now: datetime
     if not live or window.total_seconds() <= 0:
         return
     merged = merged_recently(_repo(), sha, now - window)
-    if not merged:
-        return
     blamed: dict[str, dict[int, BlamedCommit]] = {}
-    for candidate in live:
+    # Only the files recent merges changed can hold a line one of them wrote.
+    for candidate in (c for c in live if c.finding.path in merged.paths):
         path = candidate.finding.path
         if path not in blamed:
             blamed[path] = blame_commits(_repo(), sha, path)
         commit = blamed[path].get(candidate.finding.line)
-        if commit is not None and commit.sha in merged:
+        if commit is not None and commit.sha in merged.commits:
             candidate.skip_key = SKIP_RECENT_MERGE
             candidate.skip_reason = (
                 f"line {candidate.finding.line} was written by {commit.sha[:10]} "
