@@ -19,6 +19,9 @@ from annihilation.celery import app
 logger = logging.getLogger(__name__)
 
 
+ALREADY_RUNNING = "an already running worker"
+
+
 def workers_running() -> bool:
     return bool(app.control.ping(timeout=0.5))
 
@@ -30,7 +33,7 @@ def worker_for_command(
     """Yield a description of the worker serving this command: one already running, or one
     started here (threads pool, embedded beat for the safety net) and stopped on the way out."""
     if workers_running():
-        yield "an already running worker"
+        yield ALREADY_RUNNING
         return
     home = Path(settings.ANNIHILATION_HOME)
     home.mkdir(parents=True, exist_ok=True)

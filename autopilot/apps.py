@@ -19,3 +19,9 @@ class AutopilotConfig(AppConfig):
 
         tool_register(SUBMIT_PLAN)
         tool_register(PROPOSE_GOAL)
+
+        from autopilot.merging import autopilot_auto_merge
+        from tether.services.changes import AUTO_MERGE_POLICIES
+
+        if autopilot_auto_merge not in AUTO_MERGE_POLICIES:
+            AUTO_MERGE_POLICIES.append(autopilot_auto_merge)

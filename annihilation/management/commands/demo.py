@@ -2,7 +2,9 @@
 
 Loads the demo backlog (replacing an earlier one), shows what is ready and what blocks the rest,
 then runs a wave over it on a demo git repository with the scripted provider (on Claude when
-ANTHROPIC_API_KEY is set), and prints what every agent did and changed.
+ANTHROPIC_API_KEY is set), and prints what every agent did and changed. Then an autopilot pass:
+a goal is decomposed, executed, verified and merged, the hub improves the repository on its own
+and comes to rest, each state change printed with its reason.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from annihilation.demo_worker import worker_for_command
+from annihilation.demo_autopilot import AUTOPILOT_ENV, autopilot_pass, demo_settings
+from annihilation.demo_worker import ALREADY_RUNNING, worker_for_command
 from bursts.models import QuantumRun, RunStatus
 from core.access import operator_ensure
 from core.cli import SafeCommand, seconds, shorten, table
@@ -50,6 +53,9 @@ class Command(SafeCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--file", type=Path, default=DEMO_FILE, help="backlog to load")
         parser.add_argument("--no-wave", action="store_true", help="load and explain only")
+        parser.add_argument(
+            "--no-autopilot", action="store_true", help="skip the autopilot pass after the wave"
+        )
         parser.add_argument(
             "--timeout", type=seconds, default=600, help="seconds the wave may take"
         )
@@ -90,7 +96,7 @@ class Command(SafeCommand):
                 "Try: .venv/bin/python manage.py quanta ready | quanta show ID | quanta search 'todo*'"
             )
         else:
-            self.run_wave(ids, timeout=options["timeout"])
+            self.run_wave(ids, timeout=options["timeout"], autopilot=not options["no_autopilot"])
         self.print_login()
 
     def print_login(self) -> None:
@@ -108,12 +114,12 @@ class Command(SafeCommand):
         )
         w(f"Agent sandbox: {sandbox_status().describe()}")
 
-    def run_wave(self, ids: list[int], *, timeout: float) -> None:
+    def run_wave(self, ids: list[int], *, timeout: float, autopilot: bool) -> None:
         w = self.stdout.write
         roles_sync_defaults()
         pipelines_ensure_defaults()
         repo = demo_repo_ensure(Path(settings.ANNIHILATION_REPO))
-        env = {}
+        env = dict(AUTOPILOT_ENV) if autopilot else {}
         provider = settings.PSYCHONAUTS_PROVIDER or "scripted (per role)"
         if settings.ANTHROPIC_API_KEY and not settings.PSYCHONAUTS_PROVIDER:
             env["ANNIHILATION_PROVIDER"] = provider = "anthropic"
@@ -141,6 +147,17 @@ class Command(SafeCommand):
             finally:
                 answering.set()
                 answerer.join(timeout=5)
+            self.print_changes(ids, repo)
+            if autopilot and not failed:
+                with demo_settings():
+                    autopilot_pass(
+                        self.stdout, timeout=timeout, own_worker=worker != ALREADY_RUNNING
+                    )
+        if failed:
+            raise CommandError(f"the demo wave did not succeed: {failed}")
+
+    def print_changes(self, ids: list[int], repo: Path) -> None:
+        w = self.stdout.write
         w("")
         w("What each agent changed (commits on each quantum's branch):")
         for quantum in Quantum.objects.filter(pk__in=ids).order_by("id"):
@@ -162,8 +179,6 @@ class Command(SafeCommand):
         ).values_list("pk", flat=True):
             change_review_create(quantum_run_id=run_id)
         self.print_grounding(ids)
-        if failed:
-            raise CommandError(f"the demo wave did not succeed: {failed}")
 
     def answer_questions(self, stop: threading.Event) -> None:
         """The demo's Tether: answers the questions of quanta labelled `ask` as soon as they are
