@@ -9,9 +9,16 @@ from datetime import date
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models import QuerySet
 
-from autopilot.errors import GoalNotFound
+from autopilot.goal_selectors import (
+    GoalChild,
+    GoalDetail,
+    GoalSummary,
+    goal_detail,
+    goals_counts,
+    goals_for_ui,
+)
 from autopilot.models import (
     OPERATOR_SCOPE,
     SPEND_SCOPES,
@@ -21,13 +28,11 @@ from autopilot.models import (
     GoalTransition,
     Hold,
     Hub,
-    HubState,
     HubTransition,
 )
 from autopilot.spend import BudgetStatus, CapStatus, budget_status, goals_spent, spend_by_day
 from bursts.models import AgentRun
-from quanta.models import Dependency, DependencyKind, Quantum, QuantumStatus
-from tether.models import ChangeReview
+from quanta.models import QuantumStatus
 
 ZERO = Decimal(0)
 SPEND_DAYS = 14  # days of spend the history page shows
@@ -160,7 +165,7 @@ def findings_recent(*, limit: int = 20) -> RecentFindings:
     return RecentFindings(filed=list(filed[:limit]), skipped=list(skipped[:limit]))
 
 
-# --- goals ------------------------------------------------------------------------------------
+# --- goals (read through autopilot.goal_selectors, with their spend) --------------------------
 
 
 @dataclass(frozen=True)
@@ -175,122 +180,71 @@ class GoalRow:
         return self.goal.status == GoalStatus.PROPOSED
 
 
-def _status_rank() -> Case:
-    return Case(
-        *(When(status=s, then=Value(n)) for n, s in enumerate(GOAL_STATUS_ORDER)),
-        default=Value(len(GOAL_STATUS_ORDER)),
-        output_field=IntegerField(),
-    )
+def goal_rows(summaries: list[GoalSummary]) -> list[GoalRow]:
+    spend = goals_spent([s.goal.pk for s in summaries])
+    return [
+        GoalRow(goal=s.goal, closed=s.closed, total=s.quanta, spend_usd=spend.get(s.goal.pk, ZERO))
+        for s in summaries
+    ]
 
 
-def _progress(epic_ids: list[int]) -> dict[int, tuple[int, int]]:
-    """(closed, total) of the children of each epic."""
-    rows = (
-        Quantum.objects.filter(parent_id__in=epic_ids)
-        .values("parent_id")
-        .annotate(total=Count("id"), closed=Count("id", filter=Q(status=QuantumStatus.CLOSED)))
-    )
-    return {row["parent_id"]: (row["closed"], row["total"]) for row in rows}
+def goal_row(goal: Goal) -> GoalRow:
+    """A goal just made or decided (no quanta of its own counted: see `goal_page`)."""
+    return goal_rows([GoalSummary(goal, 0, 0)])[0]
 
 
-def goal_rows(goals: list[Goal]) -> list[GoalRow]:
-    progress = _progress([g.epic_id for g in goals if g.epic_id is not None])
-    spend = goals_spent([g.pk for g in goals])
-    rows = []
-    for goal in goals:
-        closed, total = progress.get(goal.epic_id, (0, 0)) if goal.epic_id else (0, 0)
-        rows.append(
-            GoalRow(goal=goal, closed=closed, total=total, spend_usd=spend.get(goal.pk, ZERO))
-        )
-    return rows
+GOALS_SHOWN = 500  # goals the Goals page and `goals list` show at most
 
 
-def goals_list(*, status: str | None = None, limit: int | None = None) -> list[GoalRow]:
-    """Goals grouped by status (proposed first), then by priority and age, with progress and
-    spend."""
-    qs = Goal.objects.all()
-    if status:
-        qs = qs.filter(status=status)
-    qs = qs.order_by(_status_rank(), "priority", "created_at", "id")
-    goals = list(qs[:limit] if limit else qs)
-    return goal_rows(goals)
+def goals_list(*, status: str | None = None, limit: int = GOALS_SHOWN) -> list[GoalRow]:
+    """Goals grouped by status (proposed first: they wait for the operator), each status in
+    priority-then-age order, with progress and spend."""
+    rank = {s: n for n, s in enumerate(GOAL_STATUS_ORDER)}
+    summaries = goals_for_ui(status=status or None, limit=limit)
+    summaries.sort(key=lambda s: rank.get(s.goal.status, len(rank)))  # stable: keeps the order
+    return goal_rows(summaries)
 
 
 def goal_counts() -> dict[str, int]:
-    """How many goals are in each status (every status, in page order)."""
-    counts = dict(Goal.objects.values_list("status").annotate(n=Count("id")).order_by())
+    """How many goals are in each status, in the Goals page's order."""
+    counts = goals_counts()
     return {status: counts.get(status, 0) for status in GOAL_STATUS_ORDER}
 
 
-def goal_get(*, goal_id: int) -> Goal:
-    goal = Goal.objects.select_related("epic").filter(pk=goal_id).first()
-    if goal is None:
-        raise GoalNotFound(f"no goal #{goal_id}")
-    return goal
-
-
 @dataclass(frozen=True)
-class GoalChild:
-    """One quantum of a goal's decomposition."""
+class GoalPage:
+    """A goal as its page and `goals show` present it."""
 
-    quantum: Quantum
-    waits_on: list[int]  # the goal's quanta (or others) it cannot start before
-    change: ChangeReview | None  # its latest change review
-
-
-@dataclass(frozen=True)
-class GoalDetail:
     row: GoalRow
-    transitions: list[GoalTransition]
-    children: list[GoalChild]
-    planner_runs: list[AgentRun]
-    last_verify: GoalTransition | None  # the last time the goal's verify commands decided
+    detail: GoalDetail
+    last_verify: GoalTransition | None  # the last time its verify commands decided
 
     @property
     def goal(self) -> Goal:
         return self.row.goal
 
+    @property
+    def transitions(self) -> list[GoalTransition]:
+        return self.detail.transitions
 
-def goal_children(*, epic_id: int) -> list[GoalChild]:
-    quanta = list(Quantum.objects.filter(parent_id=epic_id).order_by("id"))
-    ids = [q.pk for q in quanta]
-    waits: dict[int, list[int]] = {}
-    for quantum_id, depends_on_id in (
-        Dependency.objects.filter(quantum_id__in=ids, kind=DependencyKind.BLOCKS)
-        .order_by("depends_on_id")
-        .values_list("quantum_id", "depends_on_id")
-    ):
-        waits.setdefault(quantum_id, []).append(depends_on_id)
-    changes: dict[int, ChangeReview] = {}
-    for change in ChangeReview.objects.filter(quantum_id__in=ids).order_by("created_at", "id"):
-        changes[change.quantum_id] = change  # the newest wins
-    return [
-        GoalChild(quantum=q, waits_on=waits.get(q.pk, []), change=changes.get(q.pk)) for q in quanta
-    ]
+    @property
+    def children(self) -> list[GoalChild]:
+        return self.detail.children
+
+    @property
+    def planner_runs(self) -> list[AgentRun]:
+        return self.detail.planner_runs
 
 
-def goal_transitions(*, goal_id: int) -> list[GoalTransition]:
-    return list(GoalTransition.objects.filter(goal_id=goal_id).order_by("created_at", "id"))
-
-
-def goal_detail(*, goal_id: int) -> GoalDetail:
-    """A goal with its history, its quanta, its planner runs and its last verification."""
-    goal = goal_get(goal_id=goal_id)
-    transitions = goal_transitions(goal_id=goal_id)
-    verified = [t for t in transitions if t.from_status == GoalStatus.VERIFYING]
-    runs: list[AgentRun] = []
-    children: list[GoalChild] = []
-    if goal.epic_id is not None:
-        children = goal_children(epic_id=goal.epic_id)
-        runs = list(AgentRun.objects.filter(quantum_id=goal.epic_id).order_by("created_at", "id"))
-    return GoalDetail(
-        row=goal_rows([goal])[0],
-        transitions=transitions,
-        children=children,
-        planner_runs=runs,
+def goal_page(*, goal_id: int) -> GoalPage:
+    """A goal with its history, its quanta, its planner runs, its spend and its last
+    verification; GoalNotFound when there is none."""
+    detail = goal_detail(goal_id=goal_id)
+    closed = sum(1 for c in detail.children if c.status == QuantumStatus.CLOSED)
+    summary = GoalSummary(detail.goal, len(detail.children), closed)
+    verified = [t for t in detail.transitions if t.from_status == GoalStatus.VERIFYING]
+    return GoalPage(
+        row=goal_rows([summary])[0],
+        detail=detail,
         last_verify=verified[-1] if verified else None,
     )
-
-
-def hub_states() -> list[str]:
-    return list(HubState.values)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autopilot.goal_selectors import GoalChild
 from autopilot.models import GoalTransition, HubTransition
-from autopilot.selectors import GoalChild, GoalDetail, GoalRow, HubStatus
+from autopilot.selectors import GoalPage, GoalRow, HubStatus
 
 
 def goal_data(row: GoalRow) -> dict[str, Any]:
@@ -47,20 +48,18 @@ def goal_transition_data(t: GoalTransition) -> dict[str, Any]:
 
 
 def goal_child_data(c: GoalChild) -> dict[str, Any]:
-    q = c.quantum
     return {
-        "id": q.pk,
-        "title": q.title,
-        "status": q.status,
-        "complexity": q.complexity,
-        "waits_on": c.waits_on,
-        "change": None
-        if c.change is None
-        else {"id": c.change.pk, "status": c.change.status, "risk": c.change.risk},
+        "id": c.quantum_id,
+        "title": c.title,
+        "status": c.status,
+        "priority": c.priority,
+        "complexity": c.complexity,
+        "waits_on": list(c.waits_on),
+        "change": None if c.change_id is None else {"id": c.change_id, "status": c.change_status},
     }
 
 
-def goal_detail_data(d: GoalDetail) -> dict[str, Any]:
+def goal_page_data(d: GoalPage) -> dict[str, Any]:
     return {
         **goal_data(d.row),
         "history": [goal_transition_data(t) for t in d.transitions],

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from autopilot.errors import AutopilotError, GoalNotFound, InvalidGoal
 from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm, service_error_to_form
 from autopilot.models import GOAL_OPEN, GoalStatus
-from autopilot.selectors import goal_counts, goal_detail, goals_list
+from autopilot.selectors import goal_counts, goal_page, goals_list
 from autopilot.services.goals import TOPIC as GOAL_TOPIC
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from autopilot.views.common import next_url, or_404
@@ -93,8 +93,8 @@ def goal_create_view(request: HttpRequest) -> HttpResponse:
     return goals_render(request, form=form, status=400)
 
 
-def goal_page(request: HttpRequest, goal_id: int) -> HttpResponse:
-    detail = or_404(goal_detail, goal_id=goal_id)
+def goal_view(request: HttpRequest, goal_id: int) -> HttpResponse:
+    detail = or_404(goal_page, goal_id=goal_id)
     return render(
         request,
         "autopilot/goal.html",
@@ -157,12 +157,12 @@ def goals_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]
 def goal_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
     try:
         goal_id = int(params["goal_id"])
-        detail = goal_detail(goal_id=goal_id)
+        detail = goal_page(goal_id=goal_id)
     except (KeyError, ValueError, GoalNotFound):
         raise LivePageError("no such goal") from None
     payload = event["payload"]
     if event["topic"] == "quanta":
-        mine = {c.quantum.pk for c in detail.children} | {detail.goal.epic_id}
+        mine = {c.quantum_id for c in detail.children} | {detail.goal.epic_id}
         if payload.get("quantum_id") not in mine:
             raise LivePageError("another goal's quantum")
     elif payload.get("goal_id") != goal_id:

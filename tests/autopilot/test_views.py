@@ -23,13 +23,15 @@ from autopilot.models import (
     HubTransition,
     Spend,
 )
-from autopilot.services.goals import goal_approve, goal_create
+from autopilot.services.goals import PLANNER_ROLE, goal_approve, goal_create
 from autopilot.services.hub import hub_pause, hub_resume
+from bursts.models import Burst, QuantumRun, Wave
 from core.access import operator_ensure, viewer_ensure
 from core.events import event_message, publish
 from core.live import fragment_render
 from quanta.models import Quantum
 from quanta.services import quantum_close, quantum_create
+from tether.models import ChangeReview
 
 pytestmark = pytest.mark.django_db
 
@@ -236,7 +238,15 @@ def test_the_goal_page_shows_history_decomposition_runs_and_verification(
     )
     first = quantum_create(title="Index the column", parent_id=epic.pk)
     second = quantum_create(title="Use the index", parent_id=epic.pk, depends_on=[first.pk])
-    run = agent_run_create(quantum_id=epic.pk, role="planner")
+    run = agent_run_create(quantum_id=epic.pk, role=PLANNER_ROLE)
+    wave = Wave.objects.create()
+    burst = Burst.objects.create(wave=wave, number=1)
+    quantum_run = QuantumRun.objects.create(
+        wave=wave, burst=burst, quantum=first, pipeline_name="default"
+    )
+    change = ChangeReview.objects.create(
+        quantum_run=quantum_run, quantum=first, branch="q", base="main", head_sha="a" * 40
+    )
 
     page = text(op_client.get(f"/goals/{goal.pk}/"))
 
@@ -244,6 +254,8 @@ def test_the_goal_page_shows_history_decomposition_runs_and_verification(
     assert "approved by op" in page  # the history
     child = page[page.index(f'id="goal-child-{second.pk}"') :]
     assert f'href="/quanta/{first.pk}/">#{first.pk}</a>' in child[: child.index("</tr>")]
+    child = page[page.index(f'id="goal-child-{first.pk}"') :]
+    assert f'href="/grounding/changes/{change.pk}/"' in child[: child.index("</tr>")]
     assert "Index the column" in page
     assert f'href="/agents/{run.pk}/"' in page
     assert "<code>pytest -q</code>" in page

@@ -21,8 +21,8 @@ from django.core.management.base import CommandError, CommandParser
 from autopilot.errors import AutopilotError
 from autopilot.forms import BUDGET_MAX
 from autopilot.models import GoalStatus
-from autopilot.selectors import GoalDetail, goal_detail, goal_rows, goals_list
-from autopilot.serializers import goal_data, goal_detail_data
+from autopilot.selectors import GoalPage, goal_page, goal_row, goals_list
+from autopilot.serializers import goal_data, goal_page_data
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from core.cli import SafeCommand, emit_json, parse_id, shorten, subcommands, table
 from core.safetext import quoted
@@ -95,7 +95,7 @@ class Command(SafeCommand):
             by=self.by,
         )
         if self.as_json:
-            emit_json(self.stdout, goal_data(goal_rows([goal])[0]))
+            emit_json(self.stdout, goal_data(goal_row(goal)))
         else:
             self.stdout.write(
                 f"goal {goal.pk} proposed: {goal.title}\n"
@@ -125,13 +125,13 @@ class Command(SafeCommand):
         )
 
     def do_show(self, options: dict[str, Any]) -> None:
-        detail = goal_detail(goal_id=options["id"])
+        detail = goal_page(goal_id=options["id"])
         if self.as_json:
-            emit_json(self.stdout, goal_detail_data(detail))
+            emit_json(self.stdout, goal_page_data(detail))
             return
         self._show(detail)
 
-    def _show(self, d: GoalDetail) -> None:
+    def _show(self, d: GoalPage) -> None:
         g, out = d.goal, self.stdout
         out.write(f"goal {g.pk}: {g.title}")
         out.write(f"status:    {g.status}" + (f" ({g.reason})" if g.reason else ""))
@@ -163,9 +163,9 @@ class Command(SafeCommand):
             out,
             ["id", "status", "waits on", "change", "title"],
             [
-                (c.quantum.pk, c.quantum.status, " ".join(f"#{n}" for n in c.waits_on) or "-",
-                 f"#{c.change.pk} {c.change.status}" if c.change else "-",
-                 shorten(c.quantum.title, 60))
+                (c.quantum_id, c.status, " ".join(f"#{n}" for n in c.waits_on) or "-",
+                 f"#{c.change_id} {c.change_status}" if c.change_id else "-",
+                 shorten(c.title, 60))
                 for c in d.children
             ],
         )  # fmt: skip
@@ -180,7 +180,7 @@ class Command(SafeCommand):
         )
 
     def _decided(self, goal_id: int, verb: str) -> None:
-        detail = goal_detail(goal_id=goal_id)
+        detail = goal_page(goal_id=goal_id)
         if self.as_json:
             emit_json(self.stdout, goal_data(detail.row))
         else:
