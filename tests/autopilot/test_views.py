@@ -441,3 +441,15 @@ def test_the_pages_read_in_a_fixed_number_of_queries(op_client: Client) -> None:
     for i in range(6):
         HubTransition.objects.create(to_state="resting", reason=f"r{i}", by="tick")
     assert [count("/goals/"), count(f"/goals/{many.pk}/"), count("/autopilot/")] == counts
+
+
+def test_resuming_is_refused_while_the_cap_is_reached(op_client: Client, settings: Any) -> None:
+    settings.SPEND_CAP_DAY_USD = 1.0
+    Spend.objects.create(day=timezone.localdate(), scope="operator", usd="2")
+
+    page = text(op_client.post("/autopilot/resume/", follow=True))
+
+    assert "spend cap reached: agents paused" in page
+    error = page[page.index('class="error"') :]
+    assert "SPEND_CAP_DAY_USD" in error[: error.index("</li>")]
+    assert Hub.objects.get().paused is True
