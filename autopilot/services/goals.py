@@ -78,6 +78,7 @@ from quanta.services import (
     quantum_close,
     quantum_create,
     quantum_defer,
+    quantum_reopen,
 )
 from tether.models import ChangeReview, ChangeStatus
 from tether.services.changes import sha_of, target_branch
@@ -344,8 +345,20 @@ def _epic_body(goal: Goal) -> str:
 
 
 def _epic_ensure(goal: Goal) -> int:
-    """The goal's epic, filed when it has none (or it was deleted)."""
-    if goal.epic_id is not None and Quantum.objects.filter(pk=goal.epic_id).exists():
+    """The goal's epic, filed when it has none (or it was deleted); deferred again when an
+    operator closed or reopened it (a closed epic's workspace is swept away, an open one would
+    be taken by a wave)."""
+    status = (
+        Quantum.objects.filter(pk=goal.epic_id).values_list("status", flat=True).first()
+        if goal.epic_id is not None
+        else None
+    )
+    if goal.epic_id is not None and status is not None:
+        if status == QuantumStatus.CLOSED:
+            quantum_reopen(quantum_id=goal.epic_id, reason=f"goal #{goal.pk} is planned again")
+            status = QuantumStatus.OPEN
+        if status in (QuantumStatus.OPEN, QuantumStatus.BLOCKED):
+            quantum_defer(quantum_id=goal.epic_id)
         return goal.epic_id
     epic = quantum_create(
         title=f"Goal #{goal.pk}: {goal.title}"[:TITLE_MAX],

@@ -346,11 +346,14 @@ def test_a_failing_verify_command_fails_the_goal_and_keeps_its_quanta(target: Pa
     assert "FAILED: `test -f missing.txt` (exit status 1)" in failed.reason
     assert Quantum.objects.filter(parent_id=goal.epic_id, status="closed").count() == 2
     assert Quantum.objects.get(pk=epic_of(goal)).status == QuantumStatus.DEFERRED
-    # Approved again, it is planned anew (the earlier quanta named in the planner's context).
+    # Approved again, it is planned anew (the earlier quanta named in the planner's context),
+    # on its epic deferred again (the operator had closed it meanwhile).
+    quantum_close(quantum_id=epic_of(goal), reason="by hand")
     goal_approve(goal_id=goal.pk, by="op")
     assert goals_decompose_due() == 1
     run = AgentRun.objects.filter(quantum_id=epic_of(goal)).latest("attempt")
     assert run.attempt == 2 and "Quanta filed for this goal before" in run.context
+    assert Quantum.objects.get(pk=epic_of(goal)).status == QuantumStatus.DEFERRED
     assert "test -f missing.txt" in run.context
 
 
