@@ -613,17 +613,29 @@ _LIVE = ", ".join(
 )
 
 # A child of the epic (`{epic}`) whose work is not in the integration branch although it is
-# closed: its latest change review is anything but merged (pending, queued, merging; conflicted
-# waits for its correction; rejected and failed reopen the child). A child without a review made
-# no change.
+# closed: its latest change review is anything but merged (pending, queued, merging; rejected and
+# failed reopen the child), except a conflicted change whose correction quantum is closed with
+# its own change merged (or with none): the correction carried the work in. A child without a
+# review made no change.
 _CHANGE_UNMERGED = f"""
     EXISTS (
         SELECT 1 FROM {_QUANTUM} c
         CROSS JOIN LATERAL (
-            SELECT r.status FROM {_REVIEW} r WHERE r.quantum_id = c.id
+            SELECT r.status, r.correction_id FROM {_REVIEW} r WHERE r.quantum_id = c.id
              ORDER BY r.created_at DESC, r.id DESC LIMIT 1
         ) latest
         WHERE c.parent_id = {{epic}} AND latest.status <> '{ChangeStatus.MERGED}'
+          AND NOT (
+              latest.status = '{ChangeStatus.CONFLICTED}'
+              AND EXISTS (
+                  SELECT 1 FROM {_QUANTUM} k
+                   WHERE k.id = latest.correction_id AND k.status = 'closed'
+                     AND COALESCE((
+                         SELECT r.status FROM {_REVIEW} r WHERE r.quantum_id = k.id
+                          ORDER BY r.created_at DESC, r.id DESC LIMIT 1
+                     ), '{ChangeStatus.MERGED}') = '{ChangeStatus.MERGED}'
+              )
+          )
     )
 """
 # Active goals whose children are all finished, in two steps so that the usual case (a goal with

@@ -499,3 +499,25 @@ def test_propose_goal_files_a_proposed_goal_from_contemplation_within_the_limit(
     )
     assert refused.is_error and "'rm -rf /' is refused by the command guard" in refused.output
     assert Goal.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_conflicted_change_keeps_the_goal_active_until_its_correction_is_done(
+    target: Path,
+) -> None:
+    goal, (notes, check) = planned_goal()
+    review = change_review_create(quantum_run_id=finished_run(notes, {"calc.py": "B = 2\n"}).pk)
+    assert review is not None
+    merge(quantum_create(title="someone else"), {"calc.py": "A = 1\n"})
+    change_approve(change_id=review.pk)
+    merge_queue_run()
+    review.refresh_from_db()
+    assert review.status == ChangeStatus.CONFLICTED and review.correction_id is not None
+    for child in (notes, check):
+        quantum_close(quantum_id=child.pk, reason="done")
+
+    assert goals_progress() == 0  # the change is not in the integration branch
+    quantum_close(quantum_id=review.correction_id, reason="resolved by hand")
+
+    assert goals_progress() == 1
+    assert Goal.objects.get(pk=goal.pk).status == S.VERIFYING
