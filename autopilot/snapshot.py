@@ -9,7 +9,9 @@ and the failing endpoints (psychonauts.endpoints) through their own selectors. T
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -200,9 +202,15 @@ SELECT h.{h_state}, h.{h_reason}, h.{h_paused}, h.{h_paused_reason}, h.{h_forced
                         WHERE c.{a_parent_id} = a.{a_id} AND c.{a_status} = ANY(%(live)s))
    ) p
    WHERE p.progress_at < %(stuck_before)s) AS stuck
-FROM (SELECT 1) one
-LEFT JOIN {h_table} h ON h.{h_id} = 1
 """.format(**_H, **_Q, **_W, **_G, **_B, **_A, **_T, **_E)
+# Read alone: the hub's row if there is one.
+_READ = _SNAPSHOT + "FROM (SELECT 1) one LEFT JOIN {h_table} h ON h.{h_id} = 1".format(**_H)
+
+
+@functools.cache
+def _with(hub_cte: str) -> str:
+    return f"WITH {hub_cte}\n{_SNAPSHOT}FROM h"
+
 
 _GOAL_STATUSES = [
     GoalStatus.PROPOSED,
@@ -219,12 +227,27 @@ def _aware(value: str | None) -> datetime | None:
 
 def snapshot_take(*, now: datetime | None = None) -> Snapshot:
     """The system as the hub sees it now."""
-    now = now or timezone.now()
+    snapshot = _take(_READ, now=now or timezone.now(), params={})
+    assert snapshot is not None  # one row, with or without the hub's
+    return snapshot
+
+
+def snapshot_with(
+    *, hub_cte: str, params: Mapping[str, Any], now: datetime | None = None
+) -> Snapshot | None:
+    """The snapshot read by the statement that also runs `hub_cte`: a CTE named `h` that
+    yields the hub's row (the tick's locks and stamps it: one round trip); None when `h`
+    yields no row. `params` are the CTE's named parameters."""
+    return _take(_with(hub_cte), now=now or timezone.now(), params=params)
+
+
+def _take(sql: str, *, now: datetime, params: Mapping[str, Any]) -> Snapshot | None:
     limits = Limits.from_settings()
     with connection.cursor() as cursor:
         cursor.execute(
-            _SNAPSHOT,
+            sql,
             {
+                **params,
                 "label": AUTOPILOT,
                 "cap": READY_CAP,
                 "goal_statuses": _GOAL_STATUSES,
@@ -235,7 +258,8 @@ def snapshot_take(*, now: datetime | None = None) -> Snapshot:
             },
         )
         row = cursor.fetchone()
-    assert row is not None  # one row, with or without the hub's
+    if row is None:
+        return None
     (state, reason, paused, paused_reason, forced, scanned_at, contemplated_at) = row[:7]
     ready, in_progress, wave_id, goals, checks, healing, stuck_rows = row[7:]
     goals = goals or {}
@@ -297,4 +321,5 @@ __all__ = [
     "Snapshot",
     "StuckAgent",
     "snapshot_take",
+    "snapshot_with",
 ]

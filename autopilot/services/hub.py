@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -34,12 +35,13 @@ from autopilot.predicates import (
     scan_due,
 )
 from autopilot.services import healing
-from autopilot.snapshot import Snapshot, snapshot_take
+from autopilot.snapshot import Snapshot, snapshot_with
 from autopilot.spend import CapStatus, cap_status
 from bursts.models import Wave, WaveStatus
 from bursts.services.waves import wave_start
 from core.celery import app
 from core.events import publish
+from core.sql import sql_names
 from quanta.selectors import quanta_ready
 
 logger = logging.getLogger(__name__)
@@ -228,16 +230,46 @@ def _send(name: str, sent: list[str], **kwargs: Any) -> None:
     sent.append(name)
 
 
+# The tick's hub row, read by the snapshot's own statement: locked unless another tick holds it
+# (then no row: that tick is acting) and stamped with the tick's time. A tick that changes
+# nothing is then one statement and the budgets' one.
+_TICK_CTE = """locked AS (
+    SELECT {id} FROM {table} WHERE {id} = 1 FOR UPDATE SKIP LOCKED
+), h AS (
+    UPDATE {table} SET {tick_at} = %(tick_at)s WHERE {id} IN (SELECT {id} FROM locked)
+    RETURNING *
+)""".format(**sql_names(Hub))
+
+
+def _snapshot_locked(now: datetime) -> Snapshot | None:
+    """The snapshot with the hub's row locked and stamped; None when another tick holds it."""
+    snap = snapshot_with(hub_cte=_TICK_CTE, params={"tick_at": now}, now=now)
+    if snap is None and not Hub.objects.filter(pk=1).exists():
+        hub_get()  # a database without the row (flushed): make it, then lock it
+        snap = snapshot_with(hub_cte=_TICK_CTE, params={"tick_at": now}, now=now)
+    return snap
+
+
 def hub_tick() -> Tick:
     """Snapshot, decide, record, act. Idempotent; a tick that finds another holding the hub
     returns at once (`skipped`)."""
     now = timezone.now()
     sent: list[str] = []
     with transaction.atomic():
-        hub = _hub_locked(skip=True)
-        if hub is None:
+        snap = _snapshot_locked(now)
+        if snap is None:
             return Tick(state="", reason="another tick holds the hub", skipped=True)
-        snap = snapshot_take(now=now)
+        hub = Hub(
+            pk=1,
+            state=snap.state,
+            reason=snap.reason,
+            paused=snap.paused,
+            paused_reason=snap.paused_reason,
+            forced=snap.forced,
+            scanned_at=snap.scanned_at,
+            contemplated_at=snap.contemplated_at,
+            tick_at=now,
+        )
         changed = False
         # The global cap pauses the hub; lifting it lifts only its own pause.
         if snap.cap_reached and not hub.paused:
@@ -256,11 +288,10 @@ def hub_tick() -> Tick:
                     kind="resumed")  # fmt: skip
             changed = True
         if hub.paused:
-            _save(hub, hub.state, tick_at=now)
             return Tick(state=hub.state, reason=hub.paused_reason, changed=changed, paused=True)
 
         decision = Decision(hub.state, hub.reason) if hub.forced else decide(snap)
-        changes: dict[str, Any] = {"tick_at": now}
+        changes: dict[str, Any] = {}
         if decision.state != hub.state:
             changes.update(state=decision.state, reason=decision.reason, since=now)
         elif decision.reason != hub.reason:
@@ -274,7 +305,8 @@ def hub_tick() -> Tick:
             changes["contemplated_at"] = now
             _send(CONTEMPLATE_TASK, sent)
         before = hub.state
-        _save(hub, before, **changes)
+        if changes:
+            _save(hub, before, **changes)
         if before != state:
             _record(hub, from_state=before, reason=decision.reason, by=TICK,
                     snapshot=snap.as_data())  # fmt: skip
