@@ -7,17 +7,20 @@ change with its reason, and each step of the goal.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import OutputWrapper
+from django.utils import timezone
 
 from autopilot.labels import AUTOPILOT
-from autopilot.models import Goal, GoalStatus, GoalTransition, HubState, HubTransition
+from autopilot.models import Finding, Goal, GoalStatus, GoalTransition, HubState, HubTransition
 from autopilot.selectors import hub_get
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from autopilot.services.hub import hub_pause, hub_resume, hub_tick
@@ -51,9 +54,14 @@ def demo_settings() -> Iterator[None]:
     saved = {name: getattr(settings, name) for name in _SETTINGS}
     for name, value in _SETTINGS.items():
         setattr(settings, name, value)
+    # The pass prints the history itself; the services' log lines would say it twice.
+    log = logging.getLogger("autopilot")
+    level = log.level
+    log.setLevel(logging.WARNING)
     try:
         yield
     finally:
+        log.setLevel(level)
         for name, value in saved.items():
             setattr(settings, name, value)
 
@@ -84,6 +92,7 @@ def autopilot_pass(out: OutputWrapper, *, timeout: float, own_worker: bool = Tru
     A worker that was already running has its own settings: if its autopilot does not merge
     low-risk changes on its own, the pass approves them in its place (as the setting would)."""
     w = out.write
+    started = timezone.now()
     replaced = goals_replace()
     goal = goal_create(
         title="Keep a note of every change to the calculator",
@@ -121,7 +130,7 @@ def autopilot_pass(out: OutputWrapper, *, timeout: float, own_worker: bool = Tru
     finally:
         hub_pause(by=DEMO_BY, reason="the demo's autopilot pass is over: resume it to continue")
         _print_new(out, goal.pk, printed)
-    _print_goal(out, goal)
+    _print_goal(out, goal, since=started)
     return goal
 
 
@@ -144,19 +153,30 @@ def _rested(goal: Goal, printed: Printed) -> bool:
 
 
 def _print_new(out: OutputWrapper, goal_id: int, printed: Printed) -> None:
+    """The hub's and the goal's new history rows, in the order they happened."""
+    lines: list[tuple[datetime, str]] = []
     for t in HubTransition.objects.filter(pk__gt=printed.hub_after).order_by("pk"):
         printed.hub_after = t.pk
         if t.to_state != t.from_state:
             printed.states.append(t.to_state)
-        out.write(f"  autopilot: {t.from_state or '-'} -> {t.to_state} ({t.by}): {t.reason}")
+        lines.append(
+            (
+                t.created_at,
+                f"  autopilot: {t.from_state or '-'} -> {t.to_state} ({t.by}): {t.reason}",
+            )
+        )
     for g in GoalTransition.objects.filter(goal_id=goal_id, pk__gt=printed.goal_after).order_by(
         "pk"
     ):
         printed.goal_after = g.pk
-        out.write(f"  goal {goal_id}: {g.from_status or '-'} -> {g.to_status}: {g.reason}")
+        lines.append(
+            (g.created_at, f"  goal {goal_id}: {g.from_status or '-'} -> {g.to_status}: {g.reason}")
+        )
+    for _, line in sorted(lines, key=lambda item: item[0]):
+        out.write(line.rstrip().replace("\n\n", "\n").replace("\n", "\n      "))
 
 
-def _print_goal(out: OutputWrapper, goal: Goal) -> None:
+def _print_goal(out: OutputWrapper, goal: Goal, *, since: datetime) -> None:
     w = out.write
     w("")
     w(f"Goal {goal.pk} ended {goal.status}: {goal.reason}")
@@ -166,11 +186,15 @@ def _print_goal(out: OutputWrapper, goal: Goal) -> None:
         review = ChangeReview.objects.filter(quantum_id=q.pk).order_by("-pk").first()
         change = f"change {review.pk} {review.status}" if review else "no change"
         w(f"  #{q.pk} {shorten(q.title, 50)!r} [{q.status}] {change}")
-    filed = Quantum.objects.filter(labels__contains=["autopilot:improving"]).order_by("-pk")[:5]
-    if filed:
-        w("Improvement quanta the scanners filed (newest first):")
-        for q in filed:
-            w(f"  #{q.pk} {shorten(q.title, 60)!r} [{q.status}]")
+    findings = Finding.objects.filter(last_seen__gte=since).select_related("quantum")
+    w(f"What the scanners found on this pass: {len(findings)} finding(s)")
+    for f in findings.order_by("path", "line"):
+        where = f"{f.path}:{f.line}" if f.line else f.path
+        if f.filed_at is not None and f.filed_at >= since and f.quantum is not None:
+            fate = f"filed as #{f.quantum.pk} [{f.quantum.status}]"
+        else:
+            fate = f"not filed: {f.skipped or 'already filed'}"
+        w(f"  {f.scanner} {where}: {shorten(f.message, 50)!r} — {fate}")
     w(
         "Inspect: manage.py goals show ID | manage.py autopilot history | the Goals page and the "
         "autopilot card in the control room"
