@@ -227,3 +227,36 @@ def test_a_stuck_agent_is_cancelled_even_without_a_healing_budget(
     assert tick.healed == (f"agent {run.agent_id} (run {run.pk}) cancelled",)
     run.refresh_from_db()
     assert run.status == AgentStatus.CANCELLED and "stuck: no progress for 5 min" in run.error
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_tick_sends_the_base_check_to_a_real_worker(
+    make_worker: Callable[..., Worker], tmp_path: Path, settings: Any, redis_client: redis.Redis
+) -> None:
+    home = tmp_path / "home"
+    repo = demo_repo_ensure(home / "repo")
+    make_worker(
+        "checks",
+        beat=False,
+        ANNIHILATION_HOME=str(home),
+        ANNIHILATION_REPO=str(repo),
+        ANNIHILATION_TETHER_VERIFY_COMMANDS="python3 calc.py|||test -f CHANGELOG.md",
+    )
+    settings.ANNIHILATION_REPO = repo
+    settings.ANNIHILATION_HOME = home
+    settings.TETHER_VERIFY_COMMANDS = ["python3 calc.py", "test -f CHANGELOG.md"]
+    settings.SPEND_CAP_DAY_USD = 0.0
+    hub_running()
+
+    assert "autopilot.base_check" in hub_tick().sent
+
+    wait_for(BaseCheck.objects.exists, "the worker's check", timeout=60)
+    check = BaseCheck.objects.get()
+    assert check.sha == git("rev-parse", "HEAD", cwd=repo) and not check.ok
+    assert "PASSED: `python3 calc.py`" in check.summary
+    assert "FAILED: `test -f CHANGELOG.md` (exit status 1)" in check.summary
+    event = Event.objects.get(topic="autopilot:healing", type="base_check")
+    assert event.payload["failed"] == ["test -f CHANGELOG.md"]
+    # Checked just now: not due again within AUTOPILOT_BASE_CHECK_S.
+    assert "autopilot.base_check" not in hub_tick().sent
