@@ -62,7 +62,7 @@ from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import workspace_own
 from psychonauts.services.runs import agent_run_create
 from psychonauts.verify import VerifyReport, verify_commands_run
-from quanta.errors import IllegalTransition, InvalidQuantum
+from quanta.errors import IllegalTransition, InvalidQuantum, QuantaError
 from quanta.fields import clean_labels
 from quanta.models import (
     PRIORITY_MAX,
@@ -558,8 +558,17 @@ def _plan_take(goal_id: int) -> bool:
     if run.status not in AGENT_TERMINAL:
         return False
     reading = planner_plan_read(run, max_quanta=settings.AUTOPILOT_PLAN_MAX_QUANTA)
+    ids: list[int] = []
+    problems = list(reading.problems)
     if reading.plan is not None:
-        ids = _plan_file(goal, reading.plan, epic_id=goal.epic_id)
+        try:
+            with transaction.atomic():  # a plan filed in part is not filed
+                ids = _plan_file(goal, reading.plan, epic_id=goal.epic_id)
+        except QuantaError as exc:
+            # What the plan's checks could not know (the epic deleted meanwhile, the command
+            # guard's settings changed): a refused plan like any other.
+            problems = [f"the plan could not be filed: {exc}"]
+    if reading.plan is not None and ids:
         notes = f"\n\nThe planner's notes: {reading.plan.notes}" if reading.plan.notes else ""
         _transition(
             goal_id,
@@ -573,7 +582,6 @@ def _plan_take(goal_id: int) -> bool:
         )
         return True
     tries = goal.plan_tries + 1
-    problems = list(reading.problems)
     text = f"plan try {tries} of {settings.AUTOPILOT_PLAN_TRIES} refused:\n" + _problems_text(
         problems
     )

@@ -28,6 +28,8 @@ from bursts.models import AgentRun
 from core.models import Event
 from psychonauts.services import agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
+from psychonauts.verify import verify_command_problem
+from quanta.fields import verify_command_check_source
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_close, quantum_create, quantum_reopen
 from tests.tether.test_changes import finished_run
@@ -521,3 +523,26 @@ def test_a_conflicted_change_keeps_the_goal_active_until_its_correction_is_done(
 
     assert goals_progress() == 1
     assert Goal.objects.get(pk=goal.pk).status == S.VERIFYING
+
+
+@pytest.mark.django_db
+def test_a_plan_that_cannot_be_filed_is_refused_as_a_try_and_files_nothing(repo: Path) -> None:
+    goal = make_goal()
+    goal_approve(goal_id=goal.pk, by="op")
+    goals_decompose_due()
+    goal.refresh_from_db()
+    run = AgentRun.objects.get(quantum_id=epic_of(goal))
+    agent_run_execute(agent_run_id=run.pk)
+    # The quanta's own door refuses what the plan's checks let through (its guard changed).
+    verify_command_check_source(lambda command: "refused at the door")
+    try:
+        assert goals_progress() == 0
+    finally:
+        verify_command_check_source(verify_command_problem)
+
+    goal.refresh_from_db()
+    assert (goal.status, goal.plan_tries) == (S.DECOMPOSING, 1)
+    assert "the plan could not be filed: verify_commands" in goal.reason
+    assert not Quantum.objects.filter(parent_id=epic_of(goal)).exists()  # not half of it
+    retry = AgentRun.objects.filter(quantum_id=epic_of(goal)).latest("attempt")
+    assert retry.attempt == 2 and "refused at the door" in retry.context
