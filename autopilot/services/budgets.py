@@ -290,6 +290,8 @@ def holds_release(*, limit: int = 500) -> int:
     against the budgets before the next (a raised budget lets through what fits, not every run
     at once). A run whose goal is no longer open is cancelled; a hold whose run ended or was
     resumed by someone else is dropped."""
+    if not _holds_exist():
+        return 0
     rows = list(
         Hold.objects.order_by("created_at", "pk").values_list(
             "pk", "agent_run_id", "scope", "created_at", "agent_run__status",
@@ -344,6 +346,17 @@ def holds_release(*, limit: int = 500) -> int:
             if goal_id is not None:
                 by_goal[goal_id] = by_goal.get(goal_id, ZERO) + need
     return released
+
+
+_HOLDS_EXIST = "SELECT EXISTS (SELECT FROM {table})".format(**sql_names(Hold))
+
+
+def _holds_exist() -> bool:
+    """Each tick asks: a plain statement, not an ORM query to compile (none, most of the time)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HOLDS_EXIST)
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def _hold_resume(held: _Held, *, stale: bool) -> bool:
