@@ -1,0 +1,72 @@
+"""`manage.py demo` as an operator runs it: the wave, then the autopilot pass, on the test
+database, with the worker the command starts for itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from autopilot.models import Goal, GoalStatus, Hub, HubState, HubTransition
+from quanta.models import Quantum
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+def test_the_demo_runs_a_wave_then_an_autopilot_pass_that_ends_resting(tmp_path: Path) -> None:
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "ANNIHILATION_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop("ANNIHILATION_PROVIDER", None)
+    env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("ANNIHILATION_REPO", None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--timeout", "240"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        stdin=subprocess.DEVNULL,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+
+    goal = Goal.objects.get(labels__contains=["demo-goal"])
+    assert goal.status == GoalStatus.DONE, goal.reason
+    assert f"goal {goal.pk}: verifying -> done: verified on main" in out
+    children = Quantum.objects.filter(parent_id=goal.epic_id)
+    assert children.count() == 2
+    assert all(q.status == "closed" for q in children)
+    # The hub went to work, then improved, then rested; each change is printed with its reason.
+    states = list(
+        HubTransition.objects.filter(by="tick").order_by("pk").values_list("to_state", flat=True)
+    )
+    assert states[0] == HubState.EXECUTING
+    assert HubState.IMPROVING in states
+    assert states[-1] == HubState.RESTING
+    assert "-> improving (tick): nothing to execute and a scan is due" in out
+    # The scanner found the demo repository's TODO and filed a quantum, which was done and merged.
+    filed = Quantum.objects.get(labels__contains=["scan:todo"])
+    assert f"filed as #{filed.pk} [closed]" in out
+    calc = subprocess.run(
+        ["git", "show", "main:calc.py"],
+        cwd=tmp_path / "home" / "repo",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "def divide" in calc and "TODO" not in calc
+    hub = Hub.objects.get()
+    assert hub.paused and hub.state == HubState.RESTING
