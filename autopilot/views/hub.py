@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from autopilot.errors import AutopilotError
 from autopilot.forms import HubForceForm, HubPauseForm
-from autopilot.models import SPEND_SCOPES, Hub
+from autopilot.models import SPEND_SCOPES, Hub, HubTransition
 from autopilot.selectors import (
     SPEND_DAYS,
     findings_recent,
@@ -42,8 +42,12 @@ def card_context() -> dict[str, Any]:
     return {"autopilot": hub_status(), "force_form": HubForceForm(), "pause_form": HubPauseForm()}
 
 
+def transitions_page(number: str | None) -> Page[HubTransition]:
+    return Paginator(hub_transitions(), settings.UI_PAGE_SIZE).get_page(number)
+
+
 def autopilot_page(request: HttpRequest) -> HttpResponse:
-    page = Paginator(hub_transitions(), settings.UI_PAGE_SIZE).get_page(request.GET.get("page"))
+    page = transitions_page(request.GET.get("page"))
     return render(
         request,
         "autopilot/history.html",
@@ -55,7 +59,7 @@ def autopilot_page(request: HttpRequest) -> HttpResponse:
             "days": spend_per_day(days=SPEND_DAYS),
             "holds": holds_list(),
             "findings": findings_recent(),
-            **live_attrs(HUB_TOPICS, "autopilot"),
+            **live_attrs(HUB_TOPICS, "autopilot", number=page.number),
         },
     )
 
@@ -114,4 +118,7 @@ def autopilot_force_view(request: HttpRequest) -> HttpResponse:
 
 @live_page("autopilot")
 def autopilot_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
-    return {**card_context(), "card_next": reverse("autopilot")}
+    context = {**card_context(), "card_next": reverse("autopilot")}
+    if params.get("number", "1") == "1":  # older pages stay as they were read
+        context["page"] = transitions_page("1")
+    return context

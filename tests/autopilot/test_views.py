@@ -369,6 +369,11 @@ def test_live_fragments_redraw_the_card_and_the_goals() -> None:
     viewer = fragment_render(hub_event, page="dashboard", params={}, can_operate=False)
     assert 'id="autopilot-pause"' not in viewer
 
+    history = fragment_render(hub_event, page="autopilot", params={"number": "1"}, can_operate=True)
+    assert 'id="hub-transitions" data-swap="replace"' in history and "resumed by op" in history
+    older = fragment_render(hub_event, page="autopilot", params={"number": "2"}, can_operate=True)
+    assert "autopilot-card" in older and "hub-transitions" not in older
+
     goals = fragment_render(goal_event, page="goals", params={"status": ""}, can_operate=True)
     assert 'id="goal-list" data-swap="replace"' in goals and f"goal-row-{goal.pk}" in goals
     mine = fragment_render(

@@ -110,6 +110,12 @@ def test_an_operator_proposes_approves_and_steers_the_autopilot(
     expect(page.locator("#autopilot-forced")).to_have_count(0)
     page.click("#nav-autopilot")
     expect(page.locator("#hub-transitions")).to_contain_text("lunch break")
+    expect(page.locator("#live-status")).to_have_text("live")
+    hub_force(state="healing", by="test")  # the history's first page grows live
+    expect(page.locator("#hub-transitions tr").nth(1)).to_contain_text(
+        "forced to healing by test", timeout=15_000
+    )
+    expect(page.locator("#autopilot-state")).to_have_text("healing")
     screenshot("autopilot-history")
     page.click("#autopilot-pause")  # leave it paused: the worker's beat ticks no further
     expect(page.locator("#autopilot-paused")).to_be_visible()
