@@ -14,8 +14,7 @@ once the cap no longer holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +56,7 @@ CONTEMPLATE_TASK = "autopilot.contemplate"
 WAVE_TASK = "autopilot.wave_start"
 GOALS_TASK = "autopilot.goals"
 BASE_CHECK_TASK = "autopilot.base_check"
+HOLDS_TASK = "autopilot.holds_release"
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,6 @@ class Tick:
     skipped: bool = False  # another tick held the hub
     sent: tuple[str, ...] = ()  # the tasks sent after commit
     healed: tuple[str, ...] = ()  # the healing actions taken
-    actions: tuple[str, ...] = field(default=())  # other calls made (holds released ...)
 
 
 # --- reading and locking the row ----------------------------------------------------------------
@@ -324,35 +323,16 @@ def hub_tick() -> Tick:
             _send(GOALS_TASK, sent, decompose=decompose)
         if healing.base_check_due(snap) and healing.base_check_claim(snap):
             _send(BASE_CHECK_TASK, sent)
-        actions: list[str] = []
+        # Runs a budget held: resumed by the budgets' task once their budget allows again.
         if snap.holds:
-            released = _call(_holds_release)
-            actions.append(f"holds released: {released}")
+            _send(HOLDS_TASK, sent)
     return Tick(
         state=state,
         reason=decision.reason,
         changed=changed,
         sent=tuple(sent),
         healed=healed,
-        actions=tuple(actions),
     )
-
-
-def _holds_release() -> int:
-    from autopilot.services.budgets import holds_release
-
-    return holds_release()
-
-
-def _call(fn: Callable[[], int]) -> int | None:
-    """Another service's step inside the tick, in a savepoint: its failure is logged and the
-    tick goes on."""
-    try:
-        with transaction.atomic():
-            return fn()
-    except Exception:
-        logger.exception("autopilot tick: %s failed", getattr(fn, "__name__", fn))
-        return None
 
 
 # --- the autopilot's wave -----------------------------------------------------------------------
