@@ -53,6 +53,8 @@ _HEADERS = (
 def long_functions_scan(path: str, text: str, *, limit: int) -> list[ScanFinding]:
     """The functions of one file longer than `limit` lines, in order."""
     suffix = PurePosixPath(path).suffix.lower()
+    if text.count("\n") + 1 <= limit:
+        return []  # no function of it can be longer
     if suffix in (".py", ".pyi"):
         spans = list(_python_spans(text))
     elif suffix in BRACE_SUFFIXES:
@@ -77,24 +79,39 @@ def long_functions_scan(path: str, text: str, *, limit: int) -> list[ScanFinding
 
 
 def _python_spans(text: str) -> Iterator[tuple[str, int, int]]:
+    if "def " not in text:
+        return
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return
-    # Parents first, iteratively: the parser itself bounds how deep definitions nest.
-    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    # Statements only (a function is defined by a statement; expressions hold only lambdas),
+    # iteratively: the parser itself bounds how deep blocks nest.
+    stack: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
     while stack:
-        node, prefix = stack.pop()
-        children = list(ast.iter_child_nodes(node))
-        for child in reversed(children):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                name = f"{prefix}{child.name}"
-                yield name, child.lineno, child.end_lineno or child.lineno
-                stack.append((child, f"{name}.<locals>."))
-            elif isinstance(child, ast.ClassDef):
-                stack.append((child, f"{prefix}{child.name}."))
+        body, prefix = stack.pop()
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{node.name}"
+                yield name, node.lineno, node.end_lineno or node.lineno
+                stack.append((node.body, f"{name}.<locals>."))
+            elif isinstance(node, ast.ClassDef):
+                stack.append((node.body, f"{prefix}{node.name}."))
             else:
-                stack.append((child, prefix))
+                for block in _blocks(node):
+                    stack.append((block, prefix))
+
+
+def _blocks(node: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists inside a compound statement (if, for, while, with, try, match)."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(node, name, None)
+        if isinstance(block, list):
+            yield block
+    for handler in getattr(node, "handlers", ()):
+        yield handler.body
+    for case in getattr(node, "cases", ()):
+        yield case.body
 
 
 def _blank(text: str) -> str:

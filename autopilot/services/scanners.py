@@ -27,9 +27,9 @@ import shlex
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 from django.db import transaction
@@ -162,6 +162,21 @@ def _count(counts: dict[str, int], key: str, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
 
 
+# What the deterministic scanners found in a blob, by (blob, file suffix, long-function limit),
+# with the path left blank: a blob never changes, so a pass reads and parses only the files
+# that changed since the last pass this process made. None: the blob is binary.
+_BLOB_CACHE: dict[tuple[str, str, int], tuple[ScanFinding, ...] | None] = {}
+BLOB_CACHE_MAX = 100_000
+
+
+def _blob_scan(text: str, suffix: str, limit: int) -> tuple[ScanFinding, ...]:
+    name = f"file{suffix}"
+    return (
+        *todo.todo_scan(name, text),
+        *long_functions.long_functions_scan(name, text, limit=limit),
+    )
+
+
 def scan_files(sha: str, report: ScanReport) -> tuple[list[ScanFinding], set[str]]:
     """The deterministic scanners over every tracked file of commit `sha`; returns the findings
     and the paths of the tree (what a linter's output may name)."""
@@ -169,24 +184,32 @@ def scan_files(sha: str, report: ScanReport) -> tuple[list[ScanFinding], set[str
     if unnamed:
         _count(report.files_skipped, "unnamed", unnamed)
     paths = {f.path for f in files}
-    # Paths by blob: a file copied under several names is read once.
-    by_oid: dict[str, list[str]] = {}
+    limit = settings.AUTOPILOT_LONG_FUNCTION_LINES
+    wanted: list[tuple[str, tuple[str, str, int]]] = []  # (path, cache key)
     for entry in files:
         why = path_skipped(entry.path) or ("huge" if entry.size > FILE_MAX_BYTES else "")
         if why:
             _count(report.files_skipped, why)
         else:
-            by_oid.setdefault(entry.oid, []).append(entry.path)
-    limit = settings.AUTOPILOT_LONG_FUNCTION_LINES
+            wanted.append((entry.path, (entry.oid, PurePosixPath(entry.path).suffix, limit)))
+    if len(_BLOB_CACHE) + len(wanted) > BLOB_CACHE_MAX:
+        _BLOB_CACHE.clear()
+    missing: dict[str, set[tuple[str, str, int]]] = {}
+    for _, key in wanted:
+        if key not in _BLOB_CACHE:
+            missing.setdefault(key[0], set()).add(key)
+    for oid, data in blobs_read(_repo(), list(missing)):
+        binary = is_binary(data)
+        text = "" if binary else decode(data)
+        for key in missing[oid]:
+            _BLOB_CACHE[key] = None if binary else _blob_scan(text, key[1], limit)
     found: list[ScanFinding] = []
-    for oid, data in blobs_read(_repo(), list(by_oid)):
-        if is_binary(data):
-            _count(report.files_skipped, "binary", len(by_oid[oid]))
+    for path, key in wanted:
+        cached = _BLOB_CACHE.get(key, ())
+        if cached is None:
+            _count(report.files_skipped, "binary")
             continue
-        text = decode(data)
-        for path in by_oid[oid]:
-            found.extend(todo.todo_scan(path, text))
-            found.extend(long_functions.long_functions_scan(path, text, limit=limit))
+        found.extend(replace(finding, path=path) for finding in cached)
     return found, paths
 
 

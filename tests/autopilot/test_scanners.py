@@ -466,3 +466,19 @@ def test_a_missing_target_branch_is_an_error(repo: Path, scan_settings: Any) -> 
     report = scan_run()
     assert report.errors == ["target branch 'nope' has no commit"]
     assert report.quanta == [] and not Event.objects.filter(topic="autopilot:scan").exists()
+
+
+def test_a_file_copied_under_two_names_is_found_under_both(repo: Path, scan_settings: Any) -> None:
+    text = "# TODO: shared\n" + long_python("twin", 12)
+    commit(repo, {"one/a.py": text, "two/a.py": text, "three/a.txt": text}, "twins", when=LONG_AGO)
+    for _ in range(2):  # the second pass answers from what the first one read
+        found = scan_run()
+        assert found.found == 5
+    rows = Finding.objects.order_by("path", "scanner").values_list("path", "scanner")
+    assert list(rows) == [
+        ("one/a.py", "long_function"),
+        ("one/a.py", "todo"),
+        ("three/a.txt", "todo"),
+        ("two/a.py", "long_function"),
+        ("two/a.py", "todo"),
+    ]
