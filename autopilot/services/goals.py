@@ -505,9 +505,6 @@ def _plan_file(goal: Goal, plan: Plan, *, epic_id: int) -> list[int]:
     inherited = [label for label in goal.labels if not label.startswith("script:")]
     ids: dict[str, int] = {}
     for item in plan.in_order():
-        extra: dict[str, Any] = {}
-        if item.complexity:
-            extra["complexity"] = item.complexity
         quantum = quantum_create(
             title=item.title,
             body=(item.body + "\n\n" if item.body else "")
@@ -519,7 +516,7 @@ def _plan_file(goal: Goal, plan: Plan, *, epic_id: int) -> list[int]:
             acceptance=item.acceptance,
             verify_commands=list(item.verify_commands),
             depends_on=[ids[key] for key in item.depends_on],
-            **extra,
+            complexity=item.complexity,  # None: the classifier decides
         )
         ids[item.key] = quantum.pk
     return [ids[item.key] for item in plan.quanta]

@@ -129,7 +129,8 @@ def test_refused_plans_go_back_to_the_planner_until_a_valid_one_is_filed(
     assert schema.labels == [*base, "db"] and api.labels == [*base, "api"]
     assert docs.labels == base  # no script label: it steers the planner, not the quanta
     assert (schema.priority, api.priority) == (1, 2)  # the plan's, else the goal's
-    assert schema.complexity == "trivial"
+    assert (schema.complexity, schema.complexity_auto) == ("trivial", False)  # the plan's
+    assert api.complexity_auto  # none in the plan: the classifier's
     assert schema.verify_commands == ["test -f calc.py"]
     assert schema.acceptance == "The table exists."
     assert f"Part of goal #{goal.pk}" in schema.body
