@@ -2,7 +2,7 @@
 
 The only writer of Goal and GoalTransition. Every status change is a compare-and-set on the
 goal's row (`UPDATE ... WHERE status IN <the statuses GOAL_TRANSITIONS allows it from>`), a
-GoalTransition row with its reason and who made it, and an event on `autopilot:goal`, in one
+GoalTransition row with its reason and who made it, and an event on `autopilot:goals`, in one
 transaction.
 
 The way through:
