@@ -81,15 +81,10 @@ def hub_get() -> Hub:
     return hub
 
 
-def _hub_locked(*, skip: bool) -> Hub | None:
-    """The row, locked for this transaction; None when `skip` and another holds it."""
-    hub = Hub.objects.select_for_update(skip_locked=skip).filter(pk=1).first()
-    if hub is not None:
-        return hub
-    if Hub.objects.filter(pk=1).exists():
-        return None  # held by another transaction
-    Hub.objects.get_or_create(pk=1)
-    return Hub.objects.select_for_update(skip_locked=skip).filter(pk=1).first()
+def _hub_locked() -> Hub:
+    """The row, locked for this transaction (waiting for a tick that holds it)."""
+    hub_get()
+    return Hub.objects.select_for_update().get(pk=1)
 
 
 def _usd(value: Any) -> str:
@@ -154,8 +149,7 @@ def _save(hub: Hub, expected_state: str, **changes: Any) -> None:
 @transaction.atomic
 def hub_pause(*, by: str, reason: str = "") -> Hub:
     """Pause the autopilot (ticks then only record that they ran)."""
-    hub = _hub_locked(skip=False)
-    assert hub is not None
+    hub = _hub_locked()
     why = reason.strip() or f"paused by {by}"
     _save(hub, hub.state, paused=True, paused_reason=why)
     _record(hub, from_state=hub.state, reason=f"paused by {by}: {why}", by=by, kind="paused")
@@ -166,8 +160,7 @@ def hub_pause(*, by: str, reason: str = "") -> Hub:
 def hub_resume(*, by: str) -> Hub:
     """Let the autopilot decide again: lifts a pause and a forced state. Refused while the
     global spending cap is reached (the next tick would pause it again)."""
-    hub = _hub_locked(skip=False)
-    assert hub is not None
+    hub = _hub_locked()
     if not hub.paused and not hub.forced:
         return hub
     cap = cap_status()
@@ -189,8 +182,7 @@ def hub_force(*, state: str, by: str) -> Hub:
         raise InvalidHubCommand(
             f"unknown state {state!r}: the states are {', '.join(HubState.values)}"
         )
-    hub = _hub_locked(skip=False)
-    assert hub is not None
+    hub = _hub_locked()
     cap = cap_status()
     if cap.reached:
         raise InvalidHubCommand(f"the {cap_words(cap)}: no state can be forced")
@@ -353,8 +345,7 @@ def autopilot_wave_start() -> Wave | None:
     executing, a wave already covers the autopilot's quanta, or none is ready. Serialised on
     the hub's row, so two deliveries start one wave."""
     with transaction.atomic():
-        hub = _hub_locked(skip=False)
-        assert hub is not None
+        hub = _hub_locked()
         if hub.paused or hub.state != HubState.EXECUTING:
             return None
         if autopilot_wave_running() is not None:
