@@ -338,6 +338,23 @@ def _judge(candidates: list[_Candidate], *, branch: str, sha: str, now: datetime
                 f"filed {_ago((now - row.filed_at).total_seconds())} ago (quantum "
                 f"#{row.quantum_id}); not filed again within {_ago(window.total_seconds())}"
             )
+    # A file with an open quantum of a scanner gets no second one from it: the new findings
+    # wait for that quantum to close (two agents on one file's findings would collide).
+    open_on: dict[tuple[str, str], int] = {}
+    for scanner, path, quantum_id in (
+        Finding.objects.filter(quantum__isnull=False)
+        .exclude(quantum__status=QuantumStatus.CLOSED)
+        .values_list("scanner", "path", "quantum_id")
+    ):
+        open_on[(scanner, path)] = quantum_id
+    for candidate in candidates:
+        held = open_on.get((candidate.finding.scanner, candidate.finding.path))
+        if held is not None and not candidate.skip_key:
+            candidate.skip_key = SKIP_OPEN
+            candidate.skip_reason = (
+                f"quantum #{held} for this file's {candidate.finding.scanner} findings is still "
+                "open: filed once it closes"
+            )
     live = [c for c in candidates if not c.skip_key and c.finding.path and c.finding.line > 0]
     if not live or window.total_seconds() <= 0:
         return

@@ -321,6 +321,23 @@ def test_the_same_finding_is_filed_once_within_the_window(repo: Path, scan_setti
     assert Finding.objects.get().quantum_id == fourth.quanta[0]
 
 
+def test_a_file_with_an_open_quantum_gets_no_second_one(repo: Path, scan_settings: Any) -> None:
+    commit(repo, {"a.py": "x = 1  # TODO: one\n"}, "todo", when=LONG_AGO)
+    first = scan_run()
+    commit(repo, {"a.py": "x = 1  # TODO: one\ny = 2  # TODO: two\n"}, "more", when=LONG_AGO)
+    second = scan_run()
+    assert second.quanta == [] and second.skipped == {"open": 2}
+    waiting = Finding.objects.get(message="TODO: two")
+    assert f"quantum #{first.quanta[0]} for this file's todo findings is still open" in (
+        waiting.skipped
+    )
+    quantum_close(quantum_id=first.quanta[0], reason="done")
+    third = scan_run()
+    (quantum,) = Quantum.objects.filter(pk__in=third.quanta)
+    assert quantum.title == "Resolve 1 TODO/FIXME comment in a.py" and "two" in quantum.body
+    assert third.skipped == {"window": 1}
+
+
 def test_a_moved_finding_keeps_its_fingerprint(repo: Path, scan_settings: Any) -> None:
     commit(repo, {"a.py": "x = 1  # TODO: one\n"}, "todo", when=LONG_AGO)
     first = scan_run()
@@ -351,7 +368,10 @@ def test_a_line_a_recent_merge_wrote_is_not_filed(repo: Path, scan_settings: Any
     scan_settings.AUTOPILOT_FINDING_WINDOW_S = 1.0
     time.sleep(1.5)
     later = scan_run()
-    assert later.skipped == {"open": 1} and len(later.quanta) == 2
+    # new.py is filed; old.py's new line waits for the quantum open on that file.
+    assert later.skipped == {"open": 2}
+    (filed,) = Quantum.objects.filter(pk__in=later.quanta)
+    assert filed.title == "Resolve 1 TODO/FIXME comment in new.py"
 
 
 def test_a_pass_files_at_most_the_limit(repo: Path, scan_settings: Any) -> None:
