@@ -50,7 +50,7 @@ STEP_MAX_CHARS = 2000  # one command (as a verify command)
 MECHANICAL_PROSE_WORDS = 30  # "Run these:" and a line of why, not a description of work
 SCAN_MAX_CHARS = 200_000  # a longer text is complex by its length; the rest is not read
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
+_WORD = re.compile(r"[a-z][a-z0-9_'-]*")  # of the lowercased text
 # A path: a name with an extension (`README.md`, `src/app.py`) or with a slash (`docs/`),
 # matched against one whitespace-separated token at a time (no nested repetition: linear time).
 _PATH_EXT = re.compile(r"[\w./-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
@@ -58,6 +58,8 @@ _PATH_DIR = re.compile(r"\.{0,2}[\w.-]*/[\w./-]*")
 # Words joined by slashes are prose ("and/or", "add/list/complete"), not a folder.
 _ALTERNATIVES = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)+")
 _PATH_MAX = 300  # a longer token is not a file name
+# Whole tokens with a dot or a slash; each is tried from its start only (linear time).
+_CANDIDATE = re.compile(r"(?<!\S)\S*[./]\S*")
 _TRIM = "\"'`()[]{}<>,;:!?*"
 _NOT_PATHS = frozenset({"e.g", "i.e", "vs", "etc"})
 _FENCE = re.compile(r"^\s*```\s*([A-Za-z0-9_+-]*)\s*$")
@@ -141,7 +143,7 @@ def _commands(block: list[str]) -> list[str]:
 
 def _files(text: str) -> list[str]:
     seen: dict[str, None] = {}
-    for raw in text.split():
+    for raw in _CANDIDATE.findall(text):
         token = raw.strip(_TRIM).rstrip(".")
         if not token or len(token) > _PATH_MAX or "://" in raw or token.lower() in _NOT_PATHS:
             continue
@@ -165,7 +167,7 @@ def complexity_classify(title: str, body: str = "") -> Classification:
     parts = _split(body)
     prose = f"{title}\n{parts.prose}"
     words = prose.split()
-    vocabulary = {w.lower() for w in _WORD.findall(prose)}
+    vocabulary = set(_WORD.findall(prose.lower()))
     files = _files(prose)
     reasons = [_plural(len(words), "word")]
     if files:

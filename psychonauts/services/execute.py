@@ -40,7 +40,7 @@ from psychonauts.sandbox import sandbox_require
 from psychonauts.services.runner import Observer, Runner
 from psychonauts.services.runs import agent_run_fail, agent_run_suspend, run_outcome
 from quanta.complexity import complexity_classify
-from quanta.models import Complexity
+from quanta.models import Complexity, QuantumKind
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,10 @@ FALLBACK: dict[str, tuple[str, ...]] = {
 def _route(run: AgentRun, role: Role) -> Route:
     """The provider and model for a run.
 
-    - A trivial quantum whose steps are mechanical (`quanta.complexity`) runs on the `shell`
-      provider, without a model, when PSYCHONAUTS_TRIVIAL_NO_LLM is on: whatever provider the
-      run, the setting or the role names (the scripted one included), since the point is that
-      no model is asked at all.
+    - A trivial quantum (not an epic) whose steps are mechanical (`quanta.complexity`) runs on
+      the `shell` provider, without a model, when PSYCHONAUTS_TRIVIAL_NO_LLM is on: whatever
+      provider the run, the setting or the role names (the scripted one included), since the
+      point is that no model is asked at all.
     - Otherwise the provider is the run's own, else the setting's, else the role's; one without
       a model (scripted, noop) is its own model.
     - The model is the run's or the role's when named; else the quantum's tier's
@@ -81,6 +81,7 @@ def _route(run: AgentRun, role: Role) -> Route:
     complexity = quantum.complexity
     if (
         complexity == Complexity.TRIVIAL
+        and quantum.kind != QuantumKind.EPIC  # a goal's epic is planned, never run as steps
         and getattr(settings, "PSYCHONAUTS_TRIVIAL_NO_LLM", True)
         and complexity_classify(quantum.title, quantum.body).mechanical
     ):

@@ -216,3 +216,14 @@ def test_a_trivial_quantum_without_mechanical_steps_on_the_scripted_provider_sta
 
     run.refresh_from_db()
     assert (run.provider, run.model) == ("scripted", "scripted")
+
+
+def test_an_epic_is_never_run_as_mechanical_steps(repo: Path, make_quantum, make_run):
+    quantum = make_quantum("Bump the version", body=MECHANICAL, kind="epic")
+    assert quantum.complexity == "trivial"
+    run = make_run("planner", quantum=quantum)
+
+    agent_run_execute(agent_run_id=run.pk)
+
+    run.refresh_from_db()
+    assert run.provider == "scripted"
