@@ -12,10 +12,11 @@ A pass (`scan_run`, one at a time: a second returns at once, busy):
    pass, and remembers every finding by its fingerprint (scanner, path, rule, message without
    numbers: not the line, so moved code keeps it).
 
-Anti-oscillation: a finding is not filed again while the quantum filed for it is not closed,
-nor within AUTOPILOT_FINDING_WINDOW_S of its last filing; a finding on a line that a merge into
-the target branch wrote within that window is not filed (the change would revert a recent
-merge). Each skipped finding keeps why (`Finding.skipped`).
+Anti-oscillation: a finding is not filed again while the quantum filed for it is not closed
+(nor is a new finding of the same file and scanner: it waits for that quantum), nor within
+AUTOPILOT_FINDING_WINDOW_S of its last filing; a finding on a line that a merge into the target
+branch wrote within that window is not filed (the change would revert a recent merge). Each
+skipped finding keeps why (`Finding.skipped`).
 """
 
 from __future__ import annotations
