@@ -453,7 +453,7 @@ def _body(scanner: str, path: str, findings: Sequence[ScanFinding], branch: str,
         lines.append("```\n" + findings[0].message + "\n```")
     else:
         for finding in findings[:LISTED_MAX]:
-            rule = f" [{finding.rule}]" if finding.rule and finding.rule != scanner else ""
+            rule = f" [{finding.rule}]" if scanner == lint.SCANNER and finding.rule else ""
             lines.append(f"- line {finding.line}{rule}: {finding.message}")
         if len(findings) > LISTED_MAX:
             lines.append(f"- … and {len(findings) - LISTED_MAX} more")
