@@ -32,7 +32,7 @@ from autopilot.models import (
 )
 from autopilot.spend import BudgetStatus, CapStatus, budget_status, goals_spent, spend_by_day
 from bursts.models import AgentRun
-from quanta.models import QuantumStatus
+from quanta.models import Quantum, QuantumStatus
 
 ZERO = Decimal(0)
 SPEND_DAYS = 14  # days of spend the history page shows
@@ -209,6 +209,11 @@ def goal_counts() -> dict[str, int]:
     """How many goals are in each status, in the Goals page's order."""
     counts = goals_counts()
     return {status: counts.get(status, 0) for status in GOAL_STATUS_ORDER}
+
+
+def quantum_in_a_goal(*, quantum_id: int) -> bool:
+    """Whether the quantum is one of a goal's (a child of a goal's epic)."""
+    return Quantum.objects.filter(pk=quantum_id, parent__goal__isnull=False).exists()
 
 
 @dataclass(frozen=True)

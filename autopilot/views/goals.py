@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from autopilot.errors import AutopilotError, GoalNotFound, InvalidGoal
 from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm, service_error_to_form
 from autopilot.models import GOAL_OPEN, GoalStatus
-from autopilot.selectors import goal_counts, goal_page, goals_list
+from autopilot.selectors import goal_counts, goal_page, goals_list, quantum_in_a_goal
 from autopilot.services.goals import TOPIC as GOAL_TOPIC
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from autopilot.views.common import next_url, or_404
@@ -56,7 +56,8 @@ def goals_render(
             **_list_context(chosen),
             "filter_form": filter_form,
             "form": form or GoalCreateForm(),
-            **live_attrs(GOAL_TOPICS, "goals", status=chosen),
+            # Quanta events too: a goal's progress moves when one of its quanta closes.
+            **live_attrs([*GOAL_TOPICS, "quanta"], "goals", status=chosen),
         },
         status=status,
     )
@@ -149,6 +150,10 @@ def goal_abandon_view(request: HttpRequest, goal_id: int) -> HttpResponse:
 def goals_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
     # Re-read, not patched from the payload: counts and order stay right even if an event was
     # dropped.
+    if event["topic"] == "quanta":
+        quantum_id = event["payload"].get("quantum_id")
+        if not isinstance(quantum_id, int) or not quantum_in_a_goal(quantum_id=quantum_id):
+            raise LivePageError("not a goal's quantum")
     status = params.get("status", "")
     return _list_context(status if status in GoalStatus.values else "")
 

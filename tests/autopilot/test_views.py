@@ -399,6 +399,8 @@ def test_live_fragments_follow_a_goals_quanta() -> None:
 
     assert "goal-body" in fragment_render(mine, page="goal", params=params, can_operate=False)
     assert fragment_render(theirs, page="goal", params=params, can_operate=False) == ""
+    assert "goal-list" in fragment_render(mine, page="goals", params={}, can_operate=False)
+    assert fragment_render(theirs, page="goals", params={}, can_operate=False) == ""
 
 
 def test_it_survives_hostile_input(op_client: Client) -> None:
