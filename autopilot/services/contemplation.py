@@ -74,6 +74,9 @@ def _anchor() -> Quantum:
         .first()
     )
     if found is not None:
+        if found.status in (QuantumStatus.OPEN, QuantumStatus.BLOCKED):
+            # Reopened by hand: deferred again, so no wave runs it.
+            return quantum_defer(quantum_id=found.pk)
         return found
     quantum = quantum_create(
         title=ANCHOR_TITLE,

@@ -26,6 +26,7 @@ from bursts.models import AGENT_TERMINAL, AgentRun
 from core.celery import app
 from core.models import Event
 from quanta.models import Quantum
+from quanta.services import quantum_reopen
 from tests.bursts.conftest import ROOT, Worker, worker_env
 
 SCRIPT = ROOT / "psychonauts" / "scripts" / "contemplate-demo.yaml"
@@ -109,8 +110,10 @@ def test_no_contemplation_while_one_runs(contemplation_settings: Any) -> None:
     assert first is not None and first.status == "pending"
     assert contemplate_start() is None
     AgentRun.objects.filter(pk=first.pk).update(status="done")
+    quantum_reopen(quantum_id=first.quantum_id)  # by hand: the next start defers it again
     second = contemplate_start()
     assert second is not None and second.quantum_id == first.quantum_id
+    assert Quantum.objects.get(pk=first.quantum_id).status == "deferred"
 
 
 @pytest.mark.django_db
