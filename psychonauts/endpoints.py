@@ -13,14 +13,18 @@ reads all of them in one round trip, and one key per endpoint that is down, expi
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import redis
 from django.conf import settings
 from django.utils import timezone
 
 from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
 
 FAILURES_KEY = "endpoints:failures"
 DOWN_PREFIX = "endpoints:down:"
@@ -44,10 +48,15 @@ def _field(provider: str, model: str) -> str:
 
 
 def endpoint_failure(provider: str, model: str) -> int:
-    """Count one more failure in a row of the endpoint; returns the count."""
+    """Count one more failure in a row of the endpoint; returns the count (0 when Redis could
+    not count it: bookkeeping never fails the run that reports it)."""
     field = _field(provider, model)
     _reset_at.pop(field, None)
-    return int(get_redis().hincrby(FAILURES_KEY, field, 1))
+    try:
+        return int(get_redis().hincrby(FAILURES_KEY, field, 1))
+    except redis.RedisError:
+        logger.warning("could not count a failure of endpoint %s", field, exc_info=True)
+        return 0
 
 
 def endpoint_success(provider: str, model: str) -> None:
@@ -56,7 +65,11 @@ def endpoint_success(provider: str, model: str) -> None:
     now = time.monotonic()
     if now - _reset_at.get(field, -SUCCESS_EVERY_S) < SUCCESS_EVERY_S:
         return
-    get_redis().hdel(FAILURES_KEY, field)
+    try:
+        get_redis().hdel(FAILURES_KEY, field)
+    except redis.RedisError:
+        logger.warning("could not reset the failures of endpoint %s", field, exc_info=True)
+        return
     _reset_at[field] = now
 
 

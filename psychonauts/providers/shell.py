@@ -33,7 +33,7 @@ from psychonauts.providers.base import (
     ProviderRequest,
     ProviderResponse,
 )
-from psychonauts.tools import VERDICT_REASONS_MAX, VERDICT_TOOL
+from psychonauts.tools import TOOLS, VERDICT_REASONS_MAX, VERDICT_TOOL
 from quanta.complexity import complexity_classify
 from quanta.models import Quantum
 
@@ -57,6 +57,10 @@ class ShellProvider:
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
         tools = {t["name"] for t in request.tools}
+        if tools >= set(TOOLS):
+            # A role that lists no tools has them all: an implementer, not a reviewer (the
+            # runtime weighs a verdict only from a role that names the verdict tool).
+            tools.discard(VERDICT_TOOL)
         quantum = Quantum.objects.only("title", "body", "verify_commands").get(
             pk=request.run.quantum_id
         )

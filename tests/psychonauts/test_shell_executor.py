@@ -222,3 +222,16 @@ def test_a_wave_runs_a_trivial_mechanical_quantum_through_its_pipeline_without_a
     usage = set(Usage.objects.filter(agent_run__quantum=quantum).values_list("provider", "model"))
     assert usage == {("shell", "shell")}
     assert sum(u.cost_usd for u in Usage.objects.filter(agent_run__quantum=quantum)) == 0
+
+
+def test_a_role_with_every_tool_runs_the_steps(repo: Path, make_quantum, make_run):
+    from psychonauts.models import Role
+
+    Role.objects.create(name="generalist", system_prompt="Do it.", allowed_tools=[])
+    quantum = _bump(make_quantum)
+    run = make_run("generalist", quantum=quantum)
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert git("show", f"{branch_for(quantum.pk)}:VERSION", cwd=repo).strip() == "1.1"
