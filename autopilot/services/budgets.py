@@ -60,17 +60,20 @@ HOLD_STALE_S = 60.0
 _S = sql_names(Spend)
 _G = sql_names(Goal, "g_")
 
-# The ledger's rows, added to in one statement (the rows are distinct keys). A goal the labels
-# name that does not exist counts under no goal. `total`: today's spend before this statement,
-# read from the same snapshot (for the cap's crossing), or NULL.
+# The ledger's rows, added to in one statement. A goal the labels name that does not exist
+# (deleted, or a label typed by hand) counts under no goal; the rows are grouped after that, as
+# one INSERT may not update a row twice. `total`: today's spend before this statement, read
+# from the same snapshot (for the cap's crossing), or NULL.
 _UPSERT = """
 WITH up AS (
     INSERT INTO {table} ({day}, {scope}, {goal_id}, {usd}, {tokens_in}, {tokens_out}, {calls})
-    SELECT v.day, v.scope, (SELECT g.{g_id} FROM {g_table} g WHERE g.{g_id} = v.goal),
-           v.usd, v.tokens_in, v.tokens_out, v.calls
+    SELECT v.day, v.scope, g.{g_id}, SUM(v.usd), SUM(v.tokens_in), SUM(v.tokens_out),
+           SUM(v.calls)
     FROM unnest(%(day)s::date[], %(scope)s::text[], %(goal)s::bigint[], %(usd)s::numeric[],
                 %(tokens_in)s::bigint[], %(tokens_out)s::bigint[], %(calls)s::int[])
          AS v(day, scope, goal, usd, tokens_in, tokens_out, calls)
+    LEFT JOIN {g_table} g ON g.{g_id} = v.goal
+    GROUP BY v.day, v.scope, g.{g_id}
     ON CONFLICT ON CONSTRAINT spend_once_per_day_scope_goal DO UPDATE SET
         {usd} = {table}.{usd} + EXCLUDED.{usd},
         {tokens_in} = {table}.{tokens_in} + EXCLUDED.{tokens_in},
@@ -161,16 +164,9 @@ def spend_record(
             rows.setdefault(key, _Counts()).add(usd, tokens_in, tokens_out)
     cap = Limits.now().cap
     watch = cap is not None and usd > 0
-    try:
-        before = _upsert(rows, with_total=watch)
-    except Exception:
-        with _free.lock:  # not lost: the zero-cost counts go back for the next statement
-            for k, counts in rows.items():
-                if counts.usd == 0:
-                    _free.rows.setdefault(k, _Counts()).add(
-                        ZERO, counts.tokens_in, counts.tokens_out, counts.calls
-                    )
-        raise
+    # Raises with the database's error; the zero-cost counts it carried are lost with it (not
+    # put back: a row the database refuses would fail every paid call after it).
+    before = _upsert(rows, with_total=watch)
     if watch and before is not None and cap is not None:
         after = before + usd
         if before < cap <= after:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from annihilation.celery import app
 from autopilot.labels import filed_labels, goal_label
 from autopilot.models import Goal, GoalStatus, Hold, Spend
-from autopilot.services.budgets import NEED_KEY, holds_release, spend_flush
+from autopilot.services.budgets import NEED_KEY, holds_release, spend_flush, spend_record
 from autopilot.spend import budget_left, budget_status, cap_status, spend_by_day, spend_today
 from bursts.models import AgentRun, AgentStatus, Wave, WaveStatus
 from bursts.services import wave_start
@@ -163,6 +163,16 @@ def test_it_counts_zero_cost_calls_without_a_statement_each(budgets, make_run, m
     assert ledger() == {}  # counted in the process, written later
     spend_flush()
     assert ledger() == {("healing", None): (Decimal(0), 6)}
+
+
+def test_it_counts_a_goal_that_does_not_exist_under_no_goal(budgets):
+    missing = goal_label(987_654)
+    spend_record(labels=[missing], model="m", usd=Decimal(0), tokens_in=1, tokens_out=2)
+    spend_record(labels=["team:a"], model="m", usd=Decimal("0.5"), tokens_in=3, tokens_out=4)
+
+    assert ledger() == {("operator", None): (Decimal("0.5"), 2)}
+    row = Spend.objects.get()
+    assert (row.tokens_in, row.tokens_out) == (4, 6)
 
 
 def test_it_holds_a_state_over_its_budget_while_operator_work_goes_on(
