@@ -3,7 +3,7 @@ and abandon) and a goal's page (its history, its quanta, its planner runs, its v
 
 Reads come from autopilot.selectors; each action is one service call whose refusals become a
 message (stale: nothing changed) or a form error (bad input). Both pages redraw live when a goal
-changes (`autopilot:goal` events), a goal's page also when one of its quanta does."""
+changes (`autopilot:goals` events), a goal's page also when one of its quanta does."""
 
 from __future__ import annotations
 
