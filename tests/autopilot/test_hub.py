@@ -304,3 +304,21 @@ def test_active_goals_get_their_safety_net_in_any_state(
         tick = hub_tick()
     assert tick.state == "resting" and tick.sent == ("autopilot.goals",)
     assert sent_messages(redis_client) == [("autopilot.goals", {"decompose": False})]
+
+
+def test_the_autopilots_wave_starts_once_and_only_when_executing(hub: Hub) -> None:
+    from autopilot.services.hub import autopilot_wave_start
+
+    assert autopilot_wave_start() is None  # resting: nothing to start
+    quantum_create(title="x", labels=filed_labels("executing"))
+    hub_tick()
+    wave = autopilot_wave_start()
+    assert wave is not None and wave.labels == ["autopilot"]
+    assert autopilot_wave_start() is None  # one runs already
+    assert Wave.objects.count() == 1
+    tick = hub_tick()
+    assert tick.state == "executing" and "autopilot.wave_start" not in tick.sent
+    assert f"wave {wave.pk} running" in tick.reason
+    hub_pause(by="alice")
+    Wave.objects.filter(pk=wave.pk).update(status="cancelled")  # as if it ended
+    assert autopilot_wave_start() is None  # paused: no new wave
