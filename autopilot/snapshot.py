@@ -149,12 +149,13 @@ _A = sql_names(AgentRun, "a_")
 _T = sql_names(AgentTurn, "t_")
 _E = sql_names(Event, "e_")
 
-# One round trip for everything the hub reads of its own tables and the others'. Each subquery
-# walks an index: the ready count the partial index quantum_ready_order (or the labels GIN
-# index, whichever the planner finds cheaper for the share of autopilot quanta) and stops at
-# the cap; waves the partial index wave_status; goals goal_status_order (index-only counts);
+# One round trip for everything the hub reads of its own tables and the others'. The capped
+# counts stop at the cap, through whichever of quantum_ready_order, quantum_status_priority and
+# the labels GIN index the planner finds cheaper for the share of autopilot quanta; waves use
+# the partial index wave_status; goals goal_status_order (a seq scan while the table is small);
 # the checks basecheck_time; agents the partial index agentrun_live, their last turn
-# agentturn_unique and their last event event_topic_seq.
+# agentturn_unique and their last event event_topic_seq. Measured (bench/autopilot_tick.py,
+# 10,000 quanta, 1,000 goals, 50 running agents): about 2 ms with the planning.
 #
 # An agent's progress is the latest of its start, its last turn (written when the model answers)
 # and its last event (a turn opening, a tool starting, streamed text, a resume after a wait on
