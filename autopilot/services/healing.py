@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -139,8 +139,11 @@ def agent_unstick(*, agent_run_id: int, quiet_s: float) -> bool:
 def stuck_agents_heal(stuck: tuple[StuckAgent, ...]) -> list[str]:
     done: list[str] = []
     for agent in stuck:
-        if agent_unstick(agent_run_id=agent.agent_run_id, quiet_s=agent.quiet_s):
-            done.append(f"agent {agent.agent_id} (run {agent.agent_run_id}) cancelled")
+        try:  # agent_unstick is atomic: a failure rolls back that agent alone
+            if agent_unstick(agent_run_id=agent.agent_run_id, quiet_s=agent.quiet_s):
+                done.append(f"agent {agent.agent_id} (run {agent.agent_run_id}) cancelled")
+        except Exception:
+            logger.exception("autopilot healing: agent run %s", agent.agent_run_id)
     return done
 
 
@@ -313,13 +316,28 @@ def base_healing_file(s: Snapshot) -> Quantum | None:
 # --- what the tick calls ------------------------------------------------------------------------
 
 
-def healing_act(s: Snapshot) -> list[str]:
-    """Every healing action the snapshot calls for; what was done, in words."""
-    done = stuck_agents_heal(s.stuck)
-    done += endpoints_heal(s.endpoints)
+def _base_heal(s: Snapshot) -> list[str]:
     quantum = base_healing_file(s)
-    if quantum is not None:
-        done.append(f"healing quantum #{quantum.pk} filed for the integration branch")
+    if quantum is None:
+        return []
+    return [f"healing quantum #{quantum.pk} filed for the integration branch"]
+
+
+def healing_act(s: Snapshot) -> list[str]:
+    """Every healing action the snapshot calls for; what was done, in words. Each kind runs in
+    a savepoint of its own: one that fails is logged and the others (and the tick) go on."""
+    done: list[str] = []
+    actions: list[tuple[str, Callable[[], list[str]]]] = [
+        ("stuck agents", lambda: stuck_agents_heal(s.stuck)),
+        ("endpoints", lambda: endpoints_heal(s.endpoints)),
+        ("the integration branch", lambda: _base_heal(s)),
+    ]
+    for what, action in actions:
+        try:
+            with transaction.atomic():
+                done += action()
+        except Exception:
+            logger.exception("autopilot healing: %s failed", what)
     return done
 
 
