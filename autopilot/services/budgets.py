@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -269,14 +269,16 @@ class _Held:
     hold_id: int
     agent_run_id: int
     scope: str
-    created_at: Any
+    created_at: datetime
     status: str
     labels: list[str]
 
 
 def _hold_drop(held: _Held, event: str, **payload: Any) -> None:
     Hold.objects.filter(pk=held.hold_id).delete()
-    transaction.on_commit(lambda: get_redis().hdel(NEED_KEY, str(held.agent_run_id)))
+    # Now, not on commit: the resumed run's task is sent on commit, and a run held again at once
+    # records its new need before an on-commit delete would run.
+    get_redis().hdel(NEED_KEY, str(held.agent_run_id))
     publish(TOPIC, event, {"agent_run_id": held.agent_run_id, "scope": held.scope, **payload})
 
 
