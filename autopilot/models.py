@@ -210,7 +210,6 @@ class Spend(models.Model):
             ),
             models.CheckConstraint(condition=Q(scope__in=SPEND_SCOPES), name="spend_scope_valid"),
         ]  # fmt: skip
-        indexes = [models.Index(fields=["goal"], name="spend_goal")]
 
     def __str__(self) -> str:
         return f"{self.day} {self.scope}: ${self.usd}"

@@ -279,7 +279,17 @@ def hub_tick() -> Tick:
                     kind="resumed")  # fmt: skip
             changed = True
         if hub.paused:
-            return Tick(state=hub.state, reason=hub.paused_reason, changed=changed, paused=True)
+            # Budget holds are not the hub's to keep: the operator's own work held by the cap
+            # resumes once the cap allows, paused hub or not.
+            if snap.holds:
+                _send(HOLDS_TASK, sent)
+            return Tick(
+                state=hub.state,
+                reason=hub.paused_reason,
+                changed=changed,
+                paused=True,
+                sent=tuple(sent),
+            )
 
         decision = Decision(hub.state, hub.reason) if hub.forced else decide(snap)
         changes: dict[str, Any] = {}

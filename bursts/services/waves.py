@@ -155,17 +155,20 @@ def _progress_bursts(wave: Wave, *, first_collect: int | None = None) -> None:
 
 def _progress_continuous(wave: Wave, *, first_collect: int | None = None) -> None:
     # One rolling burst: a finished run is drained at once, and whatever that unblocked starts.
+    # Runs end without the wave's lock: one may end after the drain below and before the check
+    # for live runs, so the wave ends only once no run is live and none waits to be drained.
     burst = wave.bursts.order_by("-number").first() or _burst_next(wave)
     while True:
         _drain_finished(wave)
         collected = burst_collect(wave=wave, burst=burst, limit=first_collect)
         if first_collect and collected:
             return  # the caller collects the rest at once, in its own transaction
-        if collected == 0 or wave.runs.filter(status__in=LIVE_RUN).exists():
+        if wave.runs.filter(status__in=LIVE_RUN).exists():
+            return  # each run that ends triggers the next step
+        if not wave.runs.filter(drained_at__isnull=True).exists():
             break
-    if not wave.runs.filter(status__in=LIVE_RUN).exists():
-        burst_close(burst=burst)
-        _wave_finish(wave, WaveStatus.DONE)
+    burst_close(burst=burst)
+    _wave_finish(wave, WaveStatus.DONE)
 
 
 def _burst_next(wave: Wave) -> Burst:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from tests.bursts.conftest import Worker, pipeline, wait_wave, worker_env
 from tests.polling import wait_for
 from tests.psychonauts.conftest import make_quantum, make_run, scripts
 from tests.tether.conftest import active_tasks
+from tether.models import Reaching
+from tether.services import reaching_answer
+from tether.services.reachings import agents_rewake
 
 __all__ = ["make_quantum", "make_run", "scripts"]
 
@@ -425,3 +429,36 @@ def test_on_a_worker_a_wave_held_by_its_state_budget_finishes_once_the_budget_is
     assert quantum.status == QuantumStatus.CLOSED
     assert calls_made(coder) == 3 and AgentRun.objects.filter(quantum=quantum).count() == 1
     assert ledger() == {("executing", None): (Decimal(3), 3)}
+
+
+ASK_THEN_PAY = f"""
+name: askpay
+match: {{labels: [askpay]}}
+turns:
+  - text: "Which way?"
+    tools:
+      - ask_tether: {{question: "Keep it?", priority: normal, assumption: "keep", timeout_s: 300}}
+    {PAID}
+  - text: "Looking."
+    tools:
+      - list_dir: {{path: "."}}
+    {PAID}
+  - text: "Done."
+"""
+
+
+def test_the_tethers_sweep_leaves_a_run_a_budget_holds_alone(
+    budgets, scripts, make_run, make_quantum
+):
+    scripts("askpay", ASK_THEN_PAY)
+    budgets.AUTOPILOT_BUDGET_STATE_USD = {**budgets.AUTOPILOT_BUDGET_STATE_USD, "improving": 1.5}
+    run = make_run("coder", quantum=make_quantum(labels=[*filed_labels("improving"), "askpay"]))
+    assert execute(run) == "waiting"  # on the Tether
+    reaching = Reaching.objects.get(agent_run=run)
+    assert reaching_answer(reaching_id=reaching.pk, text="keep it").resumed
+    assert execute(run) == "waiting"  # on the budget, its question long answered
+    AgentRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
+
+    assert agents_rewake() == []
+
+    assert agent_status(run.pk) == AgentStatus.WAITING and Hold.objects.filter(agent_run=run)

@@ -18,9 +18,10 @@ from django.utils import timezone
 
 from autopilot.errors import InvalidHubCommand
 from autopilot.labels import filed_labels
-from autopilot.models import Hub, HubTransition
+from autopilot.models import Hold, Hub, HubTransition
 from autopilot.services.budgets import spend_record
 from autopilot.services.hub import (
+    HOLDS_TASK,
     hub_force,
     hub_get,
     hub_pause,
@@ -32,8 +33,9 @@ from core.models import Event
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.bursts.conftest import fast_settings, make_worker, pipeline, step_log, wait_wave
+from tests.psychonauts.conftest import make_quantum, make_run
 
-__all__ = ["fast_settings", "make_worker", "step_log"]
+__all__ = ["fast_settings", "make_quantum", "make_run", "make_worker", "step_log"]
 
 pytestmark = pytest.mark.django_db
 
@@ -177,6 +179,17 @@ def test_an_operator_pause_stays_when_the_cap_lifts(hub: Hub, settings: Any) -> 
     hub_tick()
     row = Hub.objects.get(pk=1)
     assert row.paused and row.paused_reason == "holiday"
+
+
+def test_a_paused_hub_still_sends_the_budget_holds_to_be_released(
+    redis_client: redis.Redis, make_run: Any
+) -> None:
+    hub_tick()
+    assert hub_tick().sent == ()
+    run = make_run("coder")
+    Hold.objects.create(agent_run=run, scope="cap", reason="global spend cap reached")
+    tick = hub_tick()
+    assert tick.paused and tick.sent == (HOLDS_TASK,)
 
 
 def test_a_tick_costs_a_few_statements(hub: Hub) -> None:

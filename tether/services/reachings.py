@@ -337,9 +337,12 @@ def agents_rewake(*, grace_s: float = 1.0) -> list[int]:
     resolved = Reaching.objects.filter(
         agent_run=OuterRef("pk"), status__in=[ReachingStatus.ANSWERED, ReachingStatus.TIMED_OUT]
     )
+    # Its ask_tether call leaves its turn incomplete; a run waiting for another reason (held by
+    # a budget before a model call) has completed every turn, and is not the Tether's to wake.
+    asking = AgentTurn.objects.filter(agent_run=OuterRef("pk"), complete=False)
     stranded = list(
         AgentRun.objects.filter(status=AgentStatus.WAITING, heartbeat_at__lt=cutoff)
-        .filter(Exists(resolved))
+        .filter(Exists(resolved), Exists(asking))
         .exclude(Exists(pending))
         .values_list("pk", flat=True)[:500]
     )

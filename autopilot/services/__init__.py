@@ -1,0 +1,1 @@
+"""The autopilot's writers: goals, the hub, budgets, scanners, contemplation, healing."""
