@@ -208,3 +208,12 @@ def test_the_form_offers_auto_by_default_and_keeps_an_operators_choice(client):
     )
     auto.refresh_from_db()
     assert (auto.complexity, auto.complexity_auto) == ("complex", True)
+
+
+def test_the_quantum_page_marks_an_auto_classified_complexity(client):
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    auto = quantum_create(title="Fix a typo")
+    chosen = quantum_create(title="Fix a typo", complexity="trivial")
+
+    assert "(auto)" in client.get(reverse("quantum", args=[auto.pk])).content.decode()
+    assert "(auto)" not in client.get(reverse("quantum", args=[chosen.pk])).content.decode()
