@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,29 +172,21 @@ def test_a_wave_runs_a_trivial_mechanical_quantum_through_its_pipeline_without_a
         ANTHROPIC_API_KEY="not-used",
         ANNIHILATION_PROVIDER_RETRIES="1",
     )
-    stage = {"condition": "", "retries": 0, "timeout_s": 0}
-    pipelines_save(
-        specs=[
-            (
-                "test",
-                {
-                    "name": "mechanical",
-                    "description": "",
-                    "match_labels": [],
-                    "match_kinds": [],
-                    "is_default": True,
-                    "stages": [  # type: ignore[typeddict-item]
-                        {**stage, "index": 0, "name": "plan", "mode": "sequential",
-                         "agents": [{"role": "planner", "settings": {}}]},
-                        {**stage, "index": 1, "name": "implement", "mode": "sequential",
-                         "agents": [{"role": "coder", "settings": {}}], "verify": True},
-                        {**stage, "index": 2, "name": "test", "mode": "sequential",
-                         "agents": [{"role": "tester", "settings": {}}]},
-                    ],
-                },
-            )
-        ]
-    )  # fmt: skip
+    stage: dict[str, Any] = {"condition": "", "retries": 0, "timeout_s": 0, "mode": "sequential"}
+    spec: Any = {
+        "name": "mechanical",
+        "description": "",
+        "match_labels": [],
+        "match_kinds": [],
+        "is_default": True,
+        "stages": [
+            {**stage, "index": 0, "name": "plan", "agents": [{"role": "planner", "settings": {}}]},
+            {**stage, "index": 1, "name": "implement", "verify": True,
+             "agents": [{"role": "coder", "settings": {}}]},
+            {**stage, "index": 2, "name": "test", "agents": [{"role": "tester", "settings": {}}]},
+        ],
+    }  # fmt: skip
+    pipelines_save(specs=[("test", spec)])
     quantum = quantum_create(
         title="Bump the version", body=BUMP, verify_commands=["grep -qx 1.1 VERSION"]
     )
