@@ -1,4 +1,5 @@
-"""`noop`: finishes at once with a short result and no LLM (trivial quanta, benchmarks)."""
+"""`noop`: finishes at once with a short result and no LLM (benchmarks, or a run or role that
+names it; trivial quanta with mechanical steps run on `shell`)."""
 
 from __future__ import annotations
 
