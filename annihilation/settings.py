@@ -283,6 +283,7 @@ PSYCHONAUTS_PRICES = {
     "claude-opus-4-6": (5.0, 25.0),
     "scripted": (0.0, 0.0),
     "noop": (0.0, 0.0),
+    "shell": (0.0, 0.0),
 }
 PSYCHONAUTS_DEFAULT_PRICE = (3.0, 15.0)
 PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float(

@@ -25,6 +25,7 @@ class QuantumData(TypedDict):
     acceptance: str
     verify_commands: list[str]
     complexity: str
+    complexity_auto: bool
     close_reason: str
     created_at: str
     updated_at: str
@@ -45,6 +46,7 @@ def quantum_data(q: Quantum) -> QuantumData:
         "acceptance": q.acceptance,
         "verify_commands": list(q.verify_commands),
         "complexity": q.complexity,
+        "complexity_auto": q.complexity_auto,
         "close_reason": q.close_reason,
         "created_at": q.created_at.isoformat(),
         "updated_at": q.updated_at.isoformat(),
@@ -106,7 +108,8 @@ def export_record(
         "kind": q.kind,
         "status": q.status if q.status != "in_progress" else "open",
         "priority": q.priority,
-        "complexity": q.complexity,
+        # Set by the classifier: imported, it is classified again (and stays automatic).
+        "complexity": "auto" if q.complexity_auto else q.complexity,
     }
     optional = {
         "body": q.body,

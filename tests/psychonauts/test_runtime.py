@@ -156,16 +156,21 @@ def test_it_includes_the_threaded_context_verbatim_in_the_prompt(repo, make_run)
     assert context in agent_prompt(run)
 
 
-def test_it_routes_trivial_quanta_to_the_no_llm_executor(repo, make_quantum, make_run, settings):
+def test_it_runs_a_trivial_mechanical_quantum_without_a_model(
+    repo, make_quantum, make_run, settings
+):
     settings.PSYCHONAUTS_TRIVIAL_NO_LLM = True
-    run = make_run("coder", quantum=make_quantum(complexity="trivial"), provider="anthropic")
+    quantum = make_quantum(
+        title="Bump the version", body="$ printf '1.1\\n' > VERSION", complexity="trivial"
+    )
+    run = make_run("coder", quantum=quantum, provider="anthropic")
 
     outcome = agent_run_execute(agent_run_id=run.pk)
 
     run.refresh_from_db()
-    assert outcome.status == "done"
-    assert (run.provider, run.model) == ("noop", "noop")
-    assert outcome.result.startswith("noop:")
+    assert outcome.status == "done", outcome.error
+    assert (run.provider, run.model) == ("shell", "shell")
+    assert outcome.result.startswith("Ran 1 mechanical step(s)")
 
 
 def test_it_rebuilds_the_registry_from_postgres_after_a_flush(repo, make_run, redis_client):
