@@ -4,32 +4,17 @@ two verifications of one goal from running at once."""
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from django.conf import settings
 
-from psychonauts.workspaces import git, git_run, registry_lock
+from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
 
 
-@contextmanager
-def verify_lock(goal_id: int) -> Iterator[bool]:
-    """One verification of a goal at a time (without waiting: True when held). A file lock goes
-    with its process: a worker that dies lets it go."""
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"goal-verify-{goal_id}.lock").open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def verify_lock(goal_id: int) -> AbstractContextManager[bool]:
+    """One verification of a goal at a time (without waiting: True when held)."""
+    return file_lock_try(f"goal-verify-{goal_id}")
 
 
 def scratch_at(goal_id: int, sha: str) -> Path:

@@ -93,6 +93,24 @@ def file_lock(name: str, *, shared: bool = False) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextmanager
+def file_lock_try(name: str) -> Iterator[bool]:
+    """`file_lock`, exclusive, without waiting: True when held (for the block), False when
+    another process holds it. The lock goes with its process: one that dies lets it go."""
+    folder = Path(settings.ANNIHILATION_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 _DEMO_FILES = {
     ".gitignore": "__pycache__/\n*.pyc\n.pytest_cache/\n",
     "README.md": "# demo\n\nA small repository for Annihilation's demo wave.\n",

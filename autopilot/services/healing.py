@@ -10,11 +10,9 @@ scratch worktree detached at the branch's tip, through the command guard and the
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -36,7 +34,7 @@ from core.redis import get_redis
 from psychonauts.endpoints import endpoint_mark_down
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import verify_commands_run
-from psychonauts.workspaces import git, git_run, registry_lock
+from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.services import quantum_create
@@ -210,24 +208,6 @@ def _repo_key() -> str:
     return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
 
 
-@contextmanager
-def _check_lock_try() -> Iterator[bool]:
-    """One base check at a time per repository (they share a scratch worktree); without
-    waiting. The lock goes with the process: a worker that dies frees it."""
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"base-check-{_repo_key()}.lock").open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _scratch_at(sha: str) -> Path:
     """A worktree detached at `sha`, clean (what the last check left is gone)."""
     where = Path(settings.ANNIHILATION_HOME) / "checks" / f"base-{_repo_key()}"
@@ -250,7 +230,8 @@ def base_check_run() -> BaseCheck | None:
     commands = base_check_commands()
     if not commands:
         return None
-    with _check_lock_try() as held:
+    # One base check at a time per repository (they share a scratch worktree).
+    with file_lock_try(f"base-check-{_repo_key()}") as held:
         if not held:
             return None
         target = target_branch()

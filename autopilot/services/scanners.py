@@ -21,13 +21,11 @@ skipped finding keeps why (`Finding.skipped`).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import shlex
 import shutil
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -64,6 +62,7 @@ from core.redaction import redact
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
+from psychonauts.workspaces import file_lock_try
 from quanta.errors import QuantaError
 from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus
@@ -122,23 +121,6 @@ def _repo() -> Path:
 
 def _repo_key() -> str:
     return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-
-
-@contextmanager
-def _scan_lock_try() -> Iterator[bool]:
-    """One pass at a time per repository, without waiting (the lock goes with the process)."""
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"scan-{_repo_key()}.lock").open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def scratch_path() -> Path:
@@ -558,7 +540,7 @@ def scan_file(
 def scan_run() -> ScanReport:
     """One improving pass over the target branch's tip (busy when another pass runs)."""
     report = ScanReport()
-    with _scan_lock_try() as held:
+    with file_lock_try(f"scan-{_repo_key()}") as held:  # one pass at a time
         if not held:
             report.busy = True
             return report

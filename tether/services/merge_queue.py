@@ -25,12 +25,9 @@ starts the entry over. Nothing of a scratch worktree survives into the next entr
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +36,7 @@ from django.conf import settings
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import VerifyReport, verify_commands_run
-from psychonauts.workspaces import git, git_run, registry_lock
+from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
 from quanta.models import Quantum
 from tether.errors import TetherError
 from tether.models import ChangeReview
@@ -95,24 +92,6 @@ def _repo() -> Path:
 
 def _repo_key() -> str:
     return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-
-
-@contextmanager
-def _queue_lock_try() -> Iterator[bool]:
-    """The queue's lock without waiting: True when held (for the block), False when another
-    consumer has it."""
-    folder = Path(settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"merge-queue-{_repo_key()}.lock").open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def scratch_path() -> Path:
@@ -258,7 +237,7 @@ def merge_queue_run(*, limit: int | None = None) -> QueueReport:
     report = QueueReport()
     done = 0
     while True:
-        with _queue_lock_try() as held:
+        with file_lock_try(f"merge-queue-{_repo_key()}") as held:
             if not held:
                 report.busy = True
                 return report
