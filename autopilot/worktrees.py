@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
+from psychonauts.workspaces import file_lock_try, git_run, registry_lock, scratch_worktree
 
 
 def verify_lock(goal_id: int) -> AbstractContextManager[bool]:
@@ -19,15 +19,7 @@ def verify_lock(goal_id: int) -> AbstractContextManager[bool]:
 
 def scratch_at(goal_id: int, sha: str) -> Path:
     """A worktree detached at `sha`, for the goal's verification only."""
-    repo = Path(settings.ANNIHILATION_REPO)
-    where = Path(settings.ANNIHILATION_HOME) / "goals" / f"verify-{goal_id}"
-    where.parent.mkdir(parents=True, exist_ok=True)
-    with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
-        git("worktree", "prune", cwd=repo)
-        if where.exists():
-            git_run("worktree", "remove", "--force", str(where), cwd=repo)
-        git("worktree", "add", "-q", "--detach", str(where), sha, cwd=repo)
-    return where
+    return scratch_worktree(Path(settings.ANNIHILATION_HOME) / "goals" / f"verify-{goal_id}", sha)
 
 
 def scratch_remove(where: Path) -> None:

@@ -139,10 +139,33 @@ def demo_repo_ensure(path: Path) -> Path:
     return path
 
 
+def repo_key() -> str:
+    """A short key of the target repository (ANNIHILATION_REPO): its locks and scratch folders."""
+    repo = Path(settings.ANNIHILATION_REPO).resolve()
+    return hashlib.sha1(str(repo).encode()).hexdigest()[:16]
+
+
 def repo_lock(kind: str, *, shared: bool = False) -> AbstractContextManager[None]:
     """A lock of one `kind` on the target repository (ANNIHILATION_REPO) as a whole."""
-    repo = Path(settings.ANNIHILATION_REPO).resolve()
-    return file_lock(f"{kind}-{hashlib.sha1(str(repo).encode()).hexdigest()[:16]}", shared=shared)
+    return file_lock(f"{kind}-{repo_key()}", shared=shared)
+
+
+def scratch_worktree(where: Path, sha: str) -> Path:
+    """A worktree of the target repository at `where` for the runtime's own checks (never an
+    agent's), detached at `sha` and clean: made when missing, else reset, so whatever its last
+    user left is gone. Its caller holds a lock that keeps others out of `where`."""
+    repo = Path(settings.ANNIHILATION_REPO)
+    if not (where / ".git").exists():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
+            git("worktree", "prune", cwd=repo)
+            if where.exists():
+                git_run("worktree", "remove", "--force", str(where), cwd=repo)
+            git("worktree", "add", "-q", "--detach", str(where), sha, cwd=repo)
+        return where
+    git("checkout", "-q", "-f", "--detach", sha, cwd=where)
+    git("clean", "-q", "-ffdx", cwd=where)
+    return where
 
 
 def registry_lock(*, shared: bool) -> AbstractContextManager[None]:

@@ -10,7 +10,6 @@ scratch worktree detached at the branch's tip, through the command guard and the
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -34,7 +33,11 @@ from core.redis import get_redis
 from psychonauts.endpoints import endpoint_mark_down
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import verify_commands_run
-from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
+from psychonauts.workspaces import (
+    file_lock_try,
+    repo_key,
+    scratch_worktree,
+)
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.services import quantum_create
@@ -190,7 +193,7 @@ def base_check_due(s: Snapshot) -> bool:
 
 
 def _claim_key() -> str:
-    return f"autopilot:base_check:{_repo_key()}"
+    return f"autopilot:base_check:{repo_key()}"
 
 
 def base_check_claim(s: Snapshot) -> bool:
@@ -204,24 +207,9 @@ def _repo() -> Path:
     return Path(settings.ANNIHILATION_REPO)
 
 
-def _repo_key() -> str:
-    return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-
-
 def _scratch_at(sha: str) -> Path:
-    """A worktree detached at `sha`, clean (what the last check left is gone)."""
-    where = Path(settings.ANNIHILATION_HOME) / "checks" / f"base-{_repo_key()}"
-    if not (where / ".git").exists():
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
-            git("worktree", "prune", cwd=_repo())
-            if where.exists():
-                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
-            git("worktree", "add", "-q", "--detach", str(where), sha, cwd=_repo())
-        return where
-    git("checkout", "-q", "-f", "--detach", sha, cwd=where)
-    git("clean", "-q", "-ffdx", cwd=where)
-    return where
+    """The base check's worktree, detached at `sha` and clean (what the last check left is gone)."""
+    return scratch_worktree(Path(settings.ANNIHILATION_HOME) / "checks" / f"base-{repo_key()}", sha)
 
 
 def base_check_run() -> BaseCheck | None:
@@ -231,7 +219,7 @@ def base_check_run() -> BaseCheck | None:
     if not commands:
         return None
     # One base check at a time per repository (they share a scratch worktree).
-    with file_lock_try(f"base-check-{_repo_key()}") as held:
+    with file_lock_try(f"base-check-{repo_key()}") as held:
         if not held:
             return None
         target = target_branch()

@@ -21,7 +21,6 @@ skipped finding keeps why (`Finding.skipped`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shlex
 import shutil
@@ -62,7 +61,7 @@ from core.redaction import redact
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
-from psychonauts.workspaces import file_lock_try
+from psychonauts.workspaces import file_lock_try, repo_key
 from quanta.errors import QuantaError
 from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus
@@ -119,13 +118,9 @@ def _repo() -> Path:
     return Path(settings.ANNIHILATION_REPO)
 
 
-def _repo_key() -> str:
-    return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-
-
 def scratch_path() -> Path:
     """Where lint and test commands run: a copy of the tip, made anew each pass."""
-    return Path(settings.ANNIHILATION_HOME) / "scans" / _repo_key()
+    return Path(settings.ANNIHILATION_HOME) / "scans" / repo_key()
 
 
 def _target() -> tuple[str, str]:
@@ -540,7 +535,7 @@ def scan_file(
 def scan_run() -> ScanReport:
     """One improving pass over the target branch's tip (busy when another pass runs)."""
     report = ScanReport()
-    with file_lock_try(f"scan-{_repo_key()}") as held:  # one pass at a time
+    with file_lock_try(f"scan-{repo_key()}") as held:  # one pass at a time
         if not held:
             report.busy = True
             return report

@@ -23,6 +23,7 @@ from autopilot.scanners.todo import todo_scan
 from autopilot.services.scanners import scan_run
 from core.models import Event
 from psychonauts.verify import verify_command_problem, verify_commands_run
+from psychonauts.workspaces import file_lock, repo_key
 from quanta.models import Quantum
 from quanta.services import quantum_close
 
@@ -433,14 +434,7 @@ def test_it_reads_the_branch_tip_not_the_checkout(repo: Path, scan_settings: Any
 
 
 def test_a_second_pass_at_once_is_busy(repo: Path, scan_settings: Any) -> None:
-    import fcntl
-
-    from autopilot.services import scanners
-
-    folder = Path(scan_settings.ANNIHILATION_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f"scan-{scanners._repo_key()}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with file_lock(f"scan-{repo_key()}"):  # another pass holds it
         assert scan_run().busy
     assert not scan_run().busy
 

@@ -25,7 +25,6 @@ starts the entry over. Nothing of a scratch worktree survives into the next entr
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,13 @@ from django.conf import settings
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import VerifyReport, verify_commands_run
-from psychonauts.workspaces import file_lock_try, git, git_run, registry_lock
+from psychonauts.workspaces import (
+    file_lock_try,
+    git,
+    git_run,
+    repo_key,
+    scratch_worktree,
+)
 from quanta.models import Quantum
 from tether.errors import TetherError
 from tether.models import ChangeReview
@@ -90,30 +95,17 @@ def _repo() -> Path:
     return Path(settings.ANNIHILATION_REPO)
 
 
-def _repo_key() -> str:
-    return hashlib.sha1(str(_repo().resolve()).encode()).hexdigest()[:16]
-
-
 def scratch_path() -> Path:
-    return Path(settings.ANNIHILATION_HOME) / "merges" / f"queue-{_repo_key()}"
+    return Path(settings.ANNIHILATION_HOME) / "merges" / f"queue-{repo_key()}"
 
 
 def _scratch_at(sha: str) -> Path:
     """The scratch worktree, detached at `sha` and clean (whatever a dead consumer or the last
-    entry's checks left in it is gone)."""
+    entry's checks left in it is gone, a half-done merge included)."""
     where = scratch_path()
-    if not (where / ".git").exists():
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
-            git("worktree", "prune", cwd=_repo())
-            if where.exists():
-                git_run("worktree", "remove", "--force", str(where), cwd=_repo())
-            git("worktree", "add", "-q", "--detach", str(where), sha, cwd=_repo())
-        return where
-    git_run("merge", "--abort", cwd=where)  # a merge a dead consumer left half done
-    git("checkout", "-q", "-f", "--detach", sha, cwd=where)
-    git("clean", "-q", "-ffdx", cwd=where)
-    return where
+    if (where / ".git").exists():
+        git_run("merge", "--abort", cwd=where)
+    return scratch_worktree(where, sha)
 
 
 def _scratch_merge(where: Path, review: ChangeReview) -> tuple[str, list[str]]:
@@ -237,7 +229,7 @@ def merge_queue_run(*, limit: int | None = None) -> QueueReport:
     report = QueueReport()
     done = 0
     while True:
-        with file_lock_try(f"merge-queue-{_repo_key()}") as held:
+        with file_lock_try(f"merge-queue-{repo_key()}") as held:
             if not held:
                 report.busy = True
                 return report
