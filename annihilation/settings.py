@@ -448,6 +448,41 @@ AUTOPILOT_PROPOSALS_MAX = env_int("ANNIHILATION_AUTOPILOT_PROPOSALS_MAX", 5, min
 # queue, verified on the merged result); the operator's own changes follow TETHER_AUTO_MERGE_*.
 AUTOPILOT_AUTO_MERGE_LOW_RISK = env_bool("ANNIHILATION_AUTOPILOT_AUTO_MERGE_LOW_RISK", False)
 
+# --- reflection ---
+# A rule's confidence halves over this many days without feedback (the daily decay sweep).
+REFLECTION_HALF_LIFE_DAYS = env_float("ANNIHILATION_REFLECTION_HALF_LIFE_DAYS", 30.0, minimum=0.1)
+# Promotion on feedback: (helpful count, confidence) a rule needs to become established / proven.
+REFLECTION_PROMOTE_ESTABLISHED = (
+    env_int("ANNIHILATION_REFLECTION_ESTABLISHED_HELPFUL", 3, minimum=1),
+    env_float("ANNIHILATION_REFLECTION_ESTABLISHED_CONFIDENCE", 0.6, minimum=0),
+)
+REFLECTION_PROMOTE_PROVEN = (
+    env_int("ANNIHILATION_REFLECTION_PROVEN_HELPFUL", 10, minimum=1),
+    env_float("ANNIHILATION_REFLECTION_PROVEN_CONFIDENCE", 0.8, minimum=0),
+)
+# Demotion: a harmful feedback that leaves a rule's confidence below this deprecates it (decay
+# alone only lowers confidence: a rule is deprecated on evidence of harm, not on silence).
+REFLECTION_DEMOTE_BELOW = env_float("ANNIHILATION_REFLECTION_DEMOTE_BELOW", 0.3, minimum=0)
+# A rule failing at least this often (and more than twice as often as it helps) inverts into
+# an anti-pattern ("Avoid: ...").
+REFLECTION_ANTI_PATTERN_MIN_FAILURES = env_int(
+    "ANNIHILATION_REFLECTION_ANTI_PATTERN_MIN_FAILURES", 3, minimum=1
+)
+# How a skill is chosen among the matching ones: thompson (sampling), ucb1 or mean (posterior).
+REFLECTION_SKILL_POLICY = env_str("ANNIHILATION_REFLECTION_SKILL_POLICY", "thompson").strip()
+if REFLECTION_SKILL_POLICY not in ("thompson", "ucb1", "mean"):
+    raise ImproperlyConfigured(
+        "ANNIHILATION_REFLECTION_SKILL_POLICY must be 'thompson', 'ucb1' or 'mean'"
+    )
+# A proposed rule needs evidence from at least this many sessions to be accepted.
+REFLECTION_EVIDENCE_MIN_SESSIONS = env_int(
+    "ANNIHILATION_REFLECTION_EVIDENCE_MIN_SESSIONS", 2, minimum=1
+)
+# The most playbook rules injected into one agent's prompt.
+REFLECTION_INJECT_TOP_K = env_int("ANNIHILATION_REFLECTION_INJECT_TOP_K", 5, minimum=0)
+# How often the decay sweep runs (seconds; daily by default).
+REFLECTION_DECAY_EVERY_S = env_float("ANNIHILATION_REFLECTION_DECAY_EVERY_S", 86400.0, minimum=60)
+
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
 # The beat's periodic tasks; each expires after its own period (the next one is due by then).
@@ -462,6 +497,7 @@ CELERY_BEAT_SCHEDULE = {
         ("bursts-safety-net", "bursts.safety_net", BURSTS_SAFETY_NET_INTERVAL_S),
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
+        ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),
     )
 }
 

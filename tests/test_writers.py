@@ -51,6 +51,7 @@ from psychonauts.models import (
 )
 from quanta.models import Comment, Dependency, Quantum
 from quanta.pipeline_models import Pipeline, Stage
+from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun, Skill, SkillUse
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +90,11 @@ OWNERS: dict[type[models.Model], str] = {
     Drift: "tether/services/drifts.py",
     ChangeReview: "tether/services/changes.py",
     PipelineMutation: "tether/services/mutations.py",
+    PlaybookRule: "reflection/services/playbook.py",
+    PlaybookDelta: "reflection/services/playbook.py",
+    Skill: "reflection/services/skills.py",
+    SkillUse: "reflection/services/skills.py",
+    ReflectionRun: "reflection/services/runs.py",
     Goal: "autopilot/services/goals.py",
     GoalTransition: "autopilot/services/goals.py",
     Hub: "autopilot/services/hub.py",
