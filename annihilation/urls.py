@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from annihilation.views import dashboard, pipelines, quantum
+from annihilation.views import dashboard, pipelines, quantum, sessions
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -13,6 +13,7 @@ urlpatterns = [
     path("quanta/<int:quantum_id>/", quantum.quantum_detail, name="quantum"),
     path("pipelines/", pipelines.pipelines, name="pipelines"),
     path("pipelines/load/", pipelines.pipelines_load_pasted, name="pipelines_load"),
+    path("sessions/", sessions.sessions_page, name="sessions"),
     path("", include("quanta.urls")),
     path("waves/start/", dashboard.wave_start_view, name="wave_start"),
     path("waves/", include("bursts.urls")),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from core.errors import BadSearchQuery as CoreBadSearchQuery
+
 
 class QuantaError(Exception):
     """Base of the quanta app's errors. The message is written for the operator."""
@@ -37,5 +39,5 @@ class ImportFailed(QuantaError):
         super().__init__("\n".join(problems))
 
 
-class BadSearchQuery(QuantaError):
+class BadSearchQuery(QuantaError, CoreBadSearchQuery):
     """A search query that cannot be turned into a full-text query."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,6 +10,8 @@ from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
 from django.db.models import F, Q, QuerySet
 
+from core.errors import BadSearchQuery as CoreBadSearchQuery
+from core.search import search_to_tsquery as core_search_to_tsquery
 from quanta.errors import BadSearchQuery, QuantumNotFound
 from quanta.models import Comment, Dependency, Quantum, QuantumStatus
 
@@ -191,48 +192,13 @@ def quanta_children(*, parent_id: int) -> QuerySet[Quantum]:
 
 # --- search ----------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r'(-?)"([^"]*)"|(\S+)')
-_WORD = re.compile(r"\w+", re.UNICODE)
-
 
 def search_to_tsquery(query: str) -> str:
-    """Turn an operator's query into a Postgres `to_tsquery` expression.
-
-    Words are ANDed; `"a phrase"` must appear in order; `OR` between terms; `-term` excludes;
-    `auth*` matches prefixes. Only word characters reach Postgres, so no input can break
-    the tsquery syntax.
-    """
-    clauses: list[str] = []
-    pending_or = False
-    for match in _TOKEN.finditer(query):
-        negate, phrase, bare = match.group(1), match.group(2), match.group(3)
-        if bare == "OR":
-            pending_or = bool(clauses)
-            continue
-        prefix = False
-        if bare is not None:
-            negate = "-" if bare.startswith("-") else ""
-            prefix = bare.endswith("*")
-            words = _WORD.findall(bare)
-        else:
-            words = _WORD.findall(phrase)
-        if not words:
-            continue
-        term = " <-> ".join(words) + (":*" if prefix else "")
-        if len(words) > 1:
-            term = f"({term})"
-        if negate:
-            term = f"!{term}"
-        if pending_or and clauses:
-            clauses[-1] = f"({clauses[-1]} | {term})"
-        else:
-            clauses.append(term)
-        pending_or = False
-    if not clauses:
-        raise BadSearchQuery(f"nothing to search for in {query!r}")
-    if all(c.startswith("!") for c in clauses):
-        raise BadSearchQuery("a search needs at least one term that is not excluded")
-    return " & ".join(clauses)
+    """The query syntax of `core.search.search_to_tsquery`, its error a quanta error."""
+    try:
+        return core_search_to_tsquery(query)
+    except CoreBadSearchQuery as exc:
+        raise BadSearchQuery(str(exc)) from None
 
 
 @dataclass
