@@ -463,6 +463,13 @@ REFLECTION_PROMOTE_PROVEN = (
 # Demotion: a harmful feedback that leaves a rule's confidence below this deprecates it (decay
 # alone only lowers confidence: a rule is deprecated on evidence of harm, not on silence).
 REFLECTION_DEMOTE_BELOW = env_float("ANNIHILATION_REFLECTION_DEMOTE_BELOW", 0.3, minimum=0)
+for _name, _value in (
+    ("ANNIHILATION_REFLECTION_ESTABLISHED_CONFIDENCE", REFLECTION_PROMOTE_ESTABLISHED[1]),
+    ("ANNIHILATION_REFLECTION_PROVEN_CONFIDENCE", REFLECTION_PROMOTE_PROVEN[1]),
+    ("ANNIHILATION_REFLECTION_DEMOTE_BELOW", REFLECTION_DEMOTE_BELOW),
+):
+    if _value > 1:
+        raise ImproperlyConfigured(f"{_name} is a confidence: at most 1, not {_value}")
 # A rule failing at least this often (and more than twice as often as it helps) inverts into
 # an anti-pattern ("Avoid: ...").
 REFLECTION_ANTI_PATTERN_MIN_FAILURES = env_int(
