@@ -53,8 +53,18 @@ class PlaybookRuleAdmin(admin.ModelAdmin[Any]):
 
 @admin.register(PlaybookDelta)
 class PlaybookDeltaAdmin(ReadOnly, admin.ModelAdmin[Any]):
-    list_display = ["id", "op", "status", "kind", "text", "rule", "decided_by", "created_at"]
-    list_filter = ["status", "op", "kind"]
+    list_display = [
+        "id",
+        "op",
+        "status",
+        "scope",
+        "kind",
+        "text",
+        "rule",
+        "decided_by",
+        "created_at",
+    ]
+    list_filter = ["status", "op", "scope", "kind"]
     search_fields = ["text", "reason"]
     list_select_related = ["rule"]
 

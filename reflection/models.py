@@ -100,9 +100,9 @@ class DeltaOp(models.TextChoices):
 class DeltaStatus(models.TextChoices):
     """Where a proposed change of the playbook stands (transitions: `DELTA_TRANSITIONS`).
 
-    proposed -> accepted (applied to the playbook) | rejected | grounded (kept out for lack of
-                evidence)
-    accepted, rejected, grounded: terminal
+    proposed -> accepted (by the curator: applied to the playbook; project scope only) |
+                grounded (confirmed by the operator: applied) | rejected (with the reason)
+    accepted, grounded, rejected: terminal
     """
 
     PROPOSED = "proposed", "proposed"
@@ -199,6 +199,8 @@ class PlaybookDelta(models.Model):
     rule = models.ForeignKey(
         PlaybookRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="deltas"
     )
+    # The scope of the rule it adds or updates: a global one always waits for the operator.
+    scope = models.CharField(max_length=16, choices=RuleScope.choices, default=RuleScope.PROJECT)
     text = models.TextField(blank=True)
     kind = models.CharField(max_length=16, choices=RuleKind.choices, default=RuleKind.RULE)
     roles = ArrayField(models.CharField(max_length=64), default=list, blank=True)
@@ -225,6 +227,9 @@ class PlaybookDelta(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(kind__in=RuleKind.values), name="playbookdelta_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(scope__in=RuleScope.values), name="playbookdelta_scope_valid"
             ),
             # An add names no rule and brings its text; an update or deprecation names its rule.
             models.CheckConstraint(

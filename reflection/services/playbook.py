@@ -170,6 +170,7 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
         _delta_create(
             op=DeltaOp.ADD,
             rule_id=rule.pk,
+            scope=rule.scope,
             text=anti_pattern_of(rule),
             kind=RuleKind.ANTI_PATTERN,
             roles=rule.roles,
@@ -214,6 +215,7 @@ def _delta_create(
     *,
     op: str,
     rule_id: int | None,
+    scope: str = RuleScope.PROJECT,
     text: str,
     kind: str,
     roles: Sequence[str],
@@ -227,6 +229,7 @@ def _delta_create(
     return PlaybookDelta.objects.create(
         op=op,
         rule_id=rule_id,
+        scope=scope,
         text=text.strip(),
         kind=kind,
         roles=list(roles),
@@ -243,6 +246,7 @@ def delta_propose(
     *,
     op: str,
     rule_id: int | None = None,
+    scope: str = RuleScope.PROJECT,
     text: str = "",
     kind: str = RuleKind.RULE,
     roles: Sequence[str] = (),
@@ -259,6 +263,8 @@ def delta_propose(
         raise InvalidRule(f"unknown delta op {op!r}")
     if kind not in RuleKind.values:
         raise InvalidRule(f"unknown rule kind {kind!r}")
+    if scope not in RuleScope.values:
+        raise InvalidRule(f"unknown rule scope {scope!r}")
     if op in (DeltaOp.ADD, DeltaOp.UPDATE):
         text = _clean_text(text)
     if op != DeltaOp.ADD:
@@ -269,6 +275,7 @@ def delta_propose(
     return _delta_create(
         op=op,
         rule_id=rule_id,
+        scope=scope,
         text=text,
         kind=kind,
         roles=roles,
@@ -285,22 +292,25 @@ def delta_propose(
 def delta_decide(
     delta_id: int, *, to: str, by: str, reason: str = "", now: datetime | None = None
 ) -> PlaybookDelta:
-    """Decide a proposed delta (compare-and-set proposed -> accepted | rejected | grounded);
-    an accepted one is applied to the playbook in the same transaction. IllegalTransition when
-    it was decided already or `to` is not a decision."""
+    """Decide a proposed delta (compare-and-set proposed -> accepted | grounded | rejected);
+    an accepted or grounded one is applied to the playbook in the same transaction. Only the
+    operator's grounding applies a global-scope delta. IllegalTransition when it was decided
+    already, `to` is not a decision, or a global delta would be merely accepted."""
     now = now or timezone.now()
     delta = PlaybookDelta.objects.filter(pk=delta_id).first()
     if delta is None:
         raise NotFound(f"no delta #{delta_id}")
     if to not in DELTA_TRANSITIONS.get(delta.status, frozenset()):
         raise IllegalTransition(f"cannot move delta #{delta_id} from {delta.status} to {to}")
+    if to == DeltaStatus.ACCEPTED and delta.scope == RuleScope.GLOBAL:
+        raise IllegalTransition(f"delta #{delta_id} changes a global rule: it needs grounding")
     updated = PlaybookDelta.objects.filter(pk=delta_id, status=delta.status).update(
         status=to, decided_by=by[:200], decided_at=now, reason=reason or delta.reason
     )
     if updated != 1:
         raise IllegalTransition(f"delta #{delta_id} was decided meanwhile")
     delta.refresh_from_db()
-    if to == DeltaStatus.ACCEPTED:
+    if to in (DeltaStatus.ACCEPTED, DeltaStatus.GROUNDED):
         _delta_apply(delta, now=now)
         delta.refresh_from_db()
     logger.info(
@@ -319,6 +329,7 @@ def _delta_apply(delta: PlaybookDelta, *, now: datetime) -> None:
         rule = rule_create(
             text=delta.text,
             kind=delta.kind,
+            scope=delta.scope,
             roles=delta.roles,
             labels=delta.labels,
             paths=delta.paths,
@@ -340,6 +351,7 @@ def _delta_apply(delta: PlaybookDelta, *, now: datetime) -> None:
         PlaybookRule.objects.filter(pk=delta.rule_id).update(
             text=delta.text,
             kind=delta.kind,
+            scope=delta.scope,
             roles=delta.roles,
             labels=delta.labels,
             paths=delta.paths,

@@ -173,3 +173,15 @@ def test_accepted_deltas_add_update_and_deprecate_rules() -> None:
 def test_it_refuses_an_update_without_its_rule() -> None:
     with pytest.raises(InvalidRule):
         delta_propose(op=DeltaOp.UPDATE, text="x")
+
+
+@pytest.mark.django_db
+def test_a_global_delta_applies_only_when_grounded() -> None:
+    delta = delta_propose(op=DeltaOp.ADD, text="Never force-push", scope="global")
+    with pytest.raises(IllegalTransition, match="needs grounding"):
+        delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by="curator")
+    assert PlaybookDelta.objects.get(pk=delta.pk).status == "proposed"
+    grounded = delta_decide(delta.pk, to=DeltaStatus.GROUNDED, by="operator")
+    assert grounded.rule_id is not None
+    rule = PlaybookRule.objects.get(pk=grounded.rule_id)
+    assert (rule.scope, rule.text, rule.maturity) == ("global", "Never force-push", "candidate")
