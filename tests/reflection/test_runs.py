@@ -57,3 +57,30 @@ def test_every_status_has_its_transitions() -> None:
     from reflection.models import ReflectionRunStatus
 
     assert set(REFLECTION_RUN_TRANSITIONS) == set(ReflectionRunStatus.values)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_callers_at_once_get_the_same_run() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connection
+
+    from bursts.models import Wave
+
+    burst = Burst.objects.create(wave=Wave.objects.create(), number=1)
+    barrier = Barrier(4)
+
+    def start() -> tuple[int, bool]:
+        try:
+            barrier.wait()
+            run, created = reflection_run_start(burst.pk)
+            return run.pk, created
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: start(), range(4)))
+    assert len({pk for pk, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert ReflectionRun.objects.count() == 1
