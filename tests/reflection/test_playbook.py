@@ -135,6 +135,10 @@ def test_the_beat_runs_the_decay_task_daily(settings: SettingsWrapper) -> None:
     assert PlaybookRule.objects.get(pk=rule.pk).confidence < 0.8
     entry = settings.CELERY_BEAT_SCHEDULE["reflection-decay"]
     assert (entry["task"], entry["schedule"]) == ("reflection.decay", 86400.0)
+    from core.celery import app
+
+    app.loader.import_default_modules()
+    assert "reflection.decay" in app.tasks  # a worker finds it
 
 
 @pytest.mark.django_db
