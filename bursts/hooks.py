@@ -1,4 +1,4 @@
-"""Extension points that apps above bursts fill from their AppConfig.ready() (the tether app).
+"""Extension points that apps above bursts fill from their AppConfig.ready() (tether, reflection).
 
 The burst manager calls them; it never imports those apps. Each hook runs inside the manager's
 transaction with the wave locked: keep it to a few rows, and defer slow work (git, Celery) with
@@ -11,10 +11,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bursts.models import QuantumRun
+    from bursts.models import Burst, QuantumRun
 
 # f(run, quantum_outcome): a finished run was applied to its quantum. quantum_outcome is
 # "done" (closed), "error" (back to open), "blocked" (quarantined after N failures),
 # "cancelled" or "untouched" (someone changed the quantum meanwhile).
 RunDrained = Callable[["QuantumRun", str], None]
 ON_RUN_DRAINED: list[RunDrained] = []
+
+# f(burst): the burst just closed (phase done), called inside burst_close's transaction.
+BurstClosed = Callable[["Burst"], None]
+ON_BURST_CLOSED: list[BurstClosed] = []

@@ -1,8 +1,35 @@
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.apps import AppConfig
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
 
 
 class ReflectionConfig(AppConfig):
     name = "reflection"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from bursts.hooks import ON_BURST_CLOSED
+
+        if _on_burst_closed not in ON_BURST_CLOSED:
+            ON_BURST_CLOSED.append(_on_burst_closed)
+
+
+def _on_burst_closed(burst: Any) -> None:
+    """Reflect on the closed burst: its chain is sent once the closing transaction commits."""
+    from reflection.tasks import reflection_chain
+
+    burst_id = burst.pk
+
+    def send() -> None:
+        try:
+            reflection_chain(burst_id).apply_async()
+        except Exception:  # a broker outage must not fail the wave
+            logger.exception("reflection of burst %s could not be sent", burst_id)
+
+    transaction.on_commit(send)

@@ -11,6 +11,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from bursts.events import burst_event
+from bursts.hooks import ON_BURST_CLOSED
 from bursts.models import Burst, BurstPhase, Wave
 
 
@@ -39,6 +40,8 @@ def burst_close(*, burst: Burst) -> None:
         number=burst.number,
         stats=burst.stats,
     )
+    for hook in ON_BURST_CLOSED:
+        hook(burst)
 
 
 __all__ = ["burst_close", "burst_open", "burst_phase_set"]
