@@ -20,6 +20,7 @@ urlpatterns = [
     path("agents/", include("psychonauts.urls")),
     path("", include("tether.urls")),
     path("", include("autopilot.urls")),
+    path("", include("reflection.urls")),
     path("admin/", admin.site.urls),
     path("healthz", dashboard.healthz, name="healthz"),
 ]

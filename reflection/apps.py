@@ -19,6 +19,13 @@ class ReflectionConfig(AppConfig):
         if _on_burst_closed not in ON_BURST_CLOSED:
             ON_BURST_CLOSED.append(_on_burst_closed)
 
+        from reflection.views import grounding_deltas_context
+        from tether.views.sections import GroundingSection, grounding_section_register
+
+        grounding_section_register(
+            GroundingSection("reflection/_grounding_deltas.html", grounding_deltas_context)
+        )
+
 
 def _on_burst_closed(burst: Any) -> None:
     """Reflect on the closed burst: its chain is sent once the closing transaction commits."""

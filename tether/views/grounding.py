@@ -31,6 +31,7 @@ from tether.selectors import (
 )
 from tether.services import mutation_approve, mutation_reject
 from tether.views.common import Bound, form_pick, item_form, or_404
+from tether.views.sections import grounding_sections
 
 GROUNDING_TOPICS = ["tether:drifts", "tether:questions"]
 
@@ -64,6 +65,7 @@ def grounding_render(
             "queue": merge_queue_list(limit=50),
             "mutations": [mutation_row(v, bound) for v in mutations_list(limit=50)],
             "tether_counts": tether_counts(),
+            "sections": grounding_sections(request),
             **live_attrs(GROUNDING_TOPICS, "grounding"),
         },
         status=status,

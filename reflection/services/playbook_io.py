@@ -1,0 +1,138 @@
+"""The playbook in and out of files, and the operator's own changes, through the playbook's
+writer (reflection.services.playbook).
+
+A file holds a list of rules (or `rules:` followed by one) in YAML, or one JSON object per line
+(`.jsonl`). A rule: `text` (required), `kind` rule | anti_pattern, `scope` project | global,
+`roles`, `labels`, `paths` (lists of text). `playbook export` writes the same format. Import is
+all or nothing: every problem is reported as `file:line: field: why` and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.db import transaction
+
+from core.safetext import text_problem
+from core.safeyaml import InputRefused, LineMap, json_load, read_text, source_name, yaml_load
+from reflection.errors import ReflectionError
+from reflection.models import DeltaOp, DeltaStatus, PlaybookRule, RuleKind, RuleScope
+from reflection.services.playbook import delta_decide, delta_propose, rule_create
+
+LIST_FIELDS = ("roles", "labels", "paths")
+KNOWN_FIELDS = frozenset({"text", "kind", "scope", *LIST_FIELDS})
+
+
+class ImportFailed(ReflectionError):
+    """A playbook file with problems: each `file:line: field: why`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def rule_data(rule: PlaybookRule) -> dict[str, Any]:
+    """A rule as export writes it (and import reads it back)."""
+    return {
+        "text": rule.text,
+        "kind": rule.kind,
+        "scope": rule.scope,
+        "roles": list(rule.roles),
+        "labels": list(rule.labels),
+        "paths": list(rule.paths),
+    }
+
+
+def playbook_export(rules: list[PlaybookRule], *, fmt: str) -> str:
+    data = [rule_data(r) for r in rules]
+    if fmt == "jsonl":
+        return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in data)
+    return yaml.safe_dump({"rules": data}, sort_keys=False, allow_unicode=True)
+
+
+def _records(name: str, path: Path, text: str) -> list[tuple[int, Any]]:
+    try:
+        if path.suffix in {".jsonl", ".ndjson"}:
+            return [
+                (n, json_load(line, line=n))
+                for n, line in enumerate(text.split("\n"), start=1)
+                if line.strip()
+            ]
+        data = yaml_load(text, line_maps=True)
+    except InputRefused as exc:
+        raise ImportFailed([exc.where(name)]) from None
+    if isinstance(data, dict) and "rules" in data:
+        data = data["rules"]
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ImportFailed([f"{name}:1: rules: expected a list of rules (or 'rules:' and a list)"])
+    return [(item.line if isinstance(item, LineMap) else 1, item) for item in data]
+
+
+def _check(name: str, line: int, raw: Any, problems: list[str]) -> dict[str, Any] | None:
+    if not isinstance(raw, dict):
+        problems.append(f"{name}:{line}: rule: must be a mapping, got {type(raw).__name__}")
+        return None
+    lines: dict[str, int] = raw.lines if isinstance(raw, LineMap) else {}
+    before = len(problems)
+
+    def bad(key: str, why: str) -> None:
+        problems.append(f"{name}:{lines.get(key, line)}: {key}: {why}")
+
+    for key in raw:
+        if key not in KNOWN_FIELDS:
+            bad(str(key)[:60], "unknown field")
+    text = raw.get("text")
+    if text is None:
+        bad("text", "required")
+    elif not isinstance(text, str) or not text.strip():
+        bad("text", "must be non-empty text")
+    elif (problem := text_problem(text)) is not None:
+        bad("text", problem)
+    if raw.get("kind", RuleKind.RULE) not in RuleKind.values:
+        bad("kind", f"must be one of {', '.join(RuleKind.values)}")
+    if raw.get("scope", RuleScope.PROJECT) not in RuleScope.values:
+        bad("scope", f"must be one of {', '.join(RuleScope.values)}")
+    for key in LIST_FIELDS:
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            bad(key, "must be a list of non-empty text")
+        elif any(len(v) > (500 if key == "paths" else 64) for v in value):
+            bad(key, "an item is too long")
+    if len(problems) > before:
+        return None
+    return {
+        "text": text,
+        "kind": raw.get("kind", RuleKind.RULE),
+        "scope": raw.get("scope", RuleScope.PROJECT),
+        **{key: list(raw.get(key, [])) for key in LIST_FIELDS},
+    }
+
+
+def playbook_import(path: Path, *, by: str) -> list[PlaybookRule]:
+    """Every rule of the file, created in one transaction; ImportFailed (nothing written)
+    when any record has a problem."""
+    name = source_name(path)
+    try:
+        text = read_text(path)
+    except InputRefused as exc:
+        raise ImportFailed([exc.where(name)]) from None
+    problems: list[str] = []
+    checked = [_check(name, line, raw, problems) for line, raw in _records(name, path, text)]
+    if problems:
+        raise ImportFailed(problems)
+    with transaction.atomic():
+        return [rule_create(**fields, created_by=by) for fields in checked if fields is not None]
+
+
+@transaction.atomic
+def rule_deprecate(*, rule_id: int, by: str, reason: str = "") -> PlaybookRule:
+    """The operator deprecates a rule: a `deprecate` delta, grounded at once, so the rule's
+    history shows who did it and why."""
+    delta = delta_propose(op=DeltaOp.DEPRECATE, rule_id=rule_id, reason=reason or f"by {by}")
+    delta_decide(delta.pk, to=DeltaStatus.GROUNDED, by=by, reason=reason)
+    return PlaybookRule.objects.get(pk=rule_id)
