@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -61,6 +62,12 @@ class PlaybookRule(models.Model):
     created_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The text's English lexemes, kept by Postgres: injection matches and ranks rules on it.
+    search = models.GeneratedField(
+        expression=SearchVector("text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
 
     class Meta:
         constraints = [
@@ -83,6 +90,10 @@ class PlaybookRule(models.Model):
             # Injection: the rules whose roles / labels overlap the agent's (`roles && ARRAY[..]`).
             GinIndex(fields=["roles"], name="playbookrule_roles"),
             GinIndex(fields=["labels"], name="playbookrule_labels"),
+            # Injection: the rules whose text matches the agent's quantum (`search @@ query`).
+            GinIndex(fields=["search"], name="playbookrule_search"),
+            # Injection when most rules match: the most confident matching rules, walked in order.
+            models.Index(fields=["-confidence", "id"], name="playbookrule_confidence"),
             # Injection and the playbook page: the live rules by maturity, most confident first.
             models.Index(fields=["maturity", "-confidence"], name="playbookrule_maturity"),
         ]
@@ -307,3 +318,31 @@ class SkillUse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.skill_id} in run {self.agent_run_id}: {self.outcome}"
+
+
+class RuleUse(models.Model):
+    """One rule injected into one agent run's prompt, at its rank; the run's outcome counts once
+    for the rule (pending -> success | failure, see reflection.services.injection)."""
+
+    rule = models.ForeignKey(PlaybookRule, on_delete=models.CASCADE, related_name="uses")
+    agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="rule_uses")
+    rank = models.PositiveSmallIntegerField(help_text="1 = the first rule of the prompt")
+    outcome = models.CharField(
+        max_length=16, choices=SkillOutcome.choices, default=SkillOutcome.PENDING
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "agent_run"], name="ruleuse_once_per_run"),
+            models.CheckConstraint(
+                condition=Q(outcome__in=SkillOutcome.values), name="ruleuse_outcome_valid"
+            ),
+        ]
+        indexes = [
+            # Attribution and the Focus page: an agent run's injected rules.
+            models.Index(fields=["agent_run", "rank"], name="ruleuse_run_rank"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} in run {self.agent_run_id}: {self.outcome}"

@@ -51,7 +51,14 @@ from psychonauts.models import (
 )
 from quanta.models import Comment, Dependency, Quantum
 from quanta.pipeline_models import Pipeline, Stage
-from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun, Skill, SkillUse
+from reflection.models import (
+    PlaybookDelta,
+    PlaybookRule,
+    ReflectionRun,
+    RuleUse,
+    Skill,
+    SkillUse,
+)
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +102,7 @@ OWNERS: dict[type[models.Model], str] = {
     Skill: "reflection/services/skills.py",
     SkillUse: "reflection/services/skills.py",
     ReflectionRun: "reflection/services/runs.py",
+    RuleUse: "reflection/services/injection.py",
     Goal: "autopilot/services/goals.py",
     GoalTransition: "autopilot/services/goals.py",
     Hub: "autopilot/services/hub.py",
