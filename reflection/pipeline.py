@@ -2,103 +2,30 @@
 completed, one function per stage (each a Celery task in reflection.tasks, or run in a row by
 `reflect_burst`).
 
-Extraction is deterministic: the burst's agent runs' own diary entries (written through the
-`diary` tool) and their failures. Proposals, the evidence gate and curation are text rules;
-each stage moves the run with a guarded transition, publishes `reflection:<stage>` and stores
-its timing and counts on the run. A stage that fails moves the run to `error` with the reason
-and returns None: reflection never raises into the wave.
+Each stage moves the run with a guarded transition, publishes `reflection:<stage>` and stores
+its timing and counts on the run; the work itself is in `extraction` and `curation`. A stage
+that fails moves the run to `error` with the reason and returns None: reflection never raises
+into the wave.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-from django.conf import settings
 
 from core.events import publish
-from core.search import sessions_search
+from reflection import curation, extraction
 from reflection.models import (
     REFLECTION_RUN_TERMINAL,
     DeltaOp,
-    DeltaStatus,
-    PlaybookDelta,
-    PlaybookRule,
     ReflectionRun,
     ReflectionRunStatus,
-    RuleKind,
-    RuleMaturity,
 )
 from reflection.services import playbook
 from reflection.services.runs import reflection_run_start, reflection_run_transition
 
 logger = logging.getLogger(__name__)
-
-CURATOR = "reflection"
-TEXT_MAX = 500  # characters: a diary entry longer than this is malformed and skipped
-EVIDENCE_EVENTS = 5  # event ids kept per agent run as a proposal's evidence
-KEY_TERMS = 3
-_STOP = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "and",
-        "or",
-        "of",
-        "to",
-        "in",
-        "on",
-        "for",
-        "with",
-        "by",
-        "at",
-        "from",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "it",
-        "its",
-        "this",
-        "that",
-        "not",
-        "never",
-        "always",
-        "do",
-        "does",
-        "did",
-        "don",
-        "avoid",
-        "should",
-        "must",
-        "when",
-        "then",
-        "than",
-        "into",
-        "as",
-        "use",
-        "using",
-    ]
-)
-_NEGATION = re.compile(r"^(never|do not|don't|dont|avoid:?|avoid)\s+")
-_AFFIRM = re.compile(r"^(always|please)\s+")
-
-
-@dataclass
-class Finding:
-    """One thing learned from the burst: a diary learning or challenge, or a failure."""
-
-    kind: str  # learning | challenge | failure
-    text: str
-    role: str
-    agent_run_ids: list[int] = field(default_factory=list)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -146,94 +73,6 @@ def _fail(run_id: int, reason: str) -> None:
         logger.warning("reflection %s: could not record its error %s", run_id, reason)
 
 
-def normalise(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-def polarity(text: str) -> tuple[bool, str]:
-    """(negative, core): "never X" / "do not X" / "Avoid: X" are negative, "always X" / "X"
-    positive, and both share the core "x"."""
-    lowered = " ".join(text.lower().strip().split())
-    negative = bool(_NEGATION.match(lowered))
-    lowered = _NEGATION.sub("", lowered) if negative else _AFFIRM.sub("", lowered)
-    return negative, normalise(lowered)
-
-
-def key_terms(text: str) -> list[str]:
-    words = [w for w in normalise(text).split() if w not in _STOP and len(w) > 2]
-    seen: list[str] = []
-    for word in sorted(words, key=len, reverse=True):
-        if word not in seen:
-            seen.append(word)
-    return seen[:KEY_TERMS]
-
-
-def _agent_runs(burst_id: int) -> list[Any]:
-    from bursts.models import AgentRun
-
-    return list(AgentRun.objects.filter(quantum_run__burst_id=burst_id).order_by("pk"))
-
-
-def findings(burst_id: int) -> tuple[list[Finding], int]:
-    """The burst's findings and how many diary entries were malformed (skipped)."""
-    from bursts.models import AgentStatus
-    from psychonauts.models import DiaryEntry
-
-    runs = _agent_runs(burst_id)
-    by_id = {r.pk: r for r in runs}
-    found: list[Finding] = []
-    skipped = 0
-    entries = DiaryEntry.objects.filter(
-        agent_run_id__in=by_id, kind__in=("learning", "challenge")
-    ).order_by("pk")
-    for entry in entries:
-        text = entry.text.strip()
-        if not text or len(text) > TEXT_MAX:
-            skipped += 1
-            continue
-        found.append(
-            Finding(entry.kind, text, by_id[entry.agent_run_id].role, [entry.agent_run_id])
-        )
-    failures: dict[tuple[str, str], Finding] = {}
-    for r in runs:
-        if r.status != AgentStatus.ERROR:
-            continue
-        error = (r.error.strip().splitlines() or ["an unexplained error"])[0][:200]
-        item = failures.setdefault((r.role, error), Finding("failure", error, r.role, []))
-        item.agent_run_ids.append(r.pk)
-    found.extend(failures.values())
-    return found, skipped
-
-
-def _evidence_events(agent_run_ids: list[int]) -> list[int]:
-    from bursts.models import AgentRun
-    from core.models import Event
-
-    ids: list[int] = []
-    for agent_id in AgentRun.objects.filter(pk__in=agent_run_ids).values_list(
-        "agent_id", flat=True
-    ):
-        ids.extend(
-            Event.objects.filter(topic=f"agent:{agent_id}")
-            .order_by("-pk")
-            .values_list("pk", flat=True)[:EVIDENCE_EVENTS]
-        )
-    return sorted(set(ids))
-
-
-def proposal_text(item: Finding) -> tuple[str, str]:
-    """(text, kind) of the rule a finding proposes."""
-    if item.kind == "learning":
-        return item.text, RuleKind.RULE
-    if item.kind == "challenge":
-        return playbook.anti_pattern_of(PlaybookRule(text=item.text)), RuleKind.ANTI_PATTERN
-    retries = len(item.agent_run_ids)
-    return (
-        f"Avoid: {item.text} ({item.role}, failed {retries} time{'s' * (retries != 1)})",
-        RuleKind.ANTI_PATTERN,
-    )
-
-
 # --- stages -----------------------------------------------------------------------------------
 
 
@@ -241,12 +80,12 @@ def _extract(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
     run = _stage(run, ReflectionRunStatus.EXTRACTING, started)
     assert run.burst_id is not None
-    found, skipped = findings(run.burst_id)
+    found, skipped = extraction.findings(run.burst_id)
     return _stage(
         run,
         ReflectionRunStatus.PROPOSING,
         started,
-        agent_runs=len(_agent_runs(run.burst_id)),
+        agent_runs=len(extraction.agent_runs(run.burst_id)),
         findings=len(found),
         skipped=skipped,
     )
@@ -255,17 +94,17 @@ def _extract(run: ReflectionRun) -> ReflectionRun:
 def _propose(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
     assert run.burst_id is not None
-    found, _ = findings(run.burst_id)
+    found, _ = extraction.findings(run.burst_id)
     proposed = 0
     for item in found:
-        text, kind = proposal_text(item)
+        text, kind = extraction.proposal_text(item)
         playbook.delta_propose(
             op=DeltaOp.ADD,
             text=text,
             kind=kind,
             roles=[item.role],
             evidence_agent_run_ids=item.agent_run_ids,
-            evidence_event_ids=_evidence_events(item.agent_run_ids),
+            evidence_event_ids=extraction.evidence_events(item.agent_run_ids),
             reason=f"from a {item.kind}",
             reflection_run_id=run.pk,
         )
@@ -273,105 +112,16 @@ def _propose(run: ReflectionRun) -> ReflectionRun:
     return _stage(run, ReflectionRunStatus.EVALUATING, started, proposed=proposed)
 
 
-def evidence_sessions(text: str) -> int:
-    terms = key_terms(text)
-    if not terms:
-        return 0
-    return len({hit.session_id for hit in sessions_search(" ".join(terms), limit=500)})
-
-
 def _evaluate(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
-    need = settings.REFLECTION_EVIDENCE_MIN_SESSIONS
-    rejected = 0
-    for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
-        found = evidence_sessions(delta.text)
-        if found < need:
-            playbook.delta_decide(
-                delta.pk,
-                to=DeltaStatus.REJECTED,
-                by=CURATOR,
-                reason=f"evidence gate: {found} matching session(s), {need} needed "
-                f"(searched: {' '.join(key_terms(delta.text)) or 'nothing'})",
-            )
-            rejected += 1
+    rejected = curation.gate(run)
     return _stage(run, ReflectionRunStatus.CURATING, started, unsupported=rejected)
 
 
 def _curate(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
-    live = list(PlaybookRule.objects.exclude(maturity=RuleMaturity.DEPRECATED))
-    known: dict[str, str] = {normalise(r.text): f"rule #{r.pk}" for r in live}
-    known.update(
-        (normalise(d.text), f"delta #{d.pk}")
-        for d in PlaybookDelta.objects.filter(status=DeltaStatus.PROPOSED)
-        .exclude(reflection_run=run)
-        .exclude(text="")
-    )
-    poles = {polarity(r.text): f"rule #{r.pk}" for r in live}
-    accepted = duplicates = conflicts = waiting = inverted = 0
-    for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
-        norm = normalise(delta.text)
-        negative, core = polarity(delta.text)
-        if norm in known:
-            playbook.delta_decide(
-                delta.pk, to=DeltaStatus.REJECTED, by=CURATOR, reason=f"duplicate of {known[norm]}"
-            )
-            duplicates += 1
-            continue
-        if (not negative, core) in poles:
-            playbook.delta_decide(
-                delta.pk,
-                to=DeltaStatus.REJECTED,
-                by=CURATOR,
-                reason=f"conflicts with {poles[(not negative, core)]}",
-            )
-            conflicts += 1
-            continue
-        known[norm] = f"delta #{delta.pk}"
-        poles[(negative, core)] = f"delta #{delta.pk}"
-        if delta.scope != "project":
-            waiting += 1  # a global change waits for the operator's grounding
-            continue
-        playbook.delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by=CURATOR, reason=delta.reason)
-        accepted += 1
-    # Rules whose record failed them turn into their anti-pattern.
-    for rule in live:
-        if rule.kind != RuleKind.RULE or not playbook.is_anti_pattern(
-            failures=rule.harmful, successes=rule.helpful
-        ):
-            continue
-        text = playbook.anti_pattern_of(rule)
-        if normalise(text) in known:
-            continue
-        delta = playbook.delta_propose(
-            op=DeltaOp.ADD,
-            rule_id=rule.pk,
-            scope=rule.scope,
-            text=text,
-            kind=RuleKind.ANTI_PATTERN,
-            roles=rule.roles,
-            labels=rule.labels,
-            paths=rule.paths,
-            evidence_event_ids=rule.evidence_event_ids,
-            evidence_agent_run_ids=rule.evidence_agent_run_ids,
-            reason=f"inverted: {rule.harmful} failures, {rule.helpful} successes",
-            reflection_run_id=run.pk,
-        )
-        known[normalise(text)] = f"delta #{delta.pk}"
-        if rule.scope == "project":
-            playbook.delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by=CURATOR)
-        inverted += 1
-    return _stage(
-        run,
-        ReflectionRunStatus.COMPLETED,
-        started,
-        accepted=accepted,
-        duplicates=duplicates,
-        conflicts=conflicts,
-        waiting=waiting,
-        inverted=inverted,
-    )
+    counts = curation.curate(run)
+    return _stage(run, ReflectionRunStatus.COMPLETED, started, **counts)
 
 
 extract = _guarded("extracting", _extract)

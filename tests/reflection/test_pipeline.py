@@ -17,7 +17,8 @@ from core.events import publish
 from core.models import Event, Session
 from psychonauts.models import DiaryEntry
 from quanta.services import quantum_create
-from reflection import pipeline
+from reflection import curation, pipeline
+from reflection.text import polarity
 from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun
 from reflection.services.playbook import rule_create
 from tests.bursts.conftest import fast_settings, module_worker, worker  # noqa: F401
@@ -157,10 +158,10 @@ def test_curation_drops_duplicates_and_conflicts_and_inverts_failing_rules(
 
 
 def test_polarity_pairs_a_rule_with_its_negation() -> None:
-    assert pipeline.polarity("Never push on Friday") == (True, "push on friday")
-    assert pipeline.polarity("Always push on Friday") == (False, "push on friday")
-    assert pipeline.polarity("Do not push on Friday")[0] is True
-    assert pipeline.polarity("push on Friday!") == (False, "push on friday")
+    assert polarity("Never push on Friday") == (True, "push on friday")
+    assert polarity("Always push on Friday") == (False, "push on friday")
+    assert polarity("Do not push on Friday")[0] is True
+    assert polarity("push on Friday!") == (False, "push on friday")
 
 
 def test_an_error_is_recorded_on_the_run_without_raising(
@@ -169,7 +170,7 @@ def test_an_error_is_recorded_on_the_run_without_raising(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("search index unavailable")
 
-    monkeypatch.setattr(pipeline, "sessions_search", broken)
+    monkeypatch.setattr(curation, "sessions_search", broken)
     run, cached = pipeline.reflect_burst(burst.pk)
     assert run is not None and not cached
     assert run.status == "error"

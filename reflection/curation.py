@@ -1,0 +1,118 @@
+"""The evidence gate and curation: a proposal stands only on enough matching sessions; an
+accepted one is not a duplicate or the opposite of a live rule; a rule whose record failed it
+turns into its anti-pattern."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from core.search import sessions_search
+from reflection.models import (
+    DeltaOp,
+    DeltaStatus,
+    PlaybookDelta,
+    PlaybookRule,
+    ReflectionRun,
+    RuleKind,
+    RuleMaturity,
+)
+from reflection.services import playbook
+from reflection.text import key_terms, normalise, polarity
+
+CURATOR = "reflection"
+
+
+def evidence_sessions(text: str) -> int:
+    terms = key_terms(text)
+    if not terms:
+        return 0
+    return len({hit.session_id for hit in sessions_search(" ".join(terms), limit=500)})
+
+
+def gate(run: ReflectionRun) -> int:
+    need = settings.REFLECTION_EVIDENCE_MIN_SESSIONS
+    rejected = 0
+    for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
+        found = evidence_sessions(delta.text)
+        if found < need:
+            playbook.delta_decide(
+                delta.pk,
+                to=DeltaStatus.REJECTED,
+                by=CURATOR,
+                reason=f"evidence gate: {found} matching session(s), {need} needed "
+                f"(searched: {' '.join(key_terms(delta.text)) or 'nothing'})",
+            )
+            rejected += 1
+    return rejected
+
+
+def curate(run: ReflectionRun) -> dict[str, int]:
+    live = list(PlaybookRule.objects.exclude(maturity=RuleMaturity.DEPRECATED))
+    known: dict[str, str] = {normalise(r.text): f"rule #{r.pk}" for r in live}
+    known.update(
+        (normalise(d.text), f"delta #{d.pk}")
+        for d in PlaybookDelta.objects.filter(status=DeltaStatus.PROPOSED)
+        .exclude(reflection_run=run)
+        .exclude(text="")
+    )
+    poles = {polarity(r.text): f"rule #{r.pk}" for r in live}
+    accepted = duplicates = conflicts = waiting = inverted = 0
+    for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
+        norm = normalise(delta.text)
+        negative, core = polarity(delta.text)
+        if norm in known:
+            playbook.delta_decide(
+                delta.pk, to=DeltaStatus.REJECTED, by=CURATOR, reason=f"duplicate of {known[norm]}"
+            )
+            duplicates += 1
+            continue
+        if (not negative, core) in poles:
+            playbook.delta_decide(
+                delta.pk,
+                to=DeltaStatus.REJECTED,
+                by=CURATOR,
+                reason=f"conflicts with {poles[(not negative, core)]}",
+            )
+            conflicts += 1
+            continue
+        known[norm] = f"delta #{delta.pk}"
+        poles[(negative, core)] = f"delta #{delta.pk}"
+        if delta.scope != "project":
+            waiting += 1  # a global change waits for the operator's grounding
+            continue
+        playbook.delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by=CURATOR, reason=delta.reason)
+        accepted += 1
+    # Rules whose record failed them turn into their anti-pattern.
+    for rule in live:
+        if rule.kind != RuleKind.RULE or not playbook.is_anti_pattern(
+            failures=rule.harmful, successes=rule.helpful
+        ):
+            continue
+        text = playbook.anti_pattern_of(rule)
+        if normalise(text) in known:
+            continue
+        delta = playbook.delta_propose(
+            op=DeltaOp.ADD,
+            rule_id=rule.pk,
+            scope=rule.scope,
+            text=text,
+            kind=RuleKind.ANTI_PATTERN,
+            roles=rule.roles,
+            labels=rule.labels,
+            paths=rule.paths,
+            evidence_event_ids=rule.evidence_event_ids,
+            evidence_agent_run_ids=rule.evidence_agent_run_ids,
+            reason=f"inverted: {rule.harmful} failures, {rule.helpful} successes",
+            reflection_run_id=run.pk,
+        )
+        known[normalise(text)] = f"delta #{delta.pk}"
+        if rule.scope == "project":
+            playbook.delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by=CURATOR)
+        inverted += 1
+    return {
+        "accepted": accepted,
+        "duplicates": duplicates,
+        "conflicts": conflicts,
+        "waiting": waiting,
+        "inverted": inverted,
+    }
