@@ -157,12 +157,21 @@ class DiaryKind(models.TextChoices):
     LEARNING = "learning", "learning"
 
 
+class DiarySource(models.TextChoices):
+    """Who wrote a diary entry: the agent (the `diary` tool) or reflection's reflector, reading
+    the run's session afterwards."""
+
+    AGENT = "agent", "the agent"
+    REFLECTOR = "reflector", "the reflector"
+
+
 class DiaryEntry(models.Model):
-    """What an agent noted about its own run (read by reflection)."""
+    """What an agent run accomplished, decided, ran into or learned (read by reflection)."""
 
     agent_run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="diary")
     kind = models.CharField(max_length=20, choices=DiaryKind.choices)
     text = models.TextField()
+    source = models.CharField(max_length=10, choices=DiarySource.choices, default=DiarySource.AGENT)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

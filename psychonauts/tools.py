@@ -26,9 +26,10 @@ from django.utils import timezone
 from core.redaction import redact
 from core.safetext import text_problem
 from psychonauts import leases
+from psychonauts.diary import diary_add
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge
-from psychonauts.models import CommandTrauma, DiaryEntry, DiaryKind, Mail
+from psychonauts.models import CommandTrauma, DiaryKind, Mail
 from psychonauts.providers.base import ToolSpec
 from psychonauts.sandbox import SandboxResult, SandboxUnavailable, path_own, sandbox_run
 from psychonauts.schema import schema_errors
@@ -393,9 +394,7 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _diary(ctx: ToolContext, args: dict[str, Any]) -> str:
-    DiaryEntry.objects.create(
-        agent_run_id=ctx.agent_run_id, kind=args["kind"], text=redact(args["text"])
-    )
+    diary_add(agent_run_id=ctx.agent_run_id, kind=args["kind"], text=args["text"])
     return f"noted ({args['kind']})"
 
 

@@ -1,12 +1,15 @@
-"""Extraction: what a burst taught, as findings for the proposing stage (the agents' diary
-entries, learnings and challenges, and their failures), with the evidence of each."""
+"""Extraction: what a burst taught, as findings for the proposing stage, with the evidence of
+each: the diary entries (learnings and challenges) its agents wrote and the reflector extracted,
+its failed agent runs (every failed attempt of a stage), and the changes and drifts the Tether
+rejected since the reflection before this one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from reflection.models import PlaybookRule, RuleKind
+from reflection.models import PlaybookRule, ReflectionRun, RuleKind
 from reflection.services import playbook
 
 TEXT_MAX = 500  # characters: a diary entry longer than this is malformed and skipped
@@ -17,7 +20,7 @@ EVIDENCE_EVENTS = 5  # event ids kept per agent run as a proposal's evidence
 class Finding:
     """One thing learned from the burst: a diary learning or challenge, or a failure."""
 
-    kind: str  # learning | challenge | failure
+    kind: str  # learning | challenge | failure | rejected_change | rejected_drift
     text: str
     role: str
     agent_run_ids: list[int] = field(default_factory=list)
@@ -60,6 +63,86 @@ def findings(burst_id: int) -> tuple[list[Finding], int]:
     return found, skipped
 
 
+def window(run: ReflectionRun) -> tuple[datetime | None, datetime]:
+    """The Tether's decisions a reflection run reads: those after the reflection before it
+    started (all when it is the first), up to its own start."""
+    before = (
+        ReflectionRun.objects.filter(created_at__lt=run.created_at)
+        .order_by("-created_at", "-pk")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return before, run.created_at
+
+
+def rejections(since: datetime | None, until: datetime, *, limit: int = 200) -> list[Finding]:
+    """Changes and drifts the Tether rejected in the window, each a finding of the roles that
+    made it: the agents that committed the change, the agent that assumed."""
+    from bursts.models import AgentRun
+    from core.models import Event, Session
+    from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus
+
+    window = {"decided_at__lte": until}
+    if since is not None:
+        window["decided_at__gt"] = since
+    found: list[Finding] = []
+    changes = list(
+        ChangeReview.objects.filter(status=ChangeStatus.REJECTED, **window).order_by("decided_at")[
+            :limit
+        ]
+    )
+    agents = (
+        list(
+            AgentRun.objects.filter(
+                quantum_run_id__in=[c.quantum_run_id for c in changes]
+            ).values_list("pk", "quantum_run_id", "role")
+        )
+        if changes
+        else []
+    )
+    committed = (
+        set(
+            Event.objects.filter(
+                type="commit",
+                session__kind=Session.Kind.AGENT_RUN,
+                session__ref__in=[str(pk) for pk, _, _ in agents],
+            ).values_list("session__ref", flat=True)
+        )
+        if agents
+        else set()
+    )
+    for change in changes:
+        mine = [(pk, role) for pk, run_id, role in agents if run_id == change.quantum_run_id]
+        makers = [(pk, role) for pk, role in mine if str(pk) in committed] or mine
+        reason = (change.comment.strip().splitlines() or ["no reason given"])[0][:200]
+        for role in sorted({role for _, role in makers}):
+            found.append(
+                Finding(
+                    "rejected_change",
+                    reason,
+                    role,
+                    [pk for pk, r in makers if r == role],
+                )
+            )
+    for drift in (
+        Drift.objects.filter(status=DriftStatus.REJECTED, agent_run__isnull=False, **window)
+        .select_related("agent_run")
+        .order_by("decided_at")[:limit]
+    ):
+        assert drift.agent_run is not None
+        reason = (drift.comment.strip().splitlines() or ["no reason given"])[0][:200]
+        assumption = " ".join(drift.assumption.split())[:200]
+        found.append(
+            Finding(
+                "rejected_drift",
+                f"assuming {assumption} (the Tether rejected it: {reason})",
+                drift.agent_run.role,
+                [drift.agent_run_id] if drift.agent_run_id else [],
+            )
+        )
+    return found
+
+
 def evidence_events(agent_run_ids: list[int]) -> list[int]:
     from bursts.models import AgentRun
     from core.models import Event
@@ -82,6 +165,10 @@ def proposal_text(item: Finding) -> tuple[str, str]:
         return item.text, RuleKind.RULE
     if item.kind == "challenge":
         return playbook.anti_pattern_of(PlaybookRule(text=item.text)), RuleKind.ANTI_PATTERN
+    if item.kind == "rejected_change":
+        return f"Avoid: {item.text} (a change the Tether rejected)", RuleKind.ANTI_PATTERN
+    if item.kind == "rejected_drift":
+        return f"Avoid: {item.text}", RuleKind.ANTI_PATTERN
     retries = len(item.agent_run_ids)
     return (
         f"Avoid: {item.text} ({item.role}, failed {retries} time{'s' * (retries != 1)})",

@@ -3,9 +3,9 @@ completed, one function per stage (each a Celery task in reflection.tasks, or ru
 `reflect_burst`).
 
 Each stage moves the run with a guarded transition, publishes `reflection:<stage>` and stores
-its timing and counts on the run; the work itself is in `extraction` and `curation`. A stage
-that fails moves the run to `error` with the reason and returns None: reflection never raises
-into the wave.
+its timing and counts on the run; the work itself is in `reflector` (the model reading the
+sessions), `extraction` and `curation`. A stage that fails moves the run to `error` with the
+reason and returns None: reflection never raises into the wave.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from core.events import publish
-from reflection import curation, extraction
+from reflection import curation, extraction, reflector
 from reflection.models import (
     REFLECTION_RUN_TERMINAL,
     DeltaOp,
@@ -37,7 +37,13 @@ def _stage(run: ReflectionRun, to: str, started: float, **counts: int) -> Reflec
     publish(
         f"reflection:{to}",
         "reflection_stage",
-        {"reflection_run": run.pk, "burst": run.burst_id, "status": to, "counts": moved.counts},
+        {
+            "reflection_run": run.pk,
+            "burst": run.burst_id,
+            "wave": run.wave_id,
+            "status": to,
+            "counts": moved.counts,
+        },
     )
     return moved
 
@@ -80,14 +86,20 @@ def _extract(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
     run = _stage(run, ReflectionRunStatus.EXTRACTING, started)
     assert run.burst_id is not None
+    read = reflector.reflect_sessions(run.burst_id, reflection_run_id=run.pk)
     found, skipped = extraction.findings(run.burst_id)
     return _stage(
         run,
         ReflectionRunStatus.PROPOSING,
         started,
         agent_runs=len(extraction.agent_runs(run.burst_id)),
+        sessions_read=read.quantum_runs,
+        diary_entries=read.entries,
+        reflector_errors=read.errors,
         findings=len(found),
-        skipped=skipped,
+        skipped=skipped + read.skipped,
+        tokens_in=read.tokens_in,
+        tokens_out=read.tokens_out,
     )
 
 
@@ -95,6 +107,7 @@ def _propose(run: ReflectionRun) -> ReflectionRun:
     started = time.monotonic()
     assert run.burst_id is not None
     found, _ = extraction.findings(run.burst_id)
+    found += extraction.rejections(*extraction.window(run))
     proposed = 0
     for item in found:
         text, kind = extraction.proposal_text(item)
@@ -105,7 +118,7 @@ def _propose(run: ReflectionRun) -> ReflectionRun:
             roles=[item.role],
             evidence_agent_run_ids=item.agent_run_ids,
             evidence_event_ids=extraction.evidence_events(item.agent_run_ids),
-            reason=f"from a {item.kind}",
+            reason=f"from a {item.kind.replace('_', ' ')}",
             reflection_run_id=run.pk,
         )
         proposed += 1
@@ -141,7 +154,9 @@ def start(burst_id: int) -> int | None:
         elif not created:
             return None
         publish(
-            "reflection:started", "reflection_stage", {"reflection_run": run.pk, "burst": burst_id}
+            "reflection:started",
+            "reflection_stage",
+            {"reflection_run": run.pk, "burst": burst_id, "wave": run.wave_id, "status": "started"},
         )
         return run.pk
     except Exception:  # reflection never fails the wave

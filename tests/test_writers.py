@@ -91,7 +91,7 @@ OWNERS: dict[type[models.Model], str] = {
     Usage: "psychonauts/checkpoint.py",
     Verification: "psychonauts/services/verification.py",
     Mail: "psychonauts/tools.py",
-    DiaryEntry: "psychonauts/tools.py",
+    DiaryEntry: "psychonauts/diary.py",
     CommandTrauma: "psychonauts/traumas.py",
     Reaching: "tether/services/reachings.py",
     Drift: "tether/services/drifts.py",

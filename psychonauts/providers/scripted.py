@@ -13,13 +13,21 @@ A script (psychonauts/scripts/*.yaml, plus ANNIHILATION_SCRIPT_DIRS):
       - sleep: 1.0                         # seconds before answering (benchmarks)
         text: "Done."
         usage: {input_tokens: 1200, output_tokens: 300, model: claude-haiku-4-5}
+      - choose:                            # one turn, the first alternative whose `when` holds:
+          - when: {prompt: "run the tests"}  # the prompt (system and task) has it, any case
+            text: "As the playbook says, running the tests."
+          - when: {result: "FAILED"}         # the last tool result contains the text
+            text: "A test failed."
+          - text: "No condition: the default."
 
 `usage` reports what the turn used, priced as `model` (default `scripted`, which costs nothing);
 without it the tokens are estimated from the conversation's length.
 
 The turn played is the number of assistant messages already in the conversation, so a resumed
 run continues the script where its checkpoint stopped. `{quantum_id}`, `{agent_id}`, `{role}`,
-`{attempt}` and `{depth}` are substituted in every string.
+`{attempt}` and `{depth}` are substituted in every string (and in `when` texts). A `choose`
+whose alternatives all have a `when` and none holds is a turn that ends the run with a short
+answer.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from django.conf import settings
 from psychonauts.errors import InvalidDefinition, ProviderError
 from psychonauts.providers.base import (
     ContentBlock,
+    Message,
     OnText,
     ProviderRequest,
     ProviderResponse,
@@ -41,7 +50,9 @@ from psychonauts.providers.base import (
 )
 from psychonauts.yamlfile import YamlDoc
 
-_TURN_KEYS = {"text", "tools", "fail", "attempts", "sleep", "usage"}
+_TURN_KEYS = {"text", "tools", "fail", "attempts", "sleep", "usage", "choose"}
+_ALTERNATIVE_KEYS = _TURN_KEYS - {"choose", "attempts"} | {"when"}
+_WHEN_KEYS = {"prompt", "result"}
 _USAGE_KEYS = {"input_tokens", "output_tokens", "model"}
 
 
@@ -55,6 +66,23 @@ class ScriptUsage:
 
 
 @dataclass(frozen=True)
+class When:
+    """A condition on the request: every given text is contained (ignoring case) in the
+    prompt (`prompt`: the system prompt and the task, where the playbook's rules are) or in the
+    last tool result (`result`)."""
+
+    prompt: str = ""
+    result: str = ""
+
+    def holds(self, request: ProviderRequest) -> bool:
+        prompt = _substitute(self.prompt, request.run).lower()
+        result = _substitute(self.result, request.run).lower()
+        return (not prompt or prompt in _prompt(request).lower()) and (
+            not result or result in _last_result(request.messages).lower()
+        )
+
+
+@dataclass(frozen=True)
 class ScriptTurn:
     text: str
     tools: tuple[tuple[str, dict[str, Any]], ...]
@@ -62,6 +90,17 @@ class ScriptTurn:
     attempts: tuple[int, ...]
     sleep: float
     usage: ScriptUsage | None = None
+    when: When | None = None
+    choose: tuple[ScriptTurn, ...] = ()
+
+    def resolve(self, request: ProviderRequest) -> ScriptTurn | None:
+        """The turn to play: itself, or for a `choose` the first alternative that holds."""
+        if not self.choose:
+            return self
+        for alternative in self.choose:
+            if alternative.when is None or alternative.when.holds(request):
+                return alternative
+        return None
 
 
 @dataclass(frozen=True)
@@ -106,6 +145,60 @@ def _parse_usage(doc: YamlDoc, raw: Any, keys: tuple[str | int, ...]) -> ScriptU
     return ScriptUsage(tokens[0], tokens[1], model)
 
 
+def _parse_when(doc: YamlDoc, raw: Any, keys: tuple[str | int, ...]) -> When | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw:
+        raise doc.error("a mapping of `prompt` and/or `result` texts", *keys)
+    unknown = set(raw) - _WHEN_KEYS
+    if unknown:
+        raise doc.error(f"unknown key {sorted(unknown)[0]!r} (prompt, result)", *keys)
+    for key, value in raw.items():
+        if not isinstance(value, str) or not value:
+            raise doc.error("a non-empty text", *keys, key)
+    return When(prompt=raw.get("prompt", ""), result=raw.get("result", ""))
+
+
+def _parse_turn(
+    doc: YamlDoc, raw: Any, keys: tuple[str | int, ...], *, alternative: bool = False
+) -> ScriptTurn:
+    allowed = _ALTERNATIVE_KEYS if alternative else _TURN_KEYS
+    if not isinstance(raw, dict):
+        raise doc.error(f"a turn is a mapping ({', '.join(sorted(allowed))})", *keys)
+    unknown = set(raw) - allowed
+    if unknown:
+        raise doc.error(f"unknown key {sorted(unknown)[0]!r}", *keys)
+    attempts = raw.get("attempts") or []
+    if not isinstance(attempts, list) or not all(isinstance(a, int) for a in attempts):
+        raise doc.error("a list of attempt numbers", *keys, "attempts")
+    if "choose" in raw:
+        options = raw["choose"]
+        if set(raw) - {"choose", "attempts"}:
+            raise doc.error("a `choose` turn holds only `choose` (and `attempts`)", *keys)
+        if not isinstance(options, list) or not options:
+            raise doc.error("a non-empty list of alternative turns", *keys, "choose")
+        choose = tuple(
+            _parse_turn(doc, option, (*keys, "choose", j), alternative=True)
+            for j, option in enumerate(options)
+        )
+        return ScriptTurn("", (), "", tuple(attempts), 0.0, choose=choose)
+    text, fail = raw.get("text", ""), raw.get("fail", "")
+    if not isinstance(text, str):
+        raise doc.error("a string", *keys, "text")
+    if not isinstance(fail, str):
+        raise doc.error("a string (the failure message)", *keys, "fail")
+    sleep = raw.get("sleep", 0)
+    if not isinstance(sleep, int | float) or sleep < 0:
+        raise doc.error("a number of seconds", *keys, "sleep")
+    tools = raw.get("tools") or []
+    if not isinstance(tools, list):
+        raise doc.error("a list of tool calls", *keys, "tools")
+    parsed = tuple(_parse_tool(doc, t, (*keys, "tools", j)) for j, t in enumerate(tools))
+    usage = _parse_usage(doc, raw.get("usage"), (*keys, "usage"))
+    when = _parse_when(doc, raw.get("when"), (*keys, "when"))
+    return ScriptTurn(text, parsed, fail, tuple(attempts), float(sleep), usage, when)
+
+
 def script_parse(path: Path) -> Script:
     doc = YamlDoc(path)
     data = doc.data
@@ -124,32 +217,7 @@ def script_parse(path: Path) -> Script:
     raw_turns = data.get("turns")
     if not isinstance(raw_turns, list) or not raw_turns:
         raise doc.error("required, a non-empty list of turns", "turns")
-    turns = []
-    for i, raw in enumerate(raw_turns):
-        if not isinstance(raw, dict):
-            raise doc.error(
-                "a turn is a mapping (text, tools, fail, attempts, sleep, usage)", "turns", i
-            )
-        unknown = set(raw) - _TURN_KEYS
-        if unknown:
-            raise doc.error(f"unknown key {sorted(unknown)[0]!r}", "turns", i)
-        text, fail = raw.get("text", ""), raw.get("fail", "")
-        if not isinstance(text, str):
-            raise doc.error("a string", "turns", i, "text")
-        if not isinstance(fail, str):
-            raise doc.error("a string (the failure message)", "turns", i, "fail")
-        attempts = raw.get("attempts") or []
-        if not isinstance(attempts, list) or not all(isinstance(a, int) for a in attempts):
-            raise doc.error("a list of attempt numbers", "turns", i, "attempts")
-        sleep = raw.get("sleep", 0)
-        if not isinstance(sleep, int | float) or sleep < 0:
-            raise doc.error("a number of seconds", "turns", i, "sleep")
-        tools = raw.get("tools") or []
-        if not isinstance(tools, list):
-            raise doc.error("a list of tool calls", "turns", i, "tools")
-        parsed = tuple(_parse_tool(doc, t, ("turns", i, "tools", j)) for j, t in enumerate(tools))
-        usage = _parse_usage(doc, raw.get("usage"), ("turns", i, "usage"))
-        turns.append(ScriptTurn(text, parsed, fail, tuple(attempts), float(sleep), usage))
+    turns = [_parse_turn(doc, raw, ("turns", i)) for i, raw in enumerate(raw_turns)]
     return Script(name, tuple(roles), tuple(labels), tuple(turns), path)
 
 
@@ -206,6 +274,30 @@ def _substitute(value: Any, run: RunInfo) -> Any:
     return value
 
 
+def _text_of(content: str | list[Any]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(block.get("content", block.get("text", "")))
+        for block in content
+        if isinstance(block, dict)
+    )
+
+
+def _prompt(request: ProviderRequest) -> str:
+    first = next((m for m in request.messages if m["role"] == "user"), None)
+    return request.system + "\n" + (_text_of(first["content"]) if first else "")
+
+
+def _last_result(messages: list[Message]) -> str:
+    """The text of the conversation's last user message (its tool results, in a tool loop)."""
+    for message in reversed(messages):
+        if message["role"] != "user":
+            continue
+        return _text_of(message["content"])
+    return ""
+
+
 class ScriptedProvider:
     name = "scripted"
     uses_llm = False
@@ -222,7 +314,11 @@ class ScriptedProvider:
             text = f"(script {script.name} has no more turns)"
             on_text(text)
             return ProviderResponse([{"type": "text", "text": text}], "end_turn", model="scripted")
-        turn = turns[index]
+        turn = turns[index].resolve(request)
+        if turn is None:
+            text = f"(script {script.name}: no alternative of turn {index + 1} holds)"
+            on_text(text)
+            return ProviderResponse([{"type": "text", "text": text}], "end_turn", model="scripted")
         if turn.sleep:
             time.sleep(turn.sleep)
         if turn.fail:

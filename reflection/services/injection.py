@@ -53,7 +53,7 @@ def _injected_rules(run: AgentRun) -> list[ScoredRule]:
 
 def _rule_line(rule: ScoredRule) -> str:
     text = " ".join(rule.text.split())
-    if rule.kind == RuleKind.ANTI_PATTERN:
+    if rule.kind == RuleKind.ANTI_PATTERN and not text.lower().startswith("avoid"):
         text = f"Avoid: {text}"
     mark = " (candidate: unconfirmed)" if rule.maturity == RuleMaturity.CANDIDATE else ""
     return f"- {text}{mark} [rule {rule.rule_id}]"

@@ -1,0 +1,37 @@
+"""One model call for a role, outside any agent run: a prompt in, the answer out (no tools, no
+workspace). Reflection's reflector reads finished sessions this way."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from psychonauts.errors import RoleNotFound
+from psychonauts.models import Role
+from psychonauts.providers import provider_get
+from psychonauts.providers.base import ProviderRequest, ProviderResponse, RunInfo
+from psychonauts.roles import roles_sync_defaults
+
+
+def role_complete(*, role: str, prompt: str, run: RunInfo) -> ProviderResponse:
+    """Ask the role's provider once: the setting's provider (PSYCHONAUTS_PROVIDER) else the
+    role's, its model the role's else the standard tier's. Raises RoleNotFound, or
+    ProviderError once the provider's retries are spent."""
+    found = Role.objects.filter(name=role).first()
+    if found is None:
+        roles_sync_defaults()  # a shipped role new since the last sync
+        found = Role.objects.filter(name=role).first()
+    if found is None:
+        raise RoleNotFound(f"unknown role {role!r}")
+    provider = provider_get(settings.PSYCHONAUTS_PROVIDER or found.provider)
+    model = provider.name
+    if provider.uses_llm:
+        model = found.model or settings.PSYCHONAUTS_MODELS.get("standard", "")
+    request = ProviderRequest(
+        model=model,
+        system=found.system_prompt,
+        messages=[{"role": "user", "content": prompt}],
+        tools=[],
+        max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+        run=run,
+    )
+    return provider.complete(request, lambda _delta: None)
