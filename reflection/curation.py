@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from core.search import sessions_search
+from core.search import sessions_count
 from reflection.models import (
     DeltaOp,
     DeltaStatus,
@@ -20,20 +20,25 @@ from reflection.services import playbook
 from reflection.text import key_terms, normalise, polarity
 
 CURATOR = "reflection"
+EVIDENCE_LIMIT = 500  # sessions counted at most per proposal
 
 
-def evidence_sessions(text: str) -> int:
-    terms = key_terms(text)
-    if not terms:
-        return 0
-    return len({hit.session_id for hit in sessions_search(" ".join(terms), limit=500)})
+def evidence_sessions(texts: list[str]) -> list[int]:
+    """For each text, how many sessions support it: those with an event holding all of its
+    key terms (at most EVIDENCE_LIMIT; 0 for a text without key terms). One statement for
+    all the texts."""
+    terms = [key_terms(text) for text in texts]
+    counts = iter(sessions_count([" ".join(t) for t in terms if t], limit=EVIDENCE_LIMIT))
+    return [next(counts) if t else 0 for t in terms]
 
 
 def gate(run: ReflectionRun) -> int:
+    """Reject the run's proposals that fewer than REFLECTION_EVIDENCE_MIN_SESSIONS sessions
+    support; the number rejected."""
     need = settings.REFLECTION_EVIDENCE_MIN_SESSIONS
     rejected = 0
-    for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
-        found = evidence_sessions(delta.text)
+    deltas = list(run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"))
+    for delta, found in zip(deltas, evidence_sessions([d.text for d in deltas]), strict=True):
         if found < need:
             playbook.delta_decide(
                 delta.pk,

@@ -170,7 +170,7 @@ def test_an_error_is_recorded_on_the_run_without_raising(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("search index unavailable")
 
-    monkeypatch.setattr(curation, "sessions_search", broken)
+    monkeypatch.setattr(curation, "sessions_count", broken)
     run, cached = pipeline.reflect_burst(burst.pk)
     assert run is not None and not cached
     assert run.status == "error"

@@ -1,0 +1,90 @@
+"""The evidence gate: each proposal's support counted as session search counts it, all the
+proposals in one statement, and the unsupported ones rejected with what was searched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bursts.models import Burst
+from core.events import publish
+from core.models import Session
+from core.search import sessions_count, sessions_search
+from reflection import curation
+from reflection.models import PlaybookDelta
+from reflection.services.playbook import delta_propose
+from reflection.services.runs import reflection_run_start
+from reflection.text import key_terms
+
+pytestmark = pytest.mark.django_db
+
+SUPPORTED = "Run the migrations check before committing a model change"
+ONCE = "Reset the websocket fixtures after each reconnection test"
+NOWHERE = "Quote the tsquery terms before building the search"
+
+
+def session_with(n: int, *texts: str) -> Session:
+    session = Session.objects.create(kind="agent_run", ref=str(1000 + n), title=f"{n}_s0_coder")
+    for text in texts:
+        publish(f"agent:{n}_s0_coder", "text", {"text": text}, session_id=session.pk)
+    return session
+
+
+@pytest.fixture
+def sessions() -> list[Session]:
+    """Two sessions note the migrations check (one of them twice), a third commits without
+    it, one notes the websocket fixtures; the last holds only noise."""
+    return [
+        session_with(1, f"note: {SUPPORTED}", f"again: {SUPPORTED.lower()}"),
+        session_with(2, "ran the migrations check before committing", "model change ok"),
+        session_with(3, "checked the model change before committing"),
+        session_with(4, f"learned: {ONCE}", "tool output: 3 passed"),
+        session_with(5, "tool output: 3 passed", "All checks passed!"),
+    ]
+
+
+def test_it_counts_each_proposal_as_session_search_finds_it(sessions: list[Session]) -> None:
+    texts = [SUPPORTED, ONCE, NOWHERE, "a an the", SUPPORTED.upper() + "!"]
+    expected = [
+        len({h.session_id for h in sessions_search(" ".join(key_terms(t)))}) if key_terms(t) else 0
+        for t in texts
+    ]
+    assert expected == [2, 1, 0, 0, 2]  # session 3 never names the migrations
+    assert curation.evidence_sessions(texts) == expected
+
+
+def test_it_counts_every_proposal_in_one_statement(
+    sessions: list[Session], django_assert_max_num_queries: Any
+) -> None:
+    texts = [SUPPORTED, ONCE, NOWHERE] * 20
+    # The index flush in its savepoint, then one statement for all sixty.
+    with django_assert_max_num_queries(4):
+        counts = curation.evidence_sessions(texts)
+    assert counts == [2, 1, 0] * 20
+
+
+def test_it_counts_sessions_up_to_the_limit(sessions: list[Session]) -> None:
+    assert sessions_count(["passed", "migrations check"], limit=1) == [1, 1]
+    assert sessions_count(["passed", "migrations check"]) == [2, 2]
+    assert sessions_count([]) == []
+
+
+def test_the_gate_rejects_the_proposals_too_few_sessions_support(
+    burst: Burst, sessions: list[Session], settings: Any
+) -> None:
+    settings.REFLECTION_EVIDENCE_MIN_SESSIONS = 2
+    run, _ = reflection_run_start(burst.pk)
+    deltas = {
+        text: delta_propose(op="add", text=text, reflection_run_id=run.pk)
+        for text in (SUPPORTED, ONCE, NOWHERE)
+    }
+    assert curation.gate(run) == 2
+    decided = {t: PlaybookDelta.objects.get(pk=d.pk) for t, d in deltas.items()}
+    assert decided[SUPPORTED].status == "proposed"
+    assert decided[ONCE].status == "rejected"
+    assert decided[ONCE].reason == (
+        "evidence gate: 1 matching session(s), 2 needed (searched: reconnection websocket fixtures)"
+    )
+    assert decided[NOWHERE].reason.startswith("evidence gate: 0 matching session(s), 2 needed")
+    assert curation.gate(run) == 0  # the rejected ones are decided: not gated again
