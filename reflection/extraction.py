@@ -14,16 +14,34 @@ from reflection.services import playbook
 
 TEXT_MAX = 500  # characters: a diary entry longer than this is malformed and skipped
 EVIDENCE_EVENTS = 5  # event ids kept per agent run as a proposal's evidence
+VERDICT_FAIL = "VERDICT: FAIL"  # how the result of a run that failed its review begins
 
 
 @dataclass
 class Finding:
     """One thing learned from the burst: a diary learning or challenge, or a failure."""
 
-    kind: str  # learning | challenge | failure | rejected_change | rejected_drift
+    kind: str  # learning | challenge | failure | failed_review | rejected_change | rejected_drift
     text: str
     role: str
     agent_run_ids: list[int] = field(default_factory=list)
+    by: str = ""  # failed_review: the reviewing role that failed the work
+
+
+def _committed(agent_run_ids: list[int]) -> set[int]:
+    """The agent runs among these whose sessions committed work."""
+    from core.models import Event, Session
+
+    if not agent_run_ids:
+        return set()
+    return {
+        int(ref)
+        for ref in Event.objects.filter(
+            type="commit",
+            session__kind=Session.Kind.AGENT_RUN,
+            session__ref__in=[str(pk) for pk in agent_run_ids],
+        ).values_list("session__ref", flat=True)
+    }
 
 
 def agent_runs(burst_id: int) -> list[Any]:
@@ -52,12 +70,30 @@ def findings(burst_id: int) -> tuple[list[Finding], int]:
         found.append(
             Finding(entry.kind, text, by_id[entry.agent_run_id].role, [entry.agent_run_id])
         )
-    failures: dict[tuple[str, str], Finding] = {}
+    failures: dict[tuple[str, str, str], Finding] = {}
+    committed = _committed([r.pk for r in runs])
     for r in runs:
         if r.status != AgentStatus.ERROR:
             continue
         error = (r.error.strip().splitlines() or ["an unexplained error"])[0][:200]
-        item = failures.setdefault((r.role, error), Finding("failure", error, r.role, []))
+        if r.result.startswith(VERDICT_FAIL):
+            # A reviewing role that failed a change did its job: the lesson is for the agents
+            # whose work it failed, those of earlier stages that committed.
+            makers = [
+                m
+                for m in runs
+                if m.quantum_run_id == r.quantum_run_id
+                and m.stage_index < r.stage_index
+                and m.pk in committed
+            ]
+            for role in sorted({m.role for m in makers}):
+                item = failures.setdefault(
+                    (role, error, r.role), Finding("failed_review", error, role, [], r.role)
+                )
+                item.agent_run_ids.extend(m.pk for m in makers if m.role == role)
+                item.agent_run_ids.append(r.pk)
+            continue
+        item = failures.setdefault((r.role, error, ""), Finding("failure", error, r.role, []))
         item.agent_run_ids.append(r.pk)
     found.extend(failures.values())
     return found, skipped
@@ -79,7 +115,6 @@ def rejections(since: datetime | None, until: datetime, *, limit: int = 200) -> 
     """Changes and drifts the Tether rejected in the window, each a finding of the roles that
     made it: the agents that committed the change, the agent that assumed."""
     from bursts.models import AgentRun
-    from core.models import Event, Session
     from tether.models import ChangeReview, ChangeStatus, Drift, DriftStatus
 
     window = {"decided_at__lte": until}
@@ -91,29 +126,15 @@ def rejections(since: datetime | None, until: datetime, *, limit: int = 200) -> 
             :limit
         ]
     )
-    agents = (
-        list(
-            AgentRun.objects.filter(
-                quantum_run_id__in=[c.quantum_run_id for c in changes]
-            ).values_list("pk", "quantum_run_id", "role")
+    agents = list(
+        AgentRun.objects.filter(quantum_run_id__in=[c.quantum_run_id for c in changes]).values_list(
+            "pk", "quantum_run_id", "role"
         )
-        if changes
-        else []
     )
-    committed = (
-        set(
-            Event.objects.filter(
-                type="commit",
-                session__kind=Session.Kind.AGENT_RUN,
-                session__ref__in=[str(pk) for pk, _, _ in agents],
-            ).values_list("session__ref", flat=True)
-        )
-        if agents
-        else set()
-    )
+    committed = _committed([pk for pk, _, _ in agents])
     for change in changes:
         mine = [(pk, role) for pk, run_id, role in agents if run_id == change.quantum_run_id]
-        makers = [(pk, role) for pk, role in mine if str(pk) in committed] or mine
+        makers = [(pk, role) for pk, role in mine if pk in committed] or mine
         reason = (change.comment.strip().splitlines() or ["no reason given"])[0][:200]
         for role in sorted({role for _, role in makers}):
             found.append(
@@ -165,6 +186,8 @@ def proposal_text(item: Finding) -> tuple[str, str]:
         return item.text, RuleKind.RULE
     if item.kind == "challenge":
         return playbook.anti_pattern_of(PlaybookRule(text=item.text)), RuleKind.ANTI_PATTERN
+    if item.kind == "failed_review":
+        return f"Avoid: {item.text} (failed by the {item.by})", RuleKind.ANTI_PATTERN
     if item.kind == "rejected_change":
         return f"Avoid: {item.text} (a change the Tether rejected)", RuleKind.ANTI_PATTERN
     if item.kind == "rejected_drift":

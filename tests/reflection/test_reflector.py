@@ -77,6 +77,7 @@ def failed_review(burst: Burst) -> tuple[AgentRun, AgentRun]:
         ("verdict", {"verdict": "fail", "reasons": VERDICT}),
         status="error",
         error=VERDICT,
+        result=f"VERDICT: FAIL\n{VERDICT}",
     )
     return coder, tester
 
@@ -215,6 +216,22 @@ def test_the_pipeline_turns_the_reflectors_lesson_into_a_rule_for_the_coder(
     assert (rule.roles, rule.maturity) == (["coder"], "candidate")
     assert set(rule.evidence_agent_run_ids) == {coder.pk}  # the second is a duplicate delta
     assert PlaybookDelta.objects.filter(text=LESSON, status="rejected").count() == 1
+
+
+def test_a_failed_review_is_a_finding_for_the_agents_whose_work_it_failed(burst: Burst) -> None:
+    coder, tester = failed_review(burst)
+    assert coder.quantum_run is not None
+    crashed = agent(coder.quantum_run, "reviewer", 2, status="error", error="Out of memory")
+    found, _ = extraction.findings(burst.pk)
+    failures = [f for f in found if f.kind in ("failed_review", "failure")]
+    assert [(f.kind, f.role, f.by, f.agent_run_ids) for f in failures] == [
+        ("failed_review", "coder", "tester", [coder.pk, tester.pk]),
+        ("failure", "reviewer", "", [crashed.pk]),
+    ]
+    assert extraction.proposal_text(failures[0]) == (
+        f"Avoid: {VERDICT} (failed by the tester)",
+        "anti_pattern",
+    )
 
 
 # --- the Tether's rejections ----------------------------------------------------------------

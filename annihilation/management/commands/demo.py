@@ -2,7 +2,9 @@
 
 Loads the demo backlog (replacing an earlier one), shows what is ready and what blocks the rest,
 then runs a wave over it on a demo git repository with the scripted provider (on Claude when
-ANTHROPIC_API_KEY is set), and prints what every agent did and changed. Then an autopilot pass:
+ANTHROPIC_API_KEY is set), and prints what every agent did and changed. Then the learning loop:
+what reflection learned from the wave's failures, and a second wave whose agents get it
+(`annihilation.demo_learning`). Then an autopilot pass:
 a goal is decomposed, executed, verified and merged, the hub improves the repository on its own
 and comes to rest, each state change printed with its reason.
 """
@@ -19,8 +21,14 @@ from django.core.management.base import CommandError
 from django.db import connection, transaction
 
 from annihilation.demo_autopilot import AUTOPILOT_ENV, autopilot_pass, demo_settings
+from annihilation.demo_learning import (
+    LEARNING_ENV,
+    print_outcome,
+    print_reflection,
+    reopen_blocked,
+)
 from annihilation.demo_worker import ALREADY_RUNNING, worker_for_command
-from bursts.models import QuantumRun, RunStatus
+from bursts.models import QuantumRun, RunStatus, Wave
 from core.access import operator_ensure
 from core.cli import SafeCommand, seconds, shorten, table
 from psychonauts.errors import WorkspaceError
@@ -119,35 +127,28 @@ class Command(SafeCommand):
         roles_sync_defaults()
         pipelines_ensure_defaults()
         repo = demo_repo_ensure(Path(settings.ANNIHILATION_REPO))
-        env = dict(AUTOPILOT_ENV) if autopilot else {}
+        env = {**LEARNING_ENV, **(AUTOPILOT_ENV if autopilot else {})}
         provider = settings.PSYCHONAUTS_PROVIDER or "scripted (per role)"
         if settings.ANTHROPIC_API_KEY and not settings.PSYCHONAUTS_PROVIDER:
             env["ANNIHILATION_PROVIDER"] = provider = "anthropic"
         w("")
         w(f"Running a wave over the demo quanta: repository {repo}, provider {provider}")
-        failed = ""
         answering = threading.Event()
         answerer = threading.Thread(target=self.answer_questions, args=(answering,), daemon=True)
         with worker_for_command(env=env) as worker:
             w(f"Celery: {worker}")
             answerer.start()
             try:
-                call_command(
-                    "start_wave",
-                    "--label",
-                    DEMO_LABEL,
-                    "--follow",
-                    "--timeout",
-                    str(timeout),
-                    stdout=self.stdout,
-                    stderr=self.stderr,
-                )
-            except CommandError as exc:
-                failed = str(exc)
+                first, failed = self.start_wave(timeout, failures_expected=True)
+                self.print_changes(ids, repo)
+                if not failed:
+                    reflector = env.get("ANNIHILATION_PROVIDER") or settings.PSYCHONAUTS_PROVIDER
+                    failed = self.learning_pass(
+                        ids, first, timeout=timeout, reflector=reflector or "scripted"
+                    )
             finally:
                 answering.set()
                 answerer.join(timeout=5)
-            self.print_changes(ids, repo)
             if autopilot and not failed:
                 with demo_settings():
                     autopilot_pass(
@@ -155,6 +156,43 @@ class Command(SafeCommand):
                     )
         if failed:
             raise CommandError(f"the demo wave did not succeed: {failed}")
+
+    def start_wave(self, timeout: float, *, failures_expected: bool = False) -> tuple[int, str]:
+        """A wave over the demo label, followed to its end: (its id, why it failed or "").
+        With `failures_expected`, a wave that ended with some runs failed did not fail."""
+        try:
+            call_command(
+                "start_wave",
+                "--label",
+                DEMO_LABEL,
+                "--follow",
+                "--timeout",
+                str(timeout),
+                stdout=self.stdout,
+                stderr=self.stderr,
+            )
+            failed = ""
+        except CommandError as exc:
+            failed = "" if failures_expected and exc.returncode == 1 else str(exc)
+        return Wave.objects.order_by("-pk").values_list("pk", flat=True)[0], failed
+
+    def learning_pass(self, ids: list[int], first: int, *, timeout: float, reflector: str) -> str:
+        """What reflection learned from the first wave, then a second wave over the quanta it
+        blocked (reopened, as the Tether would); why the second wave failed, or ""."""
+        w = self.stdout.write
+        rules = print_reflection(self.stdout, first, timeout=min(timeout, 60), provider=reflector)
+        reopened = reopen_blocked(ids)
+        if not reopened:
+            w("No demo quantum is blocked: there is nothing for a second wave.")
+            return ""
+        w("")
+        w(
+            f"The demo reopens {', '.join(f'#{i}' for i in reopened)} (blocked after a failed "
+            "review) and runs a second wave: their coders now get the playbook's rules."
+        )
+        second, failed = self.start_wave(timeout)
+        print_outcome(self.stdout, first, second, rules)
+        return failed
 
     def print_changes(self, ids: list[int], repo: Path) -> None:
         w = self.stdout.write
