@@ -50,6 +50,9 @@ PROJECT_APPS = [
     "tether",
     "reflection",
     "autopilot",
+    "operations",
+    "hooks",
+    "api",
     "annihilation",
 ]
 
@@ -489,6 +492,18 @@ REFLECTION_EVIDENCE_MIN_SESSIONS = env_int(
 REFLECTION_INJECT_TOP_K = env_int("ANNIHILATION_REFLECTION_INJECT_TOP_K", 5, minimum=0)
 # How often the decay sweep runs (seconds; daily by default).
 REFLECTION_DECAY_EVERY_S = env_float("ANNIHILATION_REFLECTION_DECAY_EVERY_S", 86400.0, minimum=60)
+
+# --- endpoints ---
+# The registry of model endpoints (psychonauts.endpoints): health checks, concurrency.
+
+# --- api ---
+# The HTTP API (api app): tokens, rate limits, idempotency, incoming webhooks.
+
+# --- operations ---
+# Metrics and alerts (operations app).
+
+# --- hooks ---
+# Outgoing and incoming webhooks (hooks app).
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")

@@ -1,7 +1,7 @@
 """The apps are floors: each imports only the apps below it, never one above.
 
 core (ground floor) < quanta < bursts < psychonauts < tether < reflection < autopilot <
-annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
+operations < hooks < api < annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
 migrations are outside the house and may import anything.
 """
 
@@ -19,6 +19,9 @@ FLOORS = [
     "tether",
     "reflection",
     "autopilot",
+    "operations",
+    "hooks",
+    "api",
     "annihilation",
 ]
 
