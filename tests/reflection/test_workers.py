@@ -49,8 +49,13 @@ def totals(workers: list[Worker]) -> dict[str, Counter[str]]:
 
 
 def tasks_run(workers: list[Worker]) -> Counter[str]:
-    """How many tasks of each name the workers have run, all together."""
+    """How many tasks of each name the workers have started, all together."""
     return sum(totals(workers).values(), Counter())
+
+
+def idle(workers: list[Worker]) -> bool:
+    active = app.control.inspect(destination=[node(w) for w in workers], timeout=2).active()
+    return active is not None and len(active) == len(workers) and not any(active.values())
 
 
 def outcome() -> dict[str, Any]:
@@ -89,7 +94,7 @@ def test_two_workers_sent_one_bursts_chain_at_once_reflect_on_it_once(
     reflection_chain(burst.pk).apply_async(queue=f"reflection-a-{os.getpid()}")
     reflection_chain(burst.pk).apply_async(queue=f"reflection-b-{os.getpid()}")
     wait_for(
-        lambda: tasks_run(workers)["reflection.stage"] == 2 * STAGES,
+        lambda: tasks_run(workers)["reflection.stage"] == 2 * STAGES and idle(workers),
         timeout=30,
         what="both chains to run every stage",
     )
