@@ -32,14 +32,15 @@ logger = logging.getLogger(__name__)
 
 # The event topics: an agent's stream (`agent:<id>`), the Tether's queues, the burst manager's
 # lifecycle, reflection's stages (`reflection:<stage>`), the autopilot's (`autopilot:<subject>`:
-# hub, goals, budget, scan, healing) and the quanta. Anything else is refused.
+# hub, goals, budget, scan, healing), the quanta and the alerter's (`alerts`). Anything else is refused.
 _TOPIC = re.compile(
     r"^(agent:[A-Za-z0-9_.-]{1,150}"
     r"|tether:(reaching|drifts|questions)"
     r"|burst:events"
     r"|reflection:[a-z_]{1,50}"
     r"|autopilot:[a-z_]{1,50}"
-    r"|quanta)$"
+    r"|quanta"
+    r"|alerts)$"
 )
 
 
