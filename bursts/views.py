@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from bursts.errors import BurstsError, WaveNotFound
 from bursts.forms import WaveCancelForm
 from bursts.models import Wave
+from bursts.sections import wave_section_topics, wave_sections
 from bursts.selectors import TimelineBar, wave_timeline, waves_list
 from bursts.services import wave_cancel
 from core.access import operator_required
@@ -99,19 +100,31 @@ def _wave_page_context(wave_id: int) -> dict[str, Any]:
 
 def wave_page(request: HttpRequest, wave_id: int) -> HttpResponse:
     context = _wave_page_context(wave_id)
+    topics = ["burst:events", *wave_section_topics()]
     return render(
         request,
         "bursts/wave.html",
-        {**context, **live_attrs(["burst:events"], "wave", wave_id=wave_id)},
+        {
+            **context,
+            "sections": wave_sections(wave_id),
+            **live_attrs(topics, "wave", wave_id=wave_id),
+        },
     )
 
 
 @live_page("wave")
 def wave_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
+    """The timeline for the wave's own burst events; for the topics of the sections apps
+    above registered (bursts.sections), the sections that event redraws."""
     try:
         wave_id = int(params["wave_id"])
     except (KeyError, ValueError):  # the page's parameters come from the client
         raise LivePageError("no wave id") from None
+    if event["topic"] != "burst:events":
+        sections = wave_sections(wave_id, event=event)
+        if not sections:
+            raise LivePageError("no section of this wave follows the event")
+        return {"sections": sections}
     if event["payload"].get("wave_id") != wave_id:
         raise LivePageError("another wave's event")
     try:

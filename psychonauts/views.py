@@ -15,6 +15,7 @@ from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
 from psychonauts.diffs import diff_parse
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
+from psychonauts.sections import focus_sections
 from psychonauts.selectors import agent_verifications, role_names, role_tools
 from psychonauts.services import agent_run_create
 from psychonauts.services.verification import verdict_find
@@ -65,6 +66,7 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
             "diary": agent_diary(agent_run_id=run.pk),
             **_checks_context(run.pk, run.role),
             "diff_files": diff_parse(worktree_diff(quantum_id=run.quantum_id)),
+            "sections": focus_sections(run),
             **live_attrs([f"agent:{run.agent_id}"], "focus", agent_run_id=run.pk),
         },
     )

@@ -33,6 +33,31 @@ class ReflectionConfig(AppConfig):
         grounding_section_register(
             GroundingSection("reflection/_grounding_deltas.html", grounding_deltas_context)
         )
+        _register_page_sections()
+
+
+def _register_page_sections() -> None:
+    """The wave page's reflection runs (redrawn live on every `reflection:<status>` event of
+    the wave) and the Focus page's injected rules and skill."""
+    from bursts.sections import WaveSection, wave_section_register
+    from core.events import EventMessage
+    from psychonauts.sections import FocusSection, focus_section_register
+    from reflection.models import ReflectionRunStatus
+    from reflection.selectors import reflection_event_wave
+    from reflection.views import focus_playbook_context, wave_reflection_context
+
+    def wave_of(event: EventMessage) -> int | None:
+        return reflection_event_wave(event["payload"])
+
+    wave_section_register(
+        WaveSection(
+            "reflection/_wave_reflection.html",
+            wave_reflection_context,
+            topics=tuple(f"reflection:{s}" for s in ReflectionRunStatus.values),
+            wave_of=wave_of,
+        )
+    )
+    focus_section_register(FocusSection("reflection/_focus_playbook.html", focus_playbook_context))
 
 
 def _on_burst_closed(burst: Any) -> None:

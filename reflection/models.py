@@ -346,3 +346,43 @@ class RuleUse(models.Model):
 
     def __str__(self) -> str:
         return f"rule {self.rule_id} in run {self.agent_run_id}: {self.outcome}"
+
+
+class ConfidenceCause(models.TextChoices):
+    CREATED = "created", "created (the starting confidence)"
+    SUCCESS = "success", "a helpful feedback"
+    FAILURE = "failure", "a harmful feedback"
+
+
+class RuleConfidencePoint(models.Model):
+    """A rule's confidence as one write set it: at its creation and after each feedback.
+
+    The daily decay sweep writes no point: between two points, and from the last one to now,
+    confidence follows the half-life from the earlier point (see reflection.selectors).
+    """
+
+    rule = models.ForeignKey(
+        PlaybookRule, on_delete=models.CASCADE, related_name="confidence_points"
+    )
+    confidence = models.FloatField()
+    at = models.DateTimeField()
+    cause = models.CharField(max_length=16, choices=ConfidenceCause.choices)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0) & Q(confidence__lte=1),
+                name="ruleconfidencepoint_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(cause__in=ConfidenceCause.values),
+                name="ruleconfidencepoint_cause_valid",
+            ),
+        ]
+        indexes = [
+            # The Playbook page's sparklines: each shown rule's latest points, newest first.
+            models.Index(fields=["rule", "-at"], name="ruleconfidencepoint_rule_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} at {self.at:%Y-%m-%d %H:%M}: {self.confidence:.3f}"

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
 
-from django.db.models import Case, IntegerField, Q, Value, When
+from django.conf import settings
+from django.db.models import Case, F, IntegerField, Q, Value, When, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
 
 from reflection.errors import NotFound
 from reflection.models import (
@@ -13,11 +19,15 @@ from reflection.models import (
     PlaybookDelta,
     PlaybookRule,
     ReflectionRun,
+    RuleConfidencePoint,
     RuleMaturity,
     RuleScope,
+    RuleUse,
     Skill,
+    SkillUse,
 )
 from reflection.selection import Arm, Policy, posterior_mean, ucb1_score
+from reflection.services.playbook import confidence_decayed
 
 MATURITY_ORDER: tuple[str, ...] = (
     RuleMaturity.PROVEN,
@@ -127,3 +137,121 @@ def skills_ranked(
         for s in skills
     ]
     return sorted(rows, key=lambda r: (-r.score, r.skill.pk))
+
+
+# --- the wave page's reflection runs ----------------------------------------------------------
+
+# Counts shown in columns of their own; the others are listed after them, zeros left out.
+RUN_COUNT_COLUMNS: tuple[str, ...] = ("findings", "proposed", "unsupported", "accepted", "waiting")
+
+
+@dataclass(frozen=True)
+class WaveReflectionRow:
+    run: ReflectionRun
+    burst_number: int | None
+    columns: list[int | None]  # RUN_COUNT_COLUMNS, None where the run has not counted it yet
+    other_counts: list[tuple[str, Any]]  # the other non-zero counts, by name
+    stages: list[tuple[str, float]]  # (stage, seconds) in the order the run went through them
+    seconds: float
+
+
+def wave_reflection_runs(*, wave_id: int) -> list[WaveReflectionRow]:
+    """The wave's reflection runs, one per burst, by burst number (runs whose burst is gone
+    last), with their counts and stage timings."""
+    runs = (
+        ReflectionRun.objects.filter(wave_id=wave_id)
+        .select_related("burst")
+        .order_by(F("burst__number").asc(nulls_last=True), "pk")
+    )
+    rows = []
+    for run in runs:
+        counts: dict[str, Any] = run.counts if isinstance(run.counts, dict) else {}
+        timings: dict[str, Any] = run.timings if isinstance(run.timings, dict) else {}
+        stages = [(k, float(v)) for k, v in timings.items() if isinstance(v, (int, float))]
+        rows.append(
+            WaveReflectionRow(
+                run=run,
+                burst_number=run.burst.number if run.burst is not None else None,
+                columns=[counts.get(c) for c in RUN_COUNT_COLUMNS],
+                other_counts=sorted(
+                    (k, v) for k, v in counts.items() if k not in RUN_COUNT_COLUMNS and v
+                ),
+                stages=stages,
+                seconds=sum(v for _, v in stages),
+            )
+        )
+    return rows
+
+
+def reflection_event_wave(payload: Mapping[str, Any]) -> int | None:
+    """The wave a `reflection:<status>` event concerns: its `wave`, or its run's wave for an
+    event that names only the run (an error)."""
+    wave = payload.get("wave")
+    if isinstance(wave, int) and not isinstance(wave, bool):
+        return wave
+    run_id = payload.get("reflection_run")
+    if not isinstance(run_id, int) or isinstance(run_id, bool):
+        return None
+    return ReflectionRun.objects.filter(pk=run_id).values_list("wave_id", flat=True).first()
+
+
+# --- the Focus page: what an agent run was given -------------------------------------------
+
+
+def agent_run_rule_uses(*, agent_run_id: int) -> list[RuleUse]:
+    """The rules injected into the agent run's prompt, in prompt order (index ruleuse_run_rank)."""
+    return list(
+        RuleUse.objects.filter(agent_run_id=agent_run_id).select_related("rule").order_by("rank")
+    )
+
+
+def agent_run_skill_use(*, agent_run_id: int) -> SkillUse | None:
+    """The skill chosen for the agent run, if one was."""
+    return SkillUse.objects.filter(agent_run_id=agent_run_id).select_related("skill").first()
+
+
+# --- confidence over time ---------------------------------------------------------------------
+
+# Points per rule a sparkline draws: the latest ones.
+CONFIDENCE_POINTS_MAX = 60
+
+ConfidenceSeries = list[tuple[datetime, float]]
+
+
+def rules_confidence_series(
+    rules: Sequence[PlaybookRule], *, now: datetime | None = None
+) -> dict[int, ConfidenceSeries]:
+    """Each rule's confidence over time, by rule id, oldest first: its recorded points (the
+    latest CONFIDENCE_POINTS_MAX), the value each decayed to just before the next point, and
+    its value now (a live rule decayed to now; a deprecated one, which the sweep leaves alone,
+    as stored). A rule without points starts where its confidence was last brought up to date.
+    One query for all the rules."""
+    now = now or timezone.now()
+    half_life = settings.REFLECTION_HALF_LIFE_DAYS
+    ids = [r.pk for r in rules]
+    latest = (
+        RuleConfidencePoint.objects.filter(rule_id__in=ids)
+        .annotate(
+            newest=Window(RowNumber(), partition_by=[F("rule_id")], order_by=[F("at").desc()])
+        )
+        .filter(newest__lte=CONFIDENCE_POINTS_MAX)
+        .order_by("rule_id", "at", "pk")
+        .values_list("rule_id", "at", "confidence")
+    )
+    points: dict[int, ConfidenceSeries] = {rule_id: [] for rule_id in ids}
+    for rule_id, at, confidence in latest:
+        points[rule_id].append((at, confidence))
+    series: dict[int, ConfidenceSeries] = {}
+    for rule in rules:
+        recorded = points[rule.pk] or [(rule.confidence_at, rule.confidence)]
+        line: ConfidenceSeries = [recorded[0]]
+        for (at, confidence), (next_at, next_confidence) in pairwise(recorded):
+            line.append((next_at, confidence_decayed(confidence, at, next_at, half_life)))
+            line.append((next_at, next_confidence))
+        if rule.maturity == RuleMaturity.DEPRECATED:
+            current = rule.confidence
+        else:
+            current = confidence_decayed(rule.confidence, rule.confidence_at, now, half_life)
+        line.append((max(now, line[-1][0]), current))
+        series[rule.pk] = line
+    return series

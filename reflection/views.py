@@ -1,8 +1,9 @@
-"""The Playbook and Skills pages, the playbook section of the Grounding page, and the
-operator's actions on deltas and rules."""
+"""The Playbook and Skills pages, the sections reflection adds to the Grounding, wave and
+Focus pages, and the operator's actions on deltas and rules."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, cast
 
 from django.conf import settings
@@ -10,23 +11,33 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from bursts.models import AgentRun
 from core.access import operator_required, user_can_operate
 from reflection.errors import IllegalTransition, NotFound, ReflectionError
 from reflection.models import DeltaStatus, PlaybookDelta
 from reflection.selection import Policy
 from reflection.selectors import (
+    RUN_COUNT_COLUMNS,
+    ConfidenceSeries,
+    agent_run_rule_uses,
+    agent_run_skill_use,
     deltas_recent,
     deltas_waiting,
     reflection_runs_recent,
     rules_by_maturity,
+    rules_confidence_series,
     skills_ranked,
+    wave_reflection_runs,
 )
 from reflection.services.playbook import delta_decide
 from reflection.services.playbook_io import rule_deprecate
 
 REASON_MAX = 2000
+# The confidence sparkline: width and height in pixels; confidence 0..1 spans the height.
+SPARK_W, SPARK_H = 120, 24
 
 
 def grounding_deltas_context(request: HttpRequest) -> dict[str, Any]:
@@ -34,12 +45,59 @@ def grounding_deltas_context(request: HttpRequest) -> dict[str, Any]:
     return {"deltas": deltas_waiting(), "can_operate": user_can_operate(request.user)}
 
 
+def wave_reflection_context(wave_id: int) -> dict[str, Any]:
+    """The wave page's reflection section (registered in reflection.apps), drawn again live
+    on every `reflection:<status>` event of the wave."""
+    return {
+        "wave_id": wave_id,
+        "rows": wave_reflection_runs(wave_id=wave_id),
+        "count_columns": RUN_COUNT_COLUMNS,
+    }
+
+
+def focus_playbook_context(run: AgentRun) -> dict[str, Any]:
+    """The Focus page's playbook section (registered in reflection.apps): the rules injected
+    into the run's prompt and the skill chosen for it."""
+    return {
+        "rule_uses": agent_run_rule_uses(agent_run_id=run.pk),
+        "skill_use": agent_run_skill_use(agent_run_id=run.pk),
+    }
+
+
+def sparkline(series: ConfidenceSeries) -> dict[str, Any]:
+    """A confidence series as an SVG polyline (presentation only: the values come from the
+    selector): time on x from the first point to the last, confidence 0..1 on y."""
+    start, end = series[0][0], series[-1][0]
+    span = (end - start).total_seconds() or 1.0
+
+    def x(at: datetime) -> float:
+        return round((at - start).total_seconds() / span * SPARK_W, 2)
+
+    def y(confidence: float) -> float:
+        return round(SPARK_H - confidence * SPARK_H, 2)
+
+    first, last = series[0][1], series[-1][1]
+    return {
+        "w": SPARK_W,
+        "h": SPARK_H,
+        "points": " ".join(f"{x(at)},{y(c)}" for at, c in series),
+        "end_x": x(end),
+        "end_y": y(last),
+        "title": f"confidence {first:.2f} on {start:%Y-%m-%d}, {last:.2f} now",
+    }
+
+
 def playbook_page(request: HttpRequest) -> HttpResponse:
+    groups = rules_by_maturity()
+    series = rules_confidence_series([r for _, rules in groups for r in rules], now=timezone.now())
     return render(
         request,
         "reflection/playbook.html",
         {
-            "groups": rules_by_maturity(),
+            "groups": [
+                (maturity, [(r, sparkline(series[r.pk])) for r in rules])
+                for maturity, rules in groups
+            ],
             "deltas": deltas_waiting(),
             "decided": deltas_recent(limit=20),
             "runs": reflection_runs_recent(),

@@ -1,5 +1,6 @@
-"""The only writer of PlaybookRule and PlaybookDelta: rules created, changed through deltas,
-moved by feedback (confidence, counts, maturity) and decayed by time.
+"""The only writer of PlaybookRule, PlaybookDelta and RuleConfidencePoint: rules created,
+changed through deltas, moved by feedback (confidence, counts, maturity) and decayed by time;
+a confidence point recorded at each creation and feedback.
 
 Confidence lives in [0, 1]. Feedback first decays it to the present, then moves it a step
 toward 1 (helpful) or 0 (harmful); without feedback it halves every REFLECTION_HALF_LIFE_DAYS.
@@ -22,10 +23,12 @@ from django.utils import timezone
 from reflection.errors import IllegalTransition, InvalidRule, NotFound
 from reflection.models import (
     DELTA_TRANSITIONS,
+    ConfidenceCause,
     DeltaOp,
     DeltaStatus,
     PlaybookDelta,
     PlaybookRule,
+    RuleConfidencePoint,
     RuleKind,
     RuleMaturity,
     RuleScope,
@@ -118,17 +121,25 @@ def rule_create(
         raise InvalidRule(f"unknown rule kind {kind!r}")
     if scope not in RuleScope.values:
         raise InvalidRule(f"unknown rule scope {scope!r}")
-    return PlaybookRule.objects.create(
-        text=_clean_text(text),
-        kind=kind,
-        scope=scope,
-        roles=list(roles),
-        labels=list(labels),
-        paths=list(paths),
-        evidence_event_ids=list(evidence_event_ids),
-        evidence_agent_run_ids=list(evidence_agent_run_ids),
-        created_by=created_by[:200],
-    )
+    with transaction.atomic():
+        rule = PlaybookRule.objects.create(
+            text=_clean_text(text),
+            kind=kind,
+            scope=scope,
+            roles=list(roles),
+            labels=list(labels),
+            paths=list(paths),
+            evidence_event_ids=list(evidence_event_ids),
+            evidence_agent_run_ids=list(evidence_agent_run_ids),
+            created_by=created_by[:200],
+        )
+        RuleConfidencePoint.objects.create(
+            rule=rule,
+            confidence=rule.confidence,
+            at=rule.confidence_at,
+            cause=ConfidenceCause.CREATED,
+        )
+    return rule
 
 
 @transaction.atomic
@@ -157,6 +168,12 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
         maturity=maturity,
         last_feedback_at=now,
         updated_at=now,
+    )
+    RuleConfidencePoint.objects.create(
+        rule_id=rule_id,
+        confidence=confidence,
+        at=now,
+        cause=ConfidenceCause.SUCCESS if success else ConfidenceCause.FAILURE,
     )
     rule.refresh_from_db()
     if (
@@ -193,7 +210,9 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
 
 def rules_decay(now: datetime | None = None) -> int:
     """Decay every live rule's confidence to `now` in one UPDATE (the beat's daily sweep):
-    halved per REFLECTION_HALF_LIFE_DAYS since its `confidence_at`. Returns the rows changed."""
+    halved per REFLECTION_HALF_LIFE_DAYS since its `confidence_at`. Returns the rows changed.
+    It records no confidence point: decay is the half-life from the last point, which readers
+    recompute."""
     now = now or timezone.now()
     half_life_s = settings.REFLECTION_HALF_LIFE_DAYS * SECONDS_PER_DAY
     factor = RawSQL(

@@ -100,6 +100,7 @@ def test_an_operator_starts_the_demo_wave_and_watches_it_complete(
     assert wave.status == "done"
     page.goto(f"{control_room}/waves/{wave.pk}/")
     expect(page.locator("#wave-timeline svg rect").first).to_be_visible()
+    expect(page.locator("#wave-reflection-runs tr[data-status]").first).to_be_visible()
     screenshot("wave-timeline")
     page.goto(f"{control_room}/waves/")
     screenshot("waves")
@@ -126,6 +127,7 @@ def test_an_operator_starts_the_demo_wave_and_watches_it_complete(
     assert agent is not None
     page.goto(f"{control_room}/agents/{agent.pk}/")
     expect(page.locator("#stream li").first).to_be_visible()
+    expect(page.locator("#focus-playbook")).to_be_visible()
     screenshot("focus")
     page.goto(f"{control_room}/pipelines/")
     expect(page.locator(".pipeline-diagram").first).to_be_visible()
