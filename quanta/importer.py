@@ -25,15 +25,9 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from core.events import publish
+from core.records import records_read
 from core.safetext import quoted, text_problem
-from core.safeyaml import (
-    InputRefused,
-    LineMap,
-    json_load,
-    read_text,
-    source_name,
-    yaml_load,
-)
+from core.safeyaml import InputRefused, LineMap, source_name
 from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum
 from quanta.fields import FIELD_CHECKS
@@ -44,6 +38,7 @@ Ref = str | int
 ID_MAX = 2**63 - 1  # ids are bigints
 AUTHOR_MAX = Comment._meta.get_field("author").max_length or 200
 ANALYZE_AFTER = 10_000  # rows imported at once: then the planner's statistics are refreshed
+NOT_A_LIST = "expected a list of quanta (or 'quanta:' and a list)"
 
 IMPORTABLE_STATUSES = [
     QuantumStatus.OPEN,
@@ -71,31 +66,6 @@ class Record:
     parent: Ref | None = None
     edges: list[tuple[str, Ref]] = field(default_factory=list)  # (kind, target)
     comments: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, author, body)
-
-
-def _raw_records(name: str, path: Path, text: str) -> list[tuple[int, Any]]:
-    """(line, raw record) pairs; an unreadable document raises ImportFailed with its line."""
-    is_jsonl = path.suffix in {".jsonl", ".ndjson"} or (
-        path.suffix not in {".yaml", ".yml", ".json"} and text.lstrip().startswith("{")
-    )
-    try:
-        if is_jsonl:
-            # Split on newlines only: a JSON string may hold U+2028, which splitlines() splits on.
-            return [
-                (number, json_load(line, line=number))
-                for number, line in enumerate(text.split("\n"), start=1)
-                if line.strip()
-            ]
-        data = yaml_load(text, line_maps=True)
-    except InputRefused as exc:
-        raise ImportFailed([exc.where(name)]) from None
-    if isinstance(data, dict) and "quanta" in data:
-        data = data["quanta"]
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise ImportFailed([f"{name}:1: expected a list of quanta (or 'quanta:' and a list)"])
-    return [(item.line if isinstance(item, LineMap) else 1, item) for item in data]
 
 
 def _ref(value: Any) -> Ref:
@@ -300,12 +270,12 @@ def parse_import(path: Path) -> tuple[list[Record], dict[int, str]]:
     """
     name = source_name(path)
     try:
-        text = read_text(path)
+        raws = records_read(path, key="quanta", not_a_list=NOT_A_LIST, sniff_jsonl=True)
     except InputRefused as exc:
         raise ImportFailed([exc.where(name)]) from None
     problems: list[str] = []
     records: list[Record] = []
-    for line, raw in _raw_records(name, path, text):
+    for line, raw in raws:
         record = _parse_record(name, line, raw, problems)
         if record is not None:
             records.append(record)

@@ -16,14 +16,16 @@ from typing import Any
 import yaml
 from django.db import transaction
 
+from core.records import records_read
 from core.safetext import text_problem
-from core.safeyaml import InputRefused, LineMap, json_load, read_text, source_name, yaml_load
+from core.safeyaml import InputRefused, LineMap, source_name
 from reflection.errors import ReflectionError
 from reflection.models import DeltaOp, DeltaStatus, PlaybookRule, RuleKind, RuleScope
 from reflection.services.playbook import delta_decide, delta_propose, rule_create
 
 LIST_FIELDS = ("roles", "labels", "paths")
 KNOWN_FIELDS = frozenset({"text", "kind", "scope", *LIST_FIELDS})
+NOT_A_LIST = "rules: expected a list of rules (or 'rules:' and a list)"
 
 
 class ImportFailed(ReflectionError):
@@ -51,26 +53,6 @@ def playbook_export(rules: list[PlaybookRule], *, fmt: str) -> str:
     if fmt == "jsonl":
         return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in data)
     return yaml.safe_dump({"rules": data}, sort_keys=False, allow_unicode=True)
-
-
-def _records(name: str, path: Path, text: str) -> list[tuple[int, Any]]:
-    try:
-        if path.suffix in {".jsonl", ".ndjson"}:
-            return [
-                (n, json_load(line, line=n))
-                for n, line in enumerate(text.split("\n"), start=1)
-                if line.strip()
-            ]
-        data = yaml_load(text, line_maps=True)
-    except InputRefused as exc:
-        raise ImportFailed([exc.where(name)]) from None
-    if isinstance(data, dict) and "rules" in data:
-        data = data["rules"]
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise ImportFailed([f"{name}:1: rules: expected a list of rules (or 'rules:' and a list)"])
-    return [(item.line if isinstance(item, LineMap) else 1, item) for item in data]
 
 
 def _check(name: str, line: int, raw: Any, problems: list[str]) -> dict[str, Any] | None:
@@ -118,11 +100,11 @@ def playbook_import(path: Path, *, by: str) -> list[PlaybookRule]:
     when any record has a problem."""
     name = source_name(path)
     try:
-        text = read_text(path)
+        records = records_read(path, key="rules", not_a_list=NOT_A_LIST)
     except InputRefused as exc:
         raise ImportFailed([exc.where(name)]) from None
     problems: list[str] = []
-    checked = [_check(name, line, raw, problems) for line, raw in _records(name, path, text)]
+    checked = [_check(name, line, raw, problems) for line, raw in records]
     if problems:
         raise ImportFailed(problems)
     with transaction.atomic():
