@@ -3,14 +3,16 @@ proposals in one statement, and the unsupported ones rejected with what was sear
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from bursts.models import Burst
 from core.events import publish
 from core.models import Session
-from core.search import sessions_count, sessions_search
+from core.search import event_search_flush, sessions_count, sessions_search
 from reflection import curation
 from reflection.models import PlaybookDelta
 from reflection.services.playbook import delta_propose
@@ -62,6 +64,23 @@ def test_it_counts_every_proposal_in_one_statement(
     with django_assert_max_num_queries(4):
         counts = curation.evidence_sessions(texts)
     assert counts == [2, 1, 0] * 20
+
+
+def test_it_counts_as_a_database_user_that_may_not_flush_the_search_index(
+    sessions: list[Session],
+) -> None:
+    role = f"annihilation_reader_{os.getpid()}"  # created and dropped with the test's transaction
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role}")
+        cursor.execute(f"GRANT SELECT ON core_event TO {role}")
+        cursor.execute(f"SET LOCAL ROLE {role}")
+    try:
+        assert event_search_flush() is False  # only the index's owner may
+        assert curation.evidence_sessions([SUPPORTED, ONCE, NOWHERE]) == [2, 1, 0]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+    assert event_search_flush() is True
 
 
 def test_it_counts_sessions_up_to_the_limit(sessions: list[Session]) -> None:
