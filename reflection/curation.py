@@ -8,7 +8,6 @@ from django.conf import settings
 
 from core.search import sessions_count
 from reflection.models import (
-    DeltaOp,
     DeltaStatus,
     PlaybookDelta,
     PlaybookRule,
@@ -96,17 +95,8 @@ def curate(run: ReflectionRun) -> dict[str, int]:
         text = playbook.anti_pattern_of(rule)
         if normalise(text) in known:
             continue
-        delta = playbook.delta_propose(
-            op=DeltaOp.ADD,
-            rule_id=rule.pk,
-            scope=rule.scope,
-            text=text,
-            kind=RuleKind.ANTI_PATTERN,
-            roles=rule.roles,
-            labels=rule.labels,
-            paths=rule.paths,
-            evidence_event_ids=rule.evidence_event_ids,
-            evidence_agent_run_ids=rule.evidence_agent_run_ids,
+        delta = playbook.anti_pattern_propose(
+            rule,
             reason=f"inverted: {rule.harmful} failures, {rule.helpful} successes",
             reflection_run_id=run.pk,
         )

@@ -184,18 +184,8 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
             op=DeltaOp.ADD, kind=RuleKind.ANTI_PATTERN, status=DeltaStatus.PROPOSED, rule=rule
         ).exists()
     ):
-        _delta_create(
-            op=DeltaOp.ADD,
-            rule_id=rule.pk,
-            scope=rule.scope,
-            text=anti_pattern_of(rule),
-            kind=RuleKind.ANTI_PATTERN,
-            roles=rule.roles,
-            labels=rule.labels,
-            paths=rule.paths,
-            evidence_event_ids=rule.evidence_event_ids,
-            evidence_agent_run_ids=rule.evidence_agent_run_ids,
-            reason=f"rule #{rule.pk} was harmful {harmful} times, helpful {helpful}",
+        anti_pattern_propose(
+            rule, reason=f"rule #{rule.pk} was harmful {harmful} times, helpful {helpful}"
         )
     if maturity != rule.maturity or maturity != RuleMaturity.CANDIDATE:
         logger.info(
@@ -256,6 +246,28 @@ def _delta_create(
         paths=list(paths),
         evidence_event_ids=list(evidence_event_ids),
         evidence_agent_run_ids=list(evidence_agent_run_ids),
+        reason=reason,
+        reflection_run_id=reflection_run_id,
+    )
+
+
+def anti_pattern_propose(
+    rule: PlaybookRule, *, reason: str, reflection_run_id: int | None = None
+) -> PlaybookDelta:
+    """Propose turning the rule into its anti-pattern: an `add` delta of kind anti_pattern that
+    names the rule and carries its scope, roles, labels, paths and evidence (applied, it
+    deprecates the rule)."""
+    return _delta_create(
+        op=DeltaOp.ADD,
+        rule_id=rule.pk,
+        scope=rule.scope,
+        text=anti_pattern_of(rule),
+        kind=RuleKind.ANTI_PATTERN,
+        roles=rule.roles,
+        labels=rule.labels,
+        paths=rule.paths,
+        evidence_event_ids=rule.evidence_event_ids,
+        evidence_agent_run_ids=rule.evidence_agent_run_ids,
         reason=reason,
         reflection_run_id=reflection_run_id,
     )

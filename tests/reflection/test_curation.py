@@ -14,8 +14,8 @@ from core.events import publish
 from core.models import Session
 from core.search import event_search_flush, sessions_count, sessions_search
 from reflection import curation
-from reflection.models import PlaybookDelta
-from reflection.services.playbook import delta_propose
+from reflection.models import PlaybookDelta, PlaybookRule
+from reflection.services.playbook import delta_propose, rule_create
 from reflection.services.runs import reflection_run_start
 from reflection.text import key_terms
 
@@ -107,3 +107,43 @@ def test_the_gate_rejects_the_proposals_too_few_sessions_support(
     )
     assert decided[NOWHERE].reason.startswith("evidence gate: 0 matching session(s), 2 needed")
     assert curation.gate(run) == 0  # the rejected ones are decided: not gated again
+
+
+def test_curation_proposes_a_failing_rules_anti_pattern_with_its_scope_and_evidence(
+    burst: Burst,
+) -> None:
+    failing = rule_create(
+        text="Commit straight to main",
+        roles=["coder"],
+        labels=["git"],
+        paths=["deploy/"],
+        evidence_event_ids=[7],
+        evidence_agent_run_ids=[3],
+    )
+    PlaybookRule.objects.filter(pk=failing.pk).update(harmful=3, helpful=1)
+    run, _ = reflection_run_start(burst.pk)
+    assert curation.curate(run)["inverted"] == 1
+    delta = PlaybookDelta.objects.get(reflection_run=run)
+    inverted = PlaybookRule.objects.get(kind="anti_pattern")  # the accepted delta's rule
+    assert (delta.op, delta.kind, delta.status, delta.rule_id) == (
+        "add",
+        "anti_pattern",
+        "accepted",
+        inverted.pk,
+    )
+    assert (inverted.text, inverted.roles, inverted.evidence_event_ids) == (
+        "Avoid: Commit straight to main",
+        ["coder"],
+        [7],
+    )
+    assert delta.text == "Avoid: Commit straight to main"
+    assert (delta.scope, delta.roles, delta.labels, delta.paths) == (
+        "project",
+        ["coder"],
+        ["git"],
+        ["deploy/"],
+    )
+    assert (delta.evidence_event_ids, delta.evidence_agent_run_ids) == ([7], [3])
+    assert delta.reason == "inverted: 3 failures, 1 successes"
+    failing.refresh_from_db()
+    assert failing.maturity == "deprecated"
