@@ -1,0 +1,226 @@
+"""GitHub's deliveries at /hooks/github, through the ASGI handler: verified, refused with problem
+details (and nothing written), and acted on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from core.metrics import VALIDATION_FAILURES
+from hooks.models import GithubDelivery, GithubLink
+from quanta.models import Quantum
+from quanta.services import quantum_close
+from tests.hooks.conftest import deliver
+
+pytestmark = pytest.mark.django_db
+
+
+def refusals() -> float:
+    return VALIDATION_FAILURES.labels(entry="webhook")._value.get()  # type: ignore[attr-defined]
+
+
+def assert_refused(response: Any, status: int, title: str) -> None:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    problem = json.loads(response.content)
+    assert problem["status"] == status
+    assert problem["title"] == title
+    assert problem["detail"]
+    assert problem["instance"] == "/hooks/github"
+
+
+def queued_tasks(client: redis.Redis) -> list[str]:
+    """The task names waiting in the broker's default queue."""
+    return [json.loads(m)["headers"]["task"] for m in client.lrange("celery", 0, -1)]
+
+
+def check_run(conclusion: str = "failure", branch: str = "main", name: str = "tests") -> dict[str, Any]:
+    return {
+        "action": "completed",
+        "repository": {"full_name": "acme/widgets"},
+        "check_run": {
+            "name": name,
+            "conclusion": conclusion,
+            "head_sha": "0123456789abcdef0123",
+            "html_url": "https://github.com/acme/widgets/runs/1",
+            "output": {"summary": "2 tests failed"},
+            "check_suite": {"head_branch": branch},
+        },
+    }
+
+
+def issue(number: int = 7, labels: tuple[str, ...] = ("annihilation",), action: str = "opened") -> dict[str, Any]:
+    return {
+        "action": action,
+        "repository": {"full_name": "acme/widgets"},
+        "issue": {
+            "number": number,
+            "title": "The widget squeaks",
+            "body": "Steps: turn it. Token sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv leaked here.",
+            "html_url": f"https://github.com/acme/widgets/issues/{number}",
+            "labels": [{"name": name} for name in labels],
+        },
+    }
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+def test_it_accepts_a_validly_signed_ping(github):
+    response = deliver("ping", {"zen": "Keep it logically awesome."}, delivery="ping-1")
+    assert response.status_code == 202
+    assert json.loads(response.content)["outcome"] == "pong"
+    assert GithubDelivery.objects.get(delivery_id="ping-1").event == "ping"
+
+
+def test_it_refuses_a_bad_signature_and_writes_nothing(github):
+    before = refusals()
+    response = deliver("issues", issue(), sign="sha256=" + "0" * 64)
+    assert_refused(response, 401, "Bad signature")
+    assert not GithubDelivery.objects.exists() and not Quantum.objects.exists()
+    assert refusals() == before + 1
+
+
+def test_it_refuses_a_body_signed_with_another_secret(github):
+    body = json.dumps(issue()).encode()
+    from tests.hooks.conftest import signature
+
+    response = deliver("issues", body=body, sign=signature(body, "another-secret"))
+    assert_refused(response, 401, "Bad signature")
+    assert not Quantum.objects.exists()
+
+
+def test_it_refuses_a_missing_signature(github):
+    response = deliver("ping", {}, headers={"X-Hub-Signature-256": ""}, sign="")
+    assert_refused(response, 401, "Signature missing")
+
+
+def test_it_refuses_a_replayed_delivery(github):
+    first = deliver("issues", issue(), delivery="same-id")
+    assert first.status_code == 202
+    before = refusals()
+    again = deliver("issues", issue(), delivery="same-id")
+    assert_refused(again, 409, "Delivery replayed")
+    assert GithubDelivery.objects.count() == 1
+    assert Quantum.objects.count() == 1
+    assert refusals() == before + 1
+
+
+def test_it_refuses_an_oversized_body(github):
+    github.HOOKS_GITHUB_MAX_BYTES = 1000
+    response = deliver("ping", {"padding": "x" * 2000})
+    assert_refused(response, 413, "Delivery too large")
+    assert not GithubDelivery.objects.exists()
+
+
+def test_it_refuses_an_unknown_event_type(github):
+    response = deliver("deployment_status", {"action": "created"})
+    assert_refused(response, 400, "Unknown event type")
+    assert not GithubDelivery.objects.exists()
+
+
+def test_it_refuses_malformed_json(github):
+    response = deliver("push", body=b'{"ref": "refs/heads/main",')
+    assert_refused(response, 400, "Malformed JSON")
+    assert not GithubDelivery.objects.exists()
+
+
+def test_it_refuses_a_payload_of_the_wrong_shape_and_writes_nothing(github):
+    response = deliver("issues", {"action": "opened", "issue": {"number": "seven"}})
+    assert_refused(response, 400, "Malformed payload")
+    assert not GithubDelivery.objects.exists()
+
+
+def test_it_refuses_everything_while_no_secret_is_configured(github):
+    github.HOOKS_GITHUB_SECRET = ""
+    response = deliver("ping", {})
+    assert_refused(response, 503, "Webhooks not configured")
+
+
+def test_it_refuses_other_methods(github, client):
+    assert client.get("/hooks/github").status_code == 405
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+def test_a_push_to_the_base_branch_wakes_the_scheduler(
+    github, redis_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = deliver("push", {"ref": "refs/heads/main"})
+    assert response.status_code == 202
+    assert "scheduler woken" in json.loads(response.content)["outcome"]
+    assert queued_tasks(redis_client) == ["autopilot.tick"]
+
+
+def test_a_push_to_another_branch_is_recorded_and_ignored(
+    github, redis_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = deliver("push", {"ref": "refs/heads/feature"}, delivery="p2")
+    assert response.status_code == 202
+    assert queued_tasks(redis_client) == []
+    assert GithubDelivery.objects.get(delivery_id="p2").outcome.startswith("ignored")
+
+
+def test_a_failed_check_run_files_one_healing_quantum_until_it_is_closed(github):
+    response = deliver("check_run", check_run())
+    assert response.status_code == 202
+    quantum = Quantum.objects.get()
+    assert quantum.priority == 0 and quantum.kind == "bug"
+    assert {"autopilot", "autopilot:healing", "healing", "github"} <= set(quantum.labels)
+    assert "tests" in quantum.title and "2 tests failed" in quantum.body
+    assert json.loads(response.content)["quantum_id"] == quantum.pk
+
+    again = deliver("check_run", check_run(conclusion="timed_out"))
+    assert json.loads(again.content)["quantum_id"] == quantum.pk
+    assert Quantum.objects.count() == 1
+
+    quantum_close(quantum_id=quantum.pk, reason="fixed")
+    third = deliver("check_run", check_run())
+    assert Quantum.objects.count() == 2
+    assert GithubLink.objects.get().quantum_id == json.loads(third.content)["quantum_id"]
+
+
+def test_a_check_that_passed_or_failed_elsewhere_files_nothing(github):
+    assert deliver("check_run", check_run(conclusion="success")).status_code == 202
+    assert deliver("check_run", check_run(branch="feature")).status_code == 202
+    assert not Quantum.objects.exists()
+    assert GithubDelivery.objects.count() == 2
+
+
+def test_a_failed_workflow_run_files_a_healing_quantum(github):
+    payload = {
+        "action": "completed",
+        "repository": {"full_name": "acme/widgets"},
+        "workflow_run": {"name": "CI", "conclusion": "failure", "head_branch": "main",
+                         "head_sha": "abc", "html_url": "https://github.com/acme/widgets/actions/runs/9"},
+    }  # fmt: skip
+    response = deliver("workflow_run", payload)
+    assert response.status_code == 202
+    quantum = Quantum.objects.get()
+    assert "workflow CI" in quantum.title and "healing" in quantum.labels
+
+
+def test_a_labelled_issue_becomes_one_quantum(github):
+    response = deliver("issues", issue())
+    assert response.status_code == 202
+    quantum = Quantum.objects.get()
+    assert quantum.title == "The widget squeaks (#7)"
+    assert "github" in quantum.labels
+    assert "https://github.com/acme/widgets/issues/7" in quantum.body
+    assert "AbCdEfGhIjKlMnOpQrStUv" not in quantum.body  # redacted
+
+    deliver("issues", issue(action="labeled"))
+    deliver("issues", issue(action="reopened"))
+    assert Quantum.objects.count() == 1
+
+
+def test_an_issue_without_the_label_is_ignored(github):
+    assert deliver("issues", issue(labels=("bug",))).status_code == 202
+    assert deliver("issues", issue(action="closed")).status_code == 202
+    assert not Quantum.objects.exists()
