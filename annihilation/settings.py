@@ -501,6 +501,46 @@ REFLECTION_DECAY_EVERY_S = env_float("ANNIHILATION_REFLECTION_DECAY_EVERY_S", 86
 
 # --- operations ---
 # Metrics and alerts (operations app).
+# Every process (web, workers, beat) writes its metrics to files here (prometheus-client's
+# multiprocess mode) and /metrics adds them up; the files of processes that died are folded
+# into one archive per type by the alerter's tick, so counters never go back.
+METRICS_DIR = env_path("PROMETHEUS_MULTIPROC_DIR", ANNIHILATION_HOME / "prometheus")
+# When set, /metrics wants `Authorization: Bearer <token>` (Prometheus' `authorization`
+# block); empty, it answers anyone who can reach the web process.
+METRICS_TOKEN = env_str("ANNIHILATION_METRICS_TOKEN", "")
+# The alerter's beat tick: it samples the figures the Metrics page charts and evaluates the
+# alert rules; samples older than OPERATIONS_SAMPLES_KEEP_S are deleted.
+OPERATIONS_TICK_S = env_float("ANNIHILATION_OPERATIONS_TICK_S", 30.0, minimum=1)
+OPERATIONS_SAMPLES_KEEP_S = env_float("ANNIHILATION_OPERATIONS_SAMPLES_KEEP_S", 3600.0, minimum=60)
+# How long a worker ping waits for answers (start_wave, the dashboard, the alerter).
+OPERATIONS_PING_TIMEOUT_S = env_float("ANNIHILATION_PING_TIMEOUT_S", 1.0, minimum=0.05)
+# `start_wave --follow` repeats its no-worker warning this often while work waits.
+OPERATIONS_WARN_EVERY_S = env_float("ANNIHILATION_WARN_EVERY_S", 10.0, minimum=0.1)
+# Rates (errors, spend) are measured over this window of samples.
+ALERT_WINDOW_S = env_float("ANNIHILATION_ALERT_WINDOW_S", 300.0, minimum=10)
+# Each rule fires when its figure reaches its threshold and resolves when it drops below; a
+# rule that fired does not fire again within its cooldown (seconds) of that firing, so a
+# flapping figure sends one alert, not one per tick. Env: ANNIHILATION_ALERT_<RULE>_THRESHOLD
+# and ANNIHILATION_ALERT_<RULE>_COOLDOWN_S (RULE upper-cased).
+ALERT_RULES = {
+    rule: {
+        "threshold": env_float(
+            f"ANNIHILATION_ALERT_{rule.upper()}_THRESHOLD", threshold, minimum=0
+        ),
+        "cooldown_s": env_float(f"ANNIHILATION_ALERT_{rule.upper()}_COOLDOWN_S", 600.0, minimum=0),
+    }
+    for rule, threshold in (
+        ("no_worker", 1.0),  # tasks waiting in a queue no worker consumes
+        ("queue_backlog", 100.0),  # tasks waiting in one queue
+        ("error_rate", 5.0),  # errors per minute over ALERT_WINDOW_S
+        ("stuck_agents", 1.0),  # running agents without a heartbeat for ALERT_STUCK_AFTER_S
+        ("budget_burn", 10.0),  # USD per hour over ALERT_WINDOW_S
+        ("endpoint_down", 1.0),  # model endpoints marked down
+        ("question_waiting", 1800.0),  # seconds the oldest Tether question has waited
+    )
+}
+# A running agent whose heartbeat is older than this counts as stuck.
+ALERT_STUCK_AFTER_S = env_float("ANNIHILATION_ALERT_STUCK_AFTER_S", 600.0, minimum=1)
 
 # --- hooks ---
 # Outgoing and incoming webhooks (hooks app).
@@ -520,6 +560,7 @@ CELERY_BEAT_SCHEDULE = {
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),
+        ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
     )
 }
 

@@ -23,4 +23,5 @@ urlpatterns = [
     path("", include("reflection.urls")),
     path("admin/", admin.site.urls),
     path("healthz", dashboard.healthz, name="healthz"),
+    path("", include("operations.urls")),
 ]

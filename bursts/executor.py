@@ -17,6 +17,7 @@ from typing import Any, Literal, TypedDict
 from django.conf import settings
 
 from bursts.errors import ExecutorMisconfigured
+from core import metrics
 
 OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
 OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled"})
@@ -75,6 +76,7 @@ def _normalise(raw: Any) -> Outcome:
     )
 
 
+@metrics.timed_execution
 def execute_agent(agent_run_id: int) -> Outcome:
     """Run (or resume) one agent run to an outcome. Exceptions become an `error` outcome."""
     func = _resolve(settings.BURSTS_EXECUTOR)

@@ -1,6 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+
+
+def _task_failed(**_: Any) -> None:
+    from core import metrics
+
+    metrics.error("task")
 
 
 class OperationsConfig(AppConfig):
@@ -8,3 +16,9 @@ class OperationsConfig(AppConfig):
 
     name = "operations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from celery.signals import task_failure
+
+        # A failed Celery task in any worker counts as an error of kind `task`.
+        task_failure.connect(_task_failed, weak=False, dispatch_uid="operations.task_failed")

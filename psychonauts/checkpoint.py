@@ -31,6 +31,7 @@ from bursts.services.agent_runs import (
     agent_run_finish_cte,
     agent_run_turn_open_cte,
 )
+from core import metrics
 from core.events import EventBatch
 from core.models import Session
 from core.sessions import SESSION_ID, session_ended_cte, session_found_cte, session_opened_cte
@@ -340,6 +341,13 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
     assert row is not None  # a SELECT of subqueries always has its row
     turn_id, tool_use_ids, call_ids, event_ids = row
     events.sent(event_ids)
+    metrics.usage_recorded(
+        provider=record.provider,
+        model=record.model,
+        tokens_in=record.tokens_in,
+        tokens_out=record.tokens_out,
+        cost_usd=record.cost_usd,
+    )
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 
 

@@ -60,6 +60,7 @@ from reflection.models import (
     Skill,
     SkillUse,
 )
+from operations.models import Alert, AlertTransition, MetricSample
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,7 @@ APPS = [
     "tether",
     "reflection",
     "autopilot",
+    "operations",
     "annihilation",
 ]
 
@@ -113,6 +115,9 @@ OWNERS: dict[type[models.Model], str] = {
     Hold: "autopilot/services/budgets.py",
     Finding: "autopilot/services/scanners.py",
     BaseCheck: "autopilot/services/healing.py",
+    Alert: "operations/services.py",
+    AlertTransition: "operations/services.py",
+    MetricSample: "operations/services.py",
 }
 WRITES = {
     "create",

@@ -20,6 +20,7 @@ from core.events import EventMessage
 from core.live import live_attrs, live_page
 from core.models import Event
 from core.redis import get_redis
+from operations.selectors import operations_card
 from psychonauts.sandbox import sandbox_status
 from tether.selectors import tether_counts
 
@@ -75,6 +76,7 @@ def dashboard_render(
             "sandbox": sandbox_status(),
             "start_form": start_form or WaveStartForm(),
             **card_context(),
+            **operations_card(),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
         },
         status=status,

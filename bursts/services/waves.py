@@ -40,6 +40,7 @@ from bursts.services.collect import burst_collect, ready_ids
 from bursts.services.drain import runs_drain
 from bursts.services.quantum_runs import LIVE_RUN, quantum_run_finish
 from bursts.services.stages import stage_record
+from core import metrics
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_labels
 from quanta.pipelines.services import pipelines_ensure_defaults
@@ -208,6 +209,7 @@ def _wave_finish(wave: Wave, status: str, *, error: str = "") -> None:
     ):
         raise WaveNotRunning(f"wave {wave.pk} already ended")
     wave.status, wave.error, wave.finished_at = status, error, now
+    metrics.wave_finished(status=status, seconds=(now - wave.started_at).total_seconds())
     wave.stats = wave_stats(wave)
     wave.save(update_fields=["stats"])
     burst_event(

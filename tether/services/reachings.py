@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from bursts.services import agent_resume
+from core import metrics
 from core.events import publish
 from core.redaction import redact
 from psychonauts.errors import PsychonautError
@@ -209,6 +210,7 @@ def reaching_answer(*, reaching_id: int, text: str, by: str = "operator") -> Ans
         if reaching.status == ReachingStatus.TIMED_OUT:
             return _late_answer(reaching, text.strip(), by)
         raise AlreadyDecided(f"reaching #{reaching_id} is {reaching.status}; nothing changed")
+    metrics.tether_answered((now - reaching.created_at).total_seconds())
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
     publish("tether:reaching", "question_answered", {**reaching_payload(reaching), "answer": text})
     if reaching.agent_run_id is None:

@@ -2,6 +2,10 @@
 
 With --follow it prints progress until the wave ends; the exit code then tells the outcome:
 0 every run succeeded, 1 the wave ended but some runs failed, 2 the wave failed or was cancelled.
+
+No silent waits: when no Celery worker answers (or none consumes the queue its tasks wait in)
+it says so at once on stderr, with how to start one; --follow repeats the warning every
+OPERATIONS_WARN_EVERY_S while work waits with nobody to do it.
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ import argparse
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bursts.errors import BurstsError
 from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
-from bursts.selectors import WaveProgress, wave_detail, wave_progress
+from bursts.selectors import WaveProgress, celery_queue_depths, wave_detail, wave_progress
 from bursts.services import wave_start
 from core.cli import SafeCommand, emit_json, positive_int, seconds
+from core.workers import NO_WORKER_HINT, workers_consuming
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_label
 
@@ -39,17 +45,52 @@ def progress_line(p: WaveProgress) -> str:
     )
 
 
+def nobody_working() -> str | None:
+    """Why nothing will run the waiting work (no worker answers, or none consumes a queue
+    with tasks in it), or None when some worker is there to do it."""
+    timeout = settings.OPERATIONS_PING_TIMEOUT_S
+    consumers = workers_consuming(timeout=timeout)
+    if not consumers:
+        return (
+            f"warning: no Celery worker answered within {timeout:g} s: nothing will run this "
+            f"wave's agents until one does; {NO_WORKER_HINT}"
+        )
+    consumed = {q for queues in consumers.values() for q in queues}
+    idle = sorted(name for name, n in celery_queue_depths().items() if n and name not in consumed)
+    if idle:
+        return (
+            f"warning: tasks wait in queue(s) {', '.join(idle)} that no worker consumes "
+            f"(workers: {', '.join(sorted(consumers))}); {NO_WORKER_HINT}"
+        )
+    return None
+
+
+def work_waits(p: WaveProgress) -> bool:
+    return bool(p["agents"].get("pending")) or any(celery_queue_depths().values())
+
+
 def follow(cmd: BaseCommand, wave_id: int, *, timeout: float | None, to_stderr: bool) -> str:
-    """Print a line whenever progress changes; return the wave's final status."""
+    """Print a line whenever progress changes, and the no-worker warning again every
+    OPERATIONS_WARN_EVERY_S while work waits with nobody to do it; return the wave's final
+    status."""
     out = cmd.stderr if to_stderr else cmd.stdout
     deadline = None if timeout is None else time.monotonic() + timeout
     last = ""
+    checked = time.monotonic()
     while True:
         p = wave_progress(wave_id=wave_id)
         line = progress_line(p)
         if line != last:
             out.write(line)
             last = line
+        if (
+            time.monotonic() - checked >= settings.OPERATIONS_WARN_EVERY_S
+            and p["status"] not in WAVE_TERMINAL
+        ):
+            checked = time.monotonic()
+            warning = nobody_working() if work_waits(p) else None
+            if warning:
+                cmd.stderr.write(warning)
         if p["status"] in WAVE_TERMINAL:
             return p["status"]
         if deadline is not None and time.monotonic() > deadline:
@@ -123,6 +164,10 @@ class Command(SafeCommand):
             )
         except BurstsError as exc:
             raise CommandError(str(exc)) from None
+        if wave.status not in WAVE_TERMINAL:
+            warning = nobody_working()
+            if warning:
+                self.stderr.write(warning)
         if not options["follow"]:
             if as_json:
                 emit_json(self.stdout, {"wave_id": wave.pk, "status": wave.status})

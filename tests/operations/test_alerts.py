@@ -1,0 +1,123 @@
+"""The alerter: rules fire and resolve with their cooldown, transitions recorded and published
+on the `alerts` topic, and the tick reading real figures (a question waiting too long, tasks
+queued with no worker)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from core.models import Event
+from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
+from operations.rules import Reading
+from operations.services import alerts_apply, operations_tick
+from tests.factories import make_quantum
+from tether.models import Reaching
+
+pytestmark = pytest.mark.django_db
+
+
+def reading(value: float, *, rule: str = "queue_backlog", threshold: float = 10) -> Reading:
+    return Reading(rule, value, threshold, f"{value:.0f} waiting")
+
+
+@pytest.fixture
+def cooldown(settings):  # type: ignore[no-untyped-def]
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "queue_backlog": {"threshold": 10.0, "cooldown_s": 600.0},
+    }
+
+
+def events(kind: str) -> list[dict[str, object]]:
+    return list(Event.objects.filter(topic="alerts", type=kind).values_list("payload", flat=True))
+
+
+def test_it_fires_resolves_and_fires_again_only_after_the_cooldown(cooldown):
+    t0 = timezone.now()
+    assert [a.rule for a in alerts_apply([reading(5)], now=t0)] == []
+    assert not Alert.objects.exists()
+
+    fired = alerts_apply([reading(12)], now=t0)
+    assert [(a.rule, a.status) for a in fired] == [("queue_backlog", AlertStatus.FIRING)]
+    # Still breached: no second firing, no second event.
+    assert alerts_apply([reading(15)], now=t0 + timedelta(seconds=30)) == []
+
+    resolved = alerts_apply([reading(3)], now=t0 + timedelta(seconds=60))
+    assert [a.status for a in resolved] == [AlertStatus.RESOLVED]
+    # Breached again within the cooldown of the firing: it stays resolved.
+    assert alerts_apply([reading(20)], now=t0 + timedelta(seconds=300)) == []
+    assert Alert.objects.get().status == AlertStatus.RESOLVED
+
+    again = alerts_apply([reading(20)], now=t0 + timedelta(seconds=601))
+    assert [a.status for a in again] == [AlertStatus.FIRING]
+    alert = Alert.objects.get()
+    assert alert.fire_count == 2 and alert.value == 20
+
+    assert list(AlertTransition.objects.order_by("id").values_list("status", flat=True)) == [
+        "firing",
+        "resolved",
+        "firing",
+    ]
+    firing = events("alert_firing")
+    assert len(firing) == 2 and len(events("alert_resolved")) == 1
+    assert firing[0]["rule"] == "queue_backlog" and firing[0]["message"] == "12 waiting"
+
+
+def test_a_zero_figure_never_fires_even_at_a_zero_threshold():
+    assert alerts_apply([reading(0, threshold=0)], now=timezone.now()) == []
+
+
+def test_the_tick_fires_on_a_question_that_waited_too_long(settings, quick_ping):
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "question_waiting": {"threshold": 60.0, "cooldown_s": 0.0},
+    }
+    quantum = make_quantum("Needs an answer")
+    reaching = Reaching.objects.create(
+        quantum=quantum,
+        question="which branch?",
+        assumption="main",
+        deadline=timezone.now() + timedelta(hours=1),
+    )
+    Reaching.objects.filter(pk=reaching.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+
+    changed = operations_tick()
+
+    assert [(a.rule, a.status) for a in changed] == [("question_waiting", AlertStatus.FIRING)]
+    assert "the oldest of 1 Tether question(s) has waited 3" in changed[0].message
+    assert MetricSample.objects.get().values["questions_pending"] == 1
+
+    Reaching.objects.filter(pk=reaching.pk).update(status="answered")
+    assert [(a.rule, a.status) for a in operations_tick()] == [
+        ("question_waiting", AlertStatus.RESOLVED)
+    ]
+
+
+def test_the_tick_fires_when_tasks_wait_and_no_worker_consumes_them(quick_ping, redis_client):
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("celery")
+    broker.lpush("celery", json.dumps({"body": "", "headers": {"task": "nothing"}}))
+    try:
+        changed = operations_tick()
+    finally:
+        broker.delete("celery")
+    rules = {a.rule: a for a in changed}
+    assert "no_worker" in rules
+    assert "celery (1)" in rules["no_worker"].message
+    assert "make dev" in rules["no_worker"].message
+    assert events("alert_firing")[0]["rule"] == "no_worker"
+
+
+def test_the_tick_keeps_an_hour_of_samples(quick_ping):
+    old = MetricSample.objects.create(
+        at=timezone.now() - timedelta(seconds=settings.OPERATIONS_SAMPLES_KEEP_S + 5), values={}
+    )
+    operations_tick()
+    assert not MetricSample.objects.filter(pk=old.pk).exists()
+    assert MetricSample.objects.count() == 1
