@@ -495,6 +495,20 @@ REFLECTION_DECAY_EVERY_S = env_float("ANNIHILATION_REFLECTION_DECAY_EVERY_S", 86
 
 # --- endpoints ---
 # The registry of model endpoints (psychonauts.endpoints): health checks, concurrency.
+# The longest wait for a model endpoint's next bytes (seconds): a server that stops answering
+# mid-stream fails the call after this (retried by the provider, then counted as a failure).
+ENDPOINTS_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_TIMEOUT_S", 120.0, minimum=0.1)
+# How often the beat checks every enabled endpoint (a models list; a tiny request for one that
+# is down), and how long one check may take.
+ENDPOINTS_HEALTH_EVERY_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_EVERY_S", 60.0, minimum=1)
+ENDPOINTS_HEALTH_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_TIMEOUT_S", 10.0, minimum=0.1)
+# How long a failed check keeps an endpoint down when no later check says otherwise (routing
+# takes it again after this even if the beat stopped).
+ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
+# How long a model call waits for a free slot of its endpoint (max concurrency) before failing.
+ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
+# How long a process keeps its copy of the registry (seconds) before reading it again.
+ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
 
 # --- api ---
 # The HTTP API (api app): tokens, rate limits, idempotency, incoming webhooks.
@@ -560,6 +574,7 @@ CELERY_BEAT_SCHEDULE = {
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),
+        ("endpoints-health", "psychonauts.endpoints_health", ENDPOINTS_HEALTH_EVERY_S),
         ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
     )
 }

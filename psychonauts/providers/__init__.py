@@ -14,6 +14,12 @@ def _anthropic() -> Provider:
     return AnthropicProvider()
 
 
+def _openai() -> Provider:
+    from psychonauts.providers.openai import OpenAIProvider
+
+    return OpenAIProvider()
+
+
 def _scripted() -> Provider:
     from psychonauts.providers.scripted import ScriptedProvider
 
@@ -34,6 +40,7 @@ def _shell() -> Provider:
 
 PROVIDERS: dict[str, Callable[[], Provider]] = {
     "anthropic": _anthropic,
+    "openai": _openai,
     "scripted": _scripted,
     "noop": _noop,
     "shell": _shell,

@@ -1,0 +1,369 @@
+"""`openai`: any OpenAI-compatible chat-completions endpoint (Ollama, vLLM, llama.cpp, a gateway)
+through the official SDK, streamed.
+
+Our conversation is Anthropic-shaped (`base.Message`: text, tool_use and tool_result blocks);
+this module translates it to the chat-completions format (a system message, assistant
+`tool_calls`, one `tool` message per result) and the streamed answer back. The SDK retries what
+it retries (429 with its Retry-After, 5xx, a refused or timed-out connection) up to
+PSYCHONAUTS_PROVIDER_RETRIES attempts in all; a stream cut after it began is retried here, in
+the same budget. A stream that is not JSON or not shaped as documented is a ProviderError
+naming what was wrong, not retried: the same answer would come back.
+
+Without an endpoint from the registry (`psychonauts.endpoints`), the SDK's standard environment
+applies: OPENAI_BASE_URL and OPENAI_API_KEY.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import openai
+from django.conf import settings
+
+from psychonauts.errors import ProviderError
+from psychonauts.providers.base import (
+    ContentBlock,
+    Message,
+    OnText,
+    ProviderRequest,
+    ProviderResponse,
+    ToolSpec,
+)
+
+logger = logging.getLogger(__name__)
+
+# Local servers rarely check the key, but the SDK refuses to start without one.
+NO_KEY = "not-needed"
+
+_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(*, base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
+    """The process's client (its connection pool) for one endpoint; httpx clients are
+    thread-safe, so agent threads share it. `timeout_s` bounds the wait for each read: a
+    server that stops sending mid-stream times out rather than hanging the agent."""
+    key = (base_url, api_key, timeout_s)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = openai.OpenAI(
+                base_url=base_url or None,
+                api_key=api_key or NO_KEY,
+                max_retries=max(0, settings.PSYCHONAUTS_PROVIDER_RETRIES - 1),
+                timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            )
+            _clients[key] = client
+        return client
+
+
+# A connection lost or timed out while the answer streamed (the SDK's error, or the HTTP
+# client's own): worth another attempt.
+_CONNECTION_LOST = (openai.APIConnectionError, httpx2.TransportError)
+
+
+class StreamCut(Exception):
+    """The stream ended before its finish reason (the server closed it half way)."""
+
+
+class OpenAIProvider:
+    name = "openai"
+    uses_llm = True
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
+        client: openai.OpenAI | None = None,
+    ) -> None:
+        self._base_url = base_url
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._client = client
+
+    @property
+    def client(self) -> openai.OpenAI:
+        if self._client is None:
+            self._client = client_for(
+                base_url=self._base_url
+                if self._base_url is not None
+                else os.environ.get("OPENAI_BASE_URL", ""),
+                api_key=self._api_key
+                if self._api_key is not None
+                else os.environ.get("OPENAI_API_KEY", ""),
+                timeout_s=self._timeout_s or float(settings.ENDPOINTS_TIMEOUT_S),
+            )
+        return self._client
+
+    def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
+        attempts = settings.PSYCHONAUTS_PROVIDER_RETRIES
+        attempt = 1
+        while True:
+            try:
+                return self._stream_once(request, on_text)
+            except (*_CONNECTION_LOST, StreamCut) as exc:
+                # A request that never got its answer was retried by the SDK already; a stream
+                # that broke after it began is retried here.
+                if attempt >= attempts or not getattr(exc, "mid_stream", True):
+                    raise ProviderError(
+                        f"openai: {_describe(exc)} after {attempt} "
+                        f"attempt{'s' if attempt > 1 else ''}"
+                    ) from exc
+                logger.warning(
+                    "openai stream broke (%s), retry %d/%d",
+                    type(exc).__name__,
+                    attempt,
+                    attempts - 1,
+                    extra={"agent_run_id": request.run.agent_run_id},
+                )
+                attempt += 1
+            except openai.APIStatusError as exc:
+                raise ProviderError(
+                    f"openai: HTTP {exc.status_code} from {request.model}: {_status_message(exc)}"
+                ) from exc
+            except openai.OpenAIError as exc:
+                raise ProviderError(f"openai: {type(exc).__name__}: {exc}") from exc
+
+    def _stream_once(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
+        """One streamed call through `with_streaming_response`: the SDK sends it (its
+        authentication, retries, status errors), the server-sent events are read as JSON."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request.system, request.messages),
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        stream = _Stream(request.model)
+        opened = self.client.chat.completions.with_streaming_response.create(**body)
+        try:
+            response = opened.__enter__()
+        except _CONNECTION_LOST as exc:
+            exc.mid_stream = False  # type: ignore[union-attr]
+            raise
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # event names, comments, keep-alives
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    stream.done = True
+                    break
+                try:
+                    stream.take(_json(data), on_text)
+                except (KeyError, TypeError, AttributeError, IndexError) as exc:
+                    raise ProviderError(
+                        f"openai: malformed stream chunk ({exc!r}): {data[:200]!r}"
+                    ) from exc
+        finally:
+            opened.__exit__(None, None, None)
+        return stream.response()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (openai.APITimeoutError, httpx2.TimeoutException)):
+        return "timed out waiting for the endpoint"
+    if isinstance(exc, StreamCut):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:300]
+    return str(exc)[:300]
+
+
+def _json(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ProviderError(f"openai: a stream chunk is not JSON: {data[:200]!r}") from exc
+
+
+# --- our messages to theirs -----------------------------------------------------------------
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["input_schema"],
+            },
+        }
+        for t in tools
+    ]
+
+
+def _text_of(content: Any) -> str:
+    """A tool result's or message's content as text (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return str(content)
+
+
+def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """The conversation in the chat-completions format.
+
+    A user message's tool results become `tool` messages right after the assistant message
+    whose calls they answer (the format requires it), before any text the message also holds.
+    """
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append({"role": message["role"], "content": content})
+            continue
+        texts = [b["text"] for b in content if b.get("type") == "text" and b.get("text")]
+        if message["role"] == "assistant":
+            calls = [
+                {
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {"name": b["name"], "arguments": json.dumps(b["input"])},
+                }
+                for b in content
+                if b.get("type") == "tool_use"
+            ]
+            entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+            if calls:
+                entry["tool_calls"] = calls
+            out.append(entry)
+            continue
+        for block in content:
+            if block.get("type") == "tool_result":
+                text = _text_of(block.get("content", ""))
+                if block.get("is_error"):
+                    text = f"error: {text}"
+                out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+        if texts:
+            out.append({"role": "user", "content": "\n\n".join(texts)})
+    return out
+
+
+# --- their stream to our answer -------------------------------------------------------------
+
+_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+
+
+@dataclass
+class _Call:
+    """A tool call being streamed: its id and name arrive first, its arguments in fragments."""
+
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+
+
+class _Stream:
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.served_by = ""
+        self.text: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.finish = ""
+        self.done = False
+        self.tokens_in = self.tokens_out = 0
+
+    def take(self, chunk: dict[str, Any], on_text: OnText) -> None:
+        """One chunk; KeyError, TypeError, AttributeError or IndexError when it is not shaped
+        as documented."""
+        if "error" in chunk:
+            err = chunk["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            raise ProviderError(f"openai: error in the stream: {str(message)[:300]}")
+        self.served_by = _str(chunk.get("model") or self.served_by)
+        usage = chunk.get("usage")
+        if usage:
+            self.tokens_in = _int(usage.get("prompt_tokens") or 0)
+            self.tokens_out = _int(usage.get("completion_tokens") or 0)
+        for choice in chunk["choices"]:
+            if _int(choice.get("index", 0)) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self.text.append(_str(text))
+                on_text(text)
+            for fragment in delta.get("tool_calls") or ():
+                call = self.calls.setdefault(_int(fragment.get("index", len(self.calls))), _Call())
+                call.id = _str(fragment.get("id") or call.id)
+                function = fragment.get("function") or {}
+                call.name = call.name or _str(function.get("name") or "")
+                arguments = function.get("arguments")
+                if arguments:
+                    call.parts.append(_str(arguments))
+            if choice.get("finish_reason"):
+                self.finish = _str(choice["finish_reason"])
+
+    def response(self) -> ProviderResponse:
+        if not self.finish:
+            raise StreamCut(
+                "the stream ended before its finish reason"
+                + (" (no [DONE])" if not self.done else "")
+            )
+        content: list[ContentBlock] = []
+        text = "".join(self.text)
+        if text:
+            content.append({"type": "text", "text": text})
+        for n, index in enumerate(sorted(self.calls), start=1):
+            call = self.calls[index]
+            if not call.name:
+                raise ProviderError(f"openai: malformed stream: tool call {index} has no name")
+            try:
+                args = json.loads("".join(call.parts) or "{}")
+            except json.JSONDecodeError:
+                args = None
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"call_{n}",
+                    "name": call.name,
+                    # Not an object: the tool's schema check tells the model what it got wrong.
+                    "input": args if isinstance(args, dict) else {},
+                }
+            )
+        # Some servers end a turn of tool calls with "stop": the calls decide.
+        stop = "tool_use" if self.calls else _STOP_REASONS.get(self.finish, self.finish)
+        return ProviderResponse(
+            content=content,
+            stop_reason=stop,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            model=self.model,
+            extra={"served_by": self.served_by} if self.served_by else {},
+        )
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
