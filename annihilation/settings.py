@@ -512,6 +512,18 @@ ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
 
 # --- api ---
 # The HTTP API (api app): tokens, rate limits, idempotency, incoming webhooks.
+# Token buckets per API token and per action (core.ratelimit): this many requests a minute,
+# all of them at once at most. Reads are GETs; writes are every other method.
+API_READS_PER_MIN = env_int("ANNIHILATION_API_READS_PER_MIN", 600, minimum=1)
+API_WRITES_PER_MIN = env_int("ANNIHILATION_API_WRITES_PER_MIN", 60, minimum=1)
+# Login attempts (POSTs to /login/ and /admin/login/) per client address a minute; django-axes
+# still locks out a username after ANNIHILATION_LOGIN_FAILURE_LIMIT failures.
+LOGIN_ATTEMPTS_PER_MIN = env_int("ANNIHILATION_LOGIN_ATTEMPTS_PER_MIN", 100, minimum=1)
+# How long the first response to an Idempotency-Key is kept and replayed.
+API_IDEMPOTENCY_RETENTION_H = env_int("ANNIHILATION_API_IDEMPOTENCY_HOURS", 24, minimum=1)
+# Page size of listings when the client gives no `limit`, and the most it may ask for.
+API_PAGE_SIZE = env_int("ANNIHILATION_API_PAGE_SIZE", 50, minimum=1)
+API_PAGE_MAX = env_int("ANNIHILATION_API_PAGE_MAX", 500, minimum=1)
 
 # --- operations ---
 # Metrics and alerts (operations app).

@@ -5,10 +5,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from annihilation.views import dashboard, pipelines, quantum, sessions
+from core.ratelimit import posts_limited
+
+# Login attempts per client address (django-axes still locks out a username on failures).
+login_limited = posts_limited("login", per_min_setting="LOGIN_ATTEMPTS_PER_MIN")
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", login_limited(auth_views.LoginView.as_view()), name="login"),
+    path("admin/login/", login_limited(admin.site.login)),
+    path("api/", include("api.urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("quanta/<int:quantum_id>/", quantum.quantum_detail, name="quantum"),
     path("pipelines/", pipelines.pipelines, name="pipelines"),

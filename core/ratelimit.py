@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, wraps
+from typing import Any
 
 import redis
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from redis.commands.core import Script
 
 from core.redis import get_redis
@@ -119,3 +123,35 @@ def rate_take(*, key: str, rate: Rate, cost: int = 1) -> Decision:
 def rate_reset(*, key: str) -> None:
     """Forget bucket `key` (it starts full again)."""
     get_redis().delete(KEY_PREFIX + key)
+
+
+def posts_limited(
+    name: str, *, per_min_setting: str
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Wrap a view so that its POSTs take a token from a bucket per client address (the setting
+    `per_min_setting` a minute); an empty bucket answers 429 with Retry-After before the view
+    runs. Used on the login views: each attempt costs a token, right password or not."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method == "POST":
+                per_min = int(getattr(settings, per_min_setting))
+                address = request.META.get("REMOTE_ADDR") or "unknown"
+                decision = rate_take(
+                    key=f"{name}:{address}", rate=Rate(capacity=per_min, period_s=60)
+                )
+                if not decision.allowed:
+                    response = HttpResponse(
+                        f"Too many attempts from this address; retry in"
+                        f" {decision.retry_after_header} s.\n",
+                        status=429,
+                        content_type="text/plain; charset=utf-8",
+                    )
+                    response["Retry-After"] = decision.retry_after_header
+                    return response
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate

@@ -73,6 +73,7 @@ APPS = [
     "reflection",
     "autopilot",
     "operations",
+    "api",
     "annihilation",
 ]
 
@@ -118,6 +119,8 @@ OWNERS: dict[type[models.Model], str] = {
     Alert: "operations/services.py",
     AlertTransition: "operations/services.py",
     MetricSample: "operations/services.py",
+    apps.get_model("api", "ApiToken"): "api/services.py",
+    apps.get_model("api", "IdempotentResponse"): "api/services.py",
 }
 WRITES = {
     "create",

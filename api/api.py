@@ -1,0 +1,104 @@
+"""The NinjaAPI: routers, the OpenAPI schema and docs, and every error as a problem."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from api.auth import RateLimited, ScopeMissing, read_auth, token_of
+from api.errors import ApiError
+from api.problems import domain_problem, problem, pydantic_errors
+from api.schemas import ProblemOut, TokenOut
+from api.views import quanta, tether, work
+from autopilot.errors import AutopilotError
+from bursts.errors import BurstsError
+from quanta.errors import QuantaError
+from tether.errors import TetherError
+
+logger = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="Annihilation API",
+    version="1",
+    description=(
+        "Quanta, goals, waves and the Tether for other programs. Authenticate with "
+        "`Authorization: Bearer ann_…` (manage.py tokens create). Errors are RFC 9457 problem "
+        "details (application/problem+json)."
+    ),
+    urls_namespace="api",
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+)
+api.add_router("/", quanta.router)
+api.add_router("/", work.router)
+api.add_router("/", tether.router)
+
+
+@api.get("/me", response={200: TokenOut, 401: ProblemOut, 429: ProblemOut}, auth=read_auth)
+def me(request: HttpRequest) -> Any:
+    """The token the request is made with (its name and scopes)."""
+    return token_of(request)
+
+
+@api.exception_handler(ValidationError)
+def on_validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = pydantic_errors(list(exc.errors))
+    if any(e["message"].startswith(("Cannot parse", "JSON")) for e in errors) or any(
+        e.get("type") == "json_invalid" for e in exc.errors
+    ):
+        return problem(request, "malformed", "the body is not valid JSON", errors=errors)
+    return problem(request, "validation", "the request has invalid fields", errors=errors)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return problem(
+        request,
+        "unauthenticated",
+        "send `Authorization: Bearer <token>` with an active API token",
+        headers={"WWW-Authenticate": 'Bearer realm="annihilation"'},
+    )
+
+
+@api.exception_handler(ScopeMissing)
+def on_scope(request: HttpRequest, exc: ScopeMissing) -> HttpResponse:
+    return problem(request, "forbidden", str(exc))
+
+
+@api.exception_handler(RateLimited)
+def on_rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
+    return problem(
+        request,
+        "rate-limited",
+        str(exc),
+        headers={"Retry-After": exc.decision.retry_after_header},
+    )
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return problem(request, "not-found", str(exc) or "no such resource")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    kinds = {400: "malformed", 413: "too-large", 415: "unsupported-media-type"}
+    return problem(request, kinds.get(exc.status_code, "malformed"), str(exc))
+
+
+def on_domain_error(request: HttpRequest, exc: Exception | type[Exception]) -> HttpResponse:
+    if not isinstance(exc, Exception):
+        exc = exc()
+    response = domain_problem(request, exc)
+    if response is not None:
+        return response
+    logger.exception("API: unexpected %s", type(exc).__name__)
+    return problem(request, "server-error", "the server failed; the error is logged")
+
+
+for base in (QuantaError, BurstsError, TetherError, AutopilotError, ApiError, Exception):
+    api.add_exception_handler(base, on_domain_error)

@@ -1,0 +1,55 @@
+"""/api/: the NinjaAPI, and a problem for every path and method it does not serve."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, path
+
+from api.api import api
+from api.problems import CONTENT_TYPE, problem
+
+View = Callable[..., HttpResponse]
+
+
+def problems_only(view: View) -> View:
+    """Ninja answers a method it has no operation for with a bare 405: as a problem instead.
+    The API authenticates by token, not by the web session: the login redirect is not for it."""
+
+    @login_not_required
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code == 405 and response.get("Content-Type") != CONTENT_TYPE:
+            allowed = response.get("Allow", "")
+            fixed = problem(
+                request, "method-not-allowed", f"{request.method} is not served here ({allowed})"
+            )
+            fixed["Allow"] = allowed
+            return fixed
+        return response
+
+    return wrapped
+
+
+@login_not_required
+def not_found(request: HttpRequest, rest: str) -> HttpResponse:
+    return problem(request, "not-found", f"no API resource at {request.path}")
+
+
+def _wrap(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLResolver]:
+    for p in patterns:
+        if isinstance(p, URLPattern):
+            p.callback = problems_only(p.callback)
+    return patterns
+
+
+ninja_patterns, app_name, namespace = api.urls
+urlpatterns = [
+    path("", (_wrap(list(ninja_patterns)), app_name, namespace)),
+    path("<path:rest>", not_found),
+]
