@@ -12,7 +12,6 @@ def endpoint_save(*, endpoint: WebhookEndpoint) -> WebhookEndpoint:
     """Validate and store an endpoint (its fields' validators: URL scheme, secret's variable
     name, known events)."""
     endpoint.full_clean()
-    endpoint.events = sorted(set(endpoint.events))
     endpoint.save()
     return endpoint
 

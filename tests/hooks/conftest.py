@@ -112,3 +112,7 @@ def receiver() -> Iterator[Receiver]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+# The Celery worker fixtures of the burst manager's tests (a real worker subprocess).
+from tests.bursts.conftest import fast_settings, make_worker, step_log  # noqa: E402, F401

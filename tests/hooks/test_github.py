@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 def refusals() -> float:
-    return VALIDATION_FAILURES.labels(entry="webhook")._value.get()  # type: ignore[attr-defined]
+    return float(VALIDATION_FAILURES.labels(entry="webhook")._value.get())
 
 
 def assert_refused(response: Any, status: int, title: str) -> None:
@@ -37,7 +37,9 @@ def queued_tasks(client: redis.Redis) -> list[str]:
     return [json.loads(m)["headers"]["task"] for m in client.lrange("celery", 0, -1)]
 
 
-def check_run(conclusion: str = "failure", branch: str = "main", name: str = "tests") -> dict[str, Any]:
+def check_run(
+    conclusion: str = "failure", branch: str = "main", name: str = "tests"
+) -> dict[str, Any]:
     return {
         "action": "completed",
         "repository": {"full_name": "acme/widgets"},
@@ -52,7 +54,9 @@ def check_run(conclusion: str = "failure", branch: str = "main", name: str = "te
     }
 
 
-def issue(number: int = 7, labels: tuple[str, ...] = ("annihilation",), action: str = "opened") -> dict[str, Any]:
+def issue(
+    number: int = 7, labels: tuple[str, ...] = ("annihilation",), action: str = "opened"
+) -> dict[str, Any]:
     return {
         "action": action,
         "repository": {"full_name": "acme/widgets"},

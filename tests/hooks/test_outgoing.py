@@ -1,0 +1,247 @@
+"""Outgoing webhooks: the outbox turns the event stream into deliveries (each event once per
+endpoint, nothing lost to ids that commit out of order), and each delivery is a signed POST to a
+real local HTTP server, retried with exponential backoff."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from core.events import publish
+from core.models import Event
+from hooks.models import DeliveryStatus, OutboxCursor, WebhookDelivery, WebhookEndpoint
+from hooks.services.endpoints import endpoint_save
+from hooks.services.outgoing import backoff_s, delivery_attempt, outbox_scan
+
+SECRET_ENV = "HOOKS_TEST_SIGNING_SECRET"
+SECRET = "out-signing-secret-Zy98xw"
+
+
+@pytest.fixture
+def signing(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Any:
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    settings.HOOKS_RETRY_BASE_S = 0.1
+    settings.HOOKS_MAX_ATTEMPTS = 3
+    settings.HOOKS_TIMEOUT_S = 5
+    return settings
+
+
+def endpoint(url: str, events: list[str], name: str = "ops") -> WebhookEndpoint:
+    return endpoint_save(
+        endpoint=WebhookEndpoint(name=name, url=url, secret_env=SECRET_ENV, events=events)
+    )
+
+
+def start_outbox() -> None:
+    """The cursor starts at the end of the stream (what came before is not delivered)."""
+    outbox_scan()
+
+
+@pytest.mark.django_db
+def test_it_delivers_a_chosen_event_signed(receiver, signing, django_capture_on_commit_callbacks):
+    hook = endpoint(receiver.url, ["wave.complete", "change.pending"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 12, "status": "done"})
+    publish("burst:events", "burst_start", {"wave_id": 12})  # not a webhook event
+    publish("tether:reaching", "question_asked", {"reaching_id": 3})  # not chosen
+    scan = outbox_scan()
+    assert scan.read == 3 and len(scan.created) == 1
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.endpoint_id, delivery.event) == (hook.pk, "wave.complete")
+
+    assert delivery_attempt(delivery_id=delivery.pk).status == DeliveryStatus.DELIVERED
+    request = receiver.wait(1)[0]
+    expected = "sha256=" + hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
+    assert request.headers["X-Annihilation-Signature-256"] == expected
+    assert request.headers["X-Annihilation-Delivery"] == str(delivery.delivery_id)
+    assert request.headers["X-Annihilation-Event"] == "wave.complete"
+    assert abs(int(request.headers["X-Annihilation-Timestamp"]) - time.time()) < 60
+    body = json.loads(request.body)
+    assert body["event"] == "wave.complete" and body["data"] == {"wave_id": 12, "status": "done"}
+    assert body["id"] == str(delivery.delivery_id)
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.status_code) == ("delivered", 1, 200)
+
+
+@pytest.mark.django_db
+def test_it_maps_each_webhook_event(receiver, signing):
+    endpoint(receiver.url, ["wave.complete", "reaching.created", "change.pending", "alert.firing"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("tether:reaching", "question_asked", {"reaching_id": 2})
+    publish("tether:drifts", "change_review_created", {"change_id": 3, "status": "pending"})
+    publish("tether:drifts", "change_review_created", {"change_id": 4, "status": "merged"})
+    outbox_scan()
+    events = set(WebhookDelivery.objects.values_list("event", flat=True))
+    assert events == {"wave.complete", "reaching.created", "change.pending"}
+
+
+@pytest.mark.django_db
+def test_it_records_each_event_once_per_endpoint(receiver, signing):
+    endpoint(receiver.url, ["wave.complete"], name="a")
+    endpoint(receiver.url, ["wave.complete"], name="b")
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    assert len(outbox_scan().created) == 2
+    # Read again from the start: nothing new.
+    OutboxCursor.objects.update(last_event_id=0)
+    assert outbox_scan().created == []
+    assert WebhookDelivery.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_new_endpoint_gets_what_happens_from_then_on(receiver, signing):
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    start_outbox()
+    endpoint(receiver.url, ["wave.complete"])
+    assert outbox_scan().created == []
+
+
+@pytest.mark.django_db
+def test_it_backs_off_and_fails_after_the_last_attempt(receiver, signing):
+    receiver.statuses = [500, 503, 500]
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+    first = delivery_attempt(delivery_id=pk)
+    assert (first.status, first.retry_in_s) == ("retrying", backoff_s(1))
+    row = WebhookDelivery.objects.get()
+    assert (row.status_code, row.error, row.attempts) == (500, "HTTP 500 Internal Server Error", 1)
+    assert row.next_try_at is not None
+    assert delivery_attempt(delivery_id=pk).retry_in_s == backoff_s(2) == 2 * backoff_s(1)
+    assert delivery_attempt(delivery_id=pk).status == "failed"
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("failed", 3) and row.next_try_at is None
+    assert delivery_attempt(delivery_id=pk).status == "skipped"  # finished: left alone
+    assert len(receiver.requests) == 3
+
+
+@pytest.mark.django_db
+def test_a_missing_secret_is_a_failed_attempt_with_the_reason(receiver, signing, monkeypatch):
+    monkeypatch.delenv(SECRET_ENV)
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+    assert delivery_attempt(delivery_id=pk).status == "retrying"
+    assert SECRET_ENV in WebhookDelivery.objects.get().error
+    assert receiver.requests == []
+
+
+@pytest.mark.django_db
+def test_it_refuses_an_endpoint_with_a_bad_url_secret_name_or_event():
+    from django.core.exceptions import ValidationError
+
+    fields: dict[str, Any]
+    for fields in (
+        {"url": "ftp://example.com/x"},
+        {"secret_env": "my secret value"},
+        {"events": ["wave.started"]},
+        {"events": []},
+    ):
+        values = {"name": "x", "url": "https://example.com/hook", "secret_env": "HOOK_SECRET",
+                  "events": ["wave.complete"], **fields}  # fmt: skip
+        with pytest.raises(ValidationError):
+            endpoint_save(endpoint=WebhookEndpoint(**values))
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_waits_for_an_id_drawn_earlier_that_commits_later(receiver, signing):
+    """An event whose id was drawn before a later one's, committed after it, is not skipped."""
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    db = connection.settings_dict
+    late = psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=False
+    )
+    try:
+        payload = json.dumps({"wave_id": 1})
+        inserted = late.execute(
+            f"INSERT INTO {Event._meta.db_table} (topic, type, payload, created_at)"
+            " VALUES ('burst:events', 'wave_complete', %s::jsonb, now()) RETURNING id",
+            [payload],
+        ).fetchone()
+        assert inserted is not None
+        late_id = inserted[0]
+        publish("burst:events", "wave_complete", {"wave_id": 2})  # a later id, committed
+        first = outbox_scan()
+        assert len(first.created) == 1
+        assert first.cursor < late_id  # held before the id still in flight
+        late.commit()
+    finally:
+        late.close()
+    second = outbox_scan()
+    assert len(second.created) == 1
+    assert WebhookDelivery.objects.get(event_id=late_id)
+    assert second.cursor > late_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_moves_past_an_id_that_was_rolled_back(receiver, signing):
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
+                         dbname=db["NAME"]) as gone:  # fmt: skip
+        gone.execute(
+            f"INSERT INTO {Event._meta.db_table} (topic, type, payload, created_at)"
+            " VALUES ('quanta', 'x', '{}'::jsonb, now())"
+        )
+        gone.rollback()
+    publish("burst:events", "wave_complete", {"wave_id": 2})
+    scan = outbox_scan()
+    assert len(scan.created) == 1
+    assert scan.cursor == Event.objects.latest("id").pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_delivers_with_backoff_from_the_beat(receiver, make_worker, tmp_path):
+    """The real thing: a Celery worker with its beat reads the stream, sends, is refused twice
+    and delivers on the third attempt after waiting longer each time; its JSON log records
+    carry the task's and the delivery's ids."""
+    receiver.statuses = [500, 502]
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    worker = make_worker(
+        "hooks",
+        ANNIHILATION_HOOKS_OUTBOX_S="0.2",
+        ANNIHILATION_HOOKS_RETRY_BASE_S="0.4",
+        LOG_FORMAT="json",
+        LOG_LEVEL="INFO",
+        **{SECRET_ENV: SECRET},
+    )
+    publish("burst:events", "wave_complete", {"wave_id": 5})
+    requests = receiver.wait(3, timeout=30)
+    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
+    assert gaps[0] >= 0.4 and gaps[1] >= 0.8, gaps
+    assert len({r.headers["X-Annihilation-Delivery"] for r in requests}) == 1
+    assert len({r.body for r in requests}) == 1
+    deadline = time.monotonic() + 10
+    while WebhookDelivery.objects.get().status != "delivered" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    row = WebhookDelivery.objects.get()
+    assert (row.status, row.attempts, row.status_code, row.error) == ("delivered", 3, 200, "")
+    time.sleep(0.5)
+    assert len(receiver.requests) == 3  # delivered once, not again by the sweep
+    worker.stop()
+    lines = [json.loads(line) for line in worker.log.read_text().splitlines()
+             if line.startswith("{")]  # fmt: skip
+    delivered = [
+        r for r in lines if r["message"].startswith(f"webhook {row.delivery_id} delivered")
+    ]
+    assert delivered, worker.log.read_text()[-3000:]
+    assert delivered[0]["delivery_id"] == str(row.delivery_id)
+    assert delivered[0]["task_id"] and delivered[0]["level"] == "INFO"
+    assert delivered[0]["logger"] == "hooks.services.outgoing"
+    assert django_settings.HOOKS_OUTBOX_EVERY_S  # the beat entry exists in every process
