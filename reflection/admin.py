@@ -1,7 +1,7 @@
 """Reflection in the admin: rules, deltas, skills and runs are viewable, filterable and
 searchable. Rules and skills may be edited (their text and tags; their record is the
 services'); deltas are decided through reflection.services.playbook (applying one changes the
-playbook), runs and skill uses are a ledger."""
+playbook); runs, rule and skill uses and confidence points are a ledger."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun, Skill, SkillUse
+from reflection.models import (
+    PlaybookDelta,
+    PlaybookRule,
+    ReflectionRun,
+    RuleConfidencePoint,
+    RuleUse,
+    Skill,
+    SkillUse,
+)
 
 
 class ReadOnly:
@@ -91,3 +99,18 @@ class ReflectionRunAdmin(ReadOnly, admin.ModelAdmin[Any]):
     list_filter = ["status"]
     search_fields = ["error"]
     list_select_related = ["burst", "wave"]
+
+
+@admin.register(RuleUse)
+class RuleUseAdmin(ReadOnly, admin.ModelAdmin[Any]):
+    list_display = ["id", "rule", "agent_run", "rank", "outcome"]
+    list_filter = ["outcome"]
+    search_fields = ["rule__text"]
+    list_select_related = ["rule", "agent_run"]
+
+
+@admin.register(RuleConfidencePoint)
+class RuleConfidencePointAdmin(ReadOnly, admin.ModelAdmin[Any]):
+    list_display = ["id", "rule", "confidence", "cause", "at"]
+    list_filter = ["cause"]
+    list_select_related = ["rule"]

@@ -11,14 +11,22 @@ from django.test import Client
 from django.urls import reverse
 
 from bursts.models import AgentRun, Burst
-from reflection.models import SkillUse
+from reflection.models import RuleConfidencePoint, RuleUse, SkillUse
 from reflection.services.playbook import delta_propose, rule_create
 from reflection.services.runs import reflection_run_start
 from reflection.services.skills import skill_choose, skill_create
 
 pytestmark = pytest.mark.django_db
 
-MODELS = ("playbookrule", "playbookdelta", "skill", "skilluse", "reflectionrun")
+MODELS = (
+    "playbookrule",
+    "playbookdelta",
+    "skill",
+    "skilluse",
+    "reflectionrun",
+    "ruleuse",
+    "ruleconfidencepoint",
+)
 
 
 @pytest.fixture
@@ -34,7 +42,10 @@ def rows(burst: Burst, agent_run: AgentRun) -> dict[str, Any]:
     skill_create(name="bisect", template="git bisect ...")
     skill_choose(agent_run_id=agent_run.pk, role="coder")
     run, _ = reflection_run_start(burst.pk)
+    use = RuleUse.objects.create(rule=rule, agent_run=agent_run, rank=1)
     return {
+        "ruleuse": use,
+        "ruleconfidencepoint": RuleConfidencePoint.objects.filter(rule=rule).first(),
         "playbookrule": rule,
         "playbookdelta": delta,
         "skill": skill_create(name="tdd", template="red green"),
@@ -55,7 +66,14 @@ def test_every_page_loads(admin_client: Client, rows: dict[str, Any]) -> None:
 def test_deltas_runs_and_uses_cannot_be_added_or_changed(
     admin_client: Client, rows: dict[str, Any]
 ) -> None:
-    for name in ("playbookdelta", "skilluse", "reflectionrun", "playbookrule"):
+    for name in (
+        "playbookdelta",
+        "skilluse",
+        "reflectionrun",
+        "playbookrule",
+        "ruleuse",
+        "ruleconfidencepoint",
+    ):
         assert admin_client.get(reverse(f"admin:reflection_{name}_add")).status_code == 403
     delta = rows["playbookdelta"]
     change = reverse("admin:reflection_playbookdelta_change", args=[delta.pk])
