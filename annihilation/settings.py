@@ -85,6 +85,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Turns a login refused for too many failures into the lockout page (axes' own position).
     "axes.middleware.AxesMiddleware",
+    # A request id on every log record of the request and on the response (core.logs).
+    "core.logs.RequestIdMiddleware",
 ]
 
 # Axes first: it refuses a locked-out username and address before any password is checked.
@@ -244,13 +246,29 @@ WAVE_MAX_BURSTS = env_int("ANNIHILATION_WAVE_MAX_BURSTS", 100, minimum=1)
 QUANTUM_MAX_CONSECUTIVE_FAILURES = env_int("ANNIHILATION_MAX_FAILURES", 3, minimum=1)
 EVENT_SEND_TIMEOUT_S = env_float("ANNIHILATION_EVENT_SEND_TIMEOUT", 2.0, minimum=0.1)
 
+# Every process logs to stderr: one JSON object per record with LOG_FORMAT=json, a readable line
+# otherwise (text); each record redacted and carrying the request, task, wave, quantum and agent
+# ids known where it was logged (core.logs).
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured("LOG_FORMAT must be 'json' or 'text'")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "filters": {"redact": {"()": "core.redaction.RedactingFilter"}},
+    "formatters": {
+        "text": {"()": "core.logs.TextFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
+    },
+    "filters": {
+        "redact": {"()": "core.redaction.RedactingFilter"},
+        "context": {"()": "core.logs.ContextFilter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["redact", "context"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
     "loggers": {
@@ -570,6 +588,28 @@ ALERT_STUCK_AFTER_S = env_float("ANNIHILATION_ALERT_STUCK_AFTER_S", 600.0, minim
 
 # --- hooks ---
 # Outgoing and incoming webhooks (hooks app).
+# GitHub's deliveries (/hooks/github): the secret GitHub signs them with (empty: every delivery
+# is refused with 503), the largest body accepted (bytes), the branch whose pushes wake the
+# scheduler and whose failed checks file healing quanta (empty: the Tether's target branch),
+# and the label that makes an issue a quantum.
+HOOKS_GITHUB_SECRET = env_str("ANNIHILATION_GITHUB_WEBHOOK_SECRET", "")
+HOOKS_GITHUB_MAX_BYTES = env_int("ANNIHILATION_GITHUB_WEBHOOK_MAX_BYTES", 2 * 2**20, minimum=1)
+HOOKS_GITHUB_BASE_BRANCH = env_str("ANNIHILATION_GITHUB_BASE_BRANCH", "")
+HOOKS_GITHUB_ISSUE_LABEL = env_str("ANNIHILATION_GITHUB_ISSUE_LABEL", "annihilation")
+# Outgoing: how often the beat reads new events into deliveries (seconds), how many events one
+# pass reads, and how long a gap in the event ids holds the outbox's cursor (an id drawn by a
+# transaction that rolled back never appears).
+HOOKS_OUTBOX_EVERY_S = env_float("ANNIHILATION_HOOKS_OUTBOX_S", 2.0, minimum=0.1)
+HOOKS_OUTBOX_BATCH = env_int("ANNIHILATION_HOOKS_OUTBOX_BATCH", 1000, minimum=1)
+HOOKS_OUTBOX_GAP_S = env_float("ANNIHILATION_HOOKS_OUTBOX_GAP_S", 300.0, minimum=1)
+# A delivery's attempts: the POST's timeout, the backoff after the n-th failure
+# (base * 2^(n-1), at most max), the attempts before it is failed, and how late a retry may be
+# before the outbox's sweep sends it again (its task was lost).
+HOOKS_TIMEOUT_S = env_float("ANNIHILATION_HOOKS_TIMEOUT_S", 10.0, minimum=0.1)
+HOOKS_RETRY_BASE_S = env_float("ANNIHILATION_HOOKS_RETRY_BASE_S", 10.0, minimum=0)
+HOOKS_RETRY_MAX_S = env_float("ANNIHILATION_HOOKS_RETRY_MAX_S", 3600.0, minimum=0)
+HOOKS_MAX_ATTEMPTS = env_int("ANNIHILATION_HOOKS_MAX_ATTEMPTS", 8, minimum=1)
+HOOKS_SWEEP_GRACE_S = env_float("ANNIHILATION_HOOKS_SWEEP_GRACE_S", 60.0, minimum=0)
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
@@ -586,6 +626,7 @@ CELERY_BEAT_SCHEDULE = {
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),
+        ("hooks-outbox", "hooks.outbox", HOOKS_OUTBOX_EVERY_S),
         ("endpoints-health", "psychonauts.endpoints_health", ENDPOINTS_HEALTH_EVERY_S),
         ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
     )

@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("tether.urls")),
     path("", include("autopilot.urls")),
     path("", include("reflection.urls")),
+    path("hooks/", include("hooks.urls")),
     path("admin/", admin.site.urls),
     path("healthz", dashboard.healthz, name="healthz"),
     path("", include("operations.urls")),
