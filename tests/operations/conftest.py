@@ -18,7 +18,7 @@ def viewer_client(client: Client, db: None) -> Client:
 
 
 @pytest.fixture
-def quick_ping(settings):  # type: ignore[no-untyped-def]
+def quick_ping(settings):
     """Asking the workers waits this long for answers (a test with none pays it each time)."""
     settings.OPERATIONS_PING_TIMEOUT_S = 0.3
     return settings

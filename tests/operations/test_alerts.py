@@ -27,7 +27,7 @@ def reading(value: float, *, rule: str = "queue_backlog", threshold: float = 10)
 
 
 @pytest.fixture
-def cooldown(settings):  # type: ignore[no-untyped-def]
+def cooldown(settings):
     settings.ALERT_RULES = {
         **settings.ALERT_RULES,
         "queue_backlog": {"threshold": 10.0, "cooldown_s": 600.0},

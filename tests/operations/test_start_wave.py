@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def empty_broker(redis_client):  # type: ignore[no-untyped-def]
+def empty_broker(redis_client):
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     broker.delete("celery")
     yield broker
