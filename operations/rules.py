@@ -49,27 +49,30 @@ def _rate(now_total: float, base: MetricSample | None, name: str, now: datetime)
     return grown / elapsed
 
 
+def reading(rule: str, value: float, message: str) -> Reading:
+    return Reading(rule, round(value, 4), float(settings.ALERT_RULES[rule]["threshold"]), message)
+
+
+def no_worker_reading(idle: dict[str, int]) -> Reading:
+    """`idle`: the queues with tasks waiting that no answering worker consumes."""
+    total = float(sum(idle.values()))
+    queues = ", ".join(f"{name} ({n})" for name, n in sorted(idle.items()))
+    return reading(
+        "no_worker",
+        total,
+        f"{total:.0f} task(s) wait with no worker consuming their queue: {queues}; {NO_WORKER_HINT}"
+        if idle
+        else "every queue with work has a worker",
+    )
+
+
 def readings(
     figures: Figures, *, idle: dict[str, int], base: MetricSample | None, now: datetime
 ) -> list[Reading]:
-    limits = settings.ALERT_RULES
-
-    def reading(rule: str, value: float, message: str) -> Reading:
-        return Reading(rule, round(value, 4), float(limits[rule]["threshold"]), message)
-
-    idle_total = float(sum(idle.values()))
-    queues = ", ".join(f"{name} ({n})" for name, n in sorted(idle.items()))
     errors_per_min = _rate(figures["errors_total"], base, "errors_total", now) * 60
     usd_per_hour = _rate(figures["cost_usd_total"], base, "cost_usd_total", now) * 3600
     return [
-        reading(
-            "no_worker",
-            idle_total,
-            f"{idle_total:.0f} task(s) wait with no worker consuming their queue: {queues}; "
-            f"{NO_WORKER_HINT}"
-            if idle
-            else "every queue with work has a worker",
-        ),
+        no_worker_reading(idle),
         reading(
             "queue_backlog",
             figures["queue_depth_max"],

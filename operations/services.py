@@ -19,7 +19,7 @@ from django.utils import timezone
 from core import metrics
 from core.events import publish
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
-from operations.rules import Reading, readings
+from operations.rules import Reading, no_worker_reading, readings
 from operations.selectors import figures_now, idle_queues, queue_depths, sample_at_or_after
 
 logger = logging.getLogger(__name__)
@@ -155,3 +155,8 @@ def operations_tick(*, now: datetime | None = None) -> list[Alert]:
     changed = alerts_apply(found, now=now)
     samples_prune(now=now)
     return changed
+
+
+def no_worker_check() -> list[Alert]:
+    """The no_worker rule alone (the beat process runs it: it needs no worker to ask)."""
+    return alerts_apply([no_worker_reading(idle_queues(queue_depths()))], now=timezone.now())

@@ -60,7 +60,14 @@ def events_recent(*, limit: int = RECENT_EVENTS) -> list[Event]:
     )
 
 
-DASHBOARD_TOPICS = ["burst:events", "quanta", "tether:reaching", "tether:drifts", *HUB_TOPICS]
+DASHBOARD_TOPICS = [
+    "burst:events",
+    "quanta",
+    "tether:reaching",
+    "tether:drifts",
+    "alerts",
+    *HUB_TOPICS,
+]
 
 
 def dashboard_render(
@@ -97,6 +104,8 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
         return {"tether_counts": tether_counts()}
     if event["topic"].startswith("autopilot:"):
         return card_context()
+    if event["topic"] == "alerts":
+        return operations_card()
     return {}
 
 
