@@ -16,6 +16,7 @@ from django.db import connection
 from bursts.models import AgentRun, Burst
 from core.celery import app
 from core.models import Event
+from psychonauts.models import DiaryEntry, DiarySource
 from reflection import pipeline
 from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun
 from reflection.tasks import reflection_chain
@@ -68,11 +69,14 @@ def outcome() -> dict[str, Any]:
         "run": (run.burst_id, run.status, run.error, run.counts),
         "deltas": list(PlaybookDelta.objects.order_by("pk").values_list(*DELTA_FIELDS)),
         "rules": list(PlaybookRule.objects.order_by("pk").values_list(*RULE_FIELDS)),
+        "diary": sorted(DiaryEntry.objects.values_list("agent_run_id", "kind", "text", "source")),
     }
 
 
 def reflection_forget() -> None:
-    """Reflection's rows gone and their ids restarted, as before the burst was reflected on."""
+    """Reflection's rows gone and their ids restarted, the reflector's diary entries and
+    reflection's events too: as before the burst was reflected on."""
+    DiaryEntry.objects.filter(source=DiarySource.REFLECTOR).delete()
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE reflection_playbookdelta, reflection_playbookrule, "
@@ -86,6 +90,7 @@ def test_two_workers_sent_one_bursts_chain_at_once_reflect_on_it_once(
     world: dict[str, AgentRun],  # noqa: F811
     make_worker: Callable[..., Worker],  # noqa: F811
 ) -> None:
+    reflection_forget()  # ids from 1, as for the single chain below (earlier tests drew some)
     workers = [make_worker("ra", beat=False), make_worker("rb", beat=False)]
     consume(workers[0], f"reflection-a-{os.getpid()}")
     consume(workers[1], f"reflection-b-{os.getpid()}")
