@@ -48,8 +48,6 @@ def _wrap(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLReso
     return patterns
 
 
-ninja_patterns, app_name, namespace = api.urls
-urlpatterns = [
-    path("", (_wrap(list(ninja_patterns)), app_name, namespace)),
-    path("<path:rest>", not_found),
-]
+ninja_patterns, _, namespace = api.urls
+app_name = namespace  # "api": the docs page reverses api:openapi-json
+urlpatterns = [*_wrap(list(ninja_patterns)), path("<path:rest>", not_found)]

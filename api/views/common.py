@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -15,6 +15,14 @@ from api.auth import token_of
 from api.services import idempotent_run
 
 IDEMPOTENCY_KEY_MAX = 255
+
+T = TypeVar("T")
+
+
+def atomic_call(service: Callable[..., T], /, **kwargs: Any) -> T:
+    """`service(**kwargs)` in a transaction: a refusal part way writes nothing."""
+    with transaction.atomic():
+        return service(**kwargs)
 
 
 def page_size(limit: int | None) -> int:

@@ -6,7 +6,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 
@@ -23,7 +22,7 @@ from api.schemas import (
     ReasonIn,
     SearchPage,
 )
-from api.views.common import created, dump, page_size
+from api.views.common import atomic_call, created, dump, page_size
 from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.selectors import quanta_browse, quantum_get
@@ -91,7 +90,7 @@ def quanta_search_view(request: HttpRequest, filters: Query[SearchFilters]) -> d
     }
 
 
-@router.get("/quanta/{quantum_id}", response={200: QuantumOut, **ERRORS}, auth=read_auth)
+@router.get("/quanta/{int:quantum_id}", response={200: QuantumOut, **ERRORS}, auth=read_auth)
 def quantum_show(request: HttpRequest, quantum_id: int) -> Quantum:
     return quantum_get(quantum_id=quantum_id)
 
@@ -108,15 +107,15 @@ def quantum_create_view(request: HttpRequest, payload: QuantumCreateIn) -> JsonR
     )
 
 
-@router.patch("/quanta/{quantum_id}", response={200: QuantumOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.patch("/quanta/{int:quantum_id}", response={200: QuantumOut, **ERRORS}, auth=operate_auth)
 def quantum_update_view(request: HttpRequest, quantum_id: int, payload: QuantumUpdateIn) -> Quantum:
     """Change fields (not the status). `complexity: "auto"` hands it back to the classifier."""
     fields = payload.model_dump(exclude_unset=True, exclude={"parent_id", "clear_parent"})
     changes: QuantumChanges = {k: v for k, v in fields.items() if v is not None}  # type: ignore[assignment]
     if fields.get("complexity") == "auto":
         changes["complexity"] = None
-    return quantum_update(
+    return atomic_call(
+        quantum_update,
         quantum_id=quantum_id,
         changes=changes,
         parent_id=payload.parent_id,
@@ -124,11 +123,12 @@ def quantum_update_view(request: HttpRequest, quantum_id: int, payload: QuantumU
     )
 
 
-@router.post("/quanta/{quantum_id}/close", response={200: QuantumOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.post(
+    "/quanta/{int:quantum_id}/close", response={200: QuantumOut, **ERRORS}, auth=operate_auth
+)
 def quantum_close_view(request: HttpRequest, quantum_id: int, payload: ReasonIn) -> Quantum:
     """Close an open, blocked or deferred quantum, saying why."""
-    return quantum_close(quantum_id=quantum_id, reason=payload.reason)
+    return atomic_call(quantum_close, quantum_id=quantum_id, reason=payload.reason)
 
 
 def _import(payload: ImportIn) -> list[int]:

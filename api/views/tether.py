@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
 
@@ -25,7 +24,7 @@ from api.schemas import (
     ReasonIn,
 )
 from api.selectors import changes_all, drifts_all, questions_all
-from api.views.common import by_of, page_size
+from api.views.common import atomic_call, by_of, page_size
 from tether.models import ChangeReview, Drift, ReachingStatus
 from tether.selectors import change_detail, reachings_pending
 from tether.services.changes import change_approve, change_reject
@@ -72,15 +71,16 @@ def questions_list_view(request: HttpRequest, filters: Query[ListFilters]) -> di
 
 
 @router.post(
-    "/questions/{reaching_id}/answer", response={200: AnswerOut, **ERRORS}, auth=operate_auth
+    "/questions/{int:reaching_id}/answer", response={200: AnswerOut, **ERRORS}, auth=operate_auth
 )
-@transaction.atomic
 def question_answer_view(
     request: HttpRequest, reaching_id: int, payload: AnswerIn
 ) -> dict[str, Any]:
     """Answer a question: the waiting agent resumes with it; after its deadline it is a late
     answer that grounds or supersedes the drift."""
-    result = reaching_answer(reaching_id=reaching_id, text=payload.text, by=by_of(request))
+    result = atomic_call(
+        reaching_answer, reaching_id=reaching_id, text=payload.text, by=by_of(request)
+    )
     return {
         "kind": result.kind,
         "reaching_id": result.reaching_id,
@@ -103,18 +103,16 @@ def drifts_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict[
     return {"items": page.items, "next_cursor": page.next_cursor}
 
 
-@router.post("/drifts/{drift_id}/ground", response={200: DriftOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.post("/drifts/{int:drift_id}/ground", response={200: DriftOut, **ERRORS}, auth=operate_auth)
 def drift_ground_view(request: HttpRequest, drift_id: int, payload: GroundIn) -> Drift:
     """Confirm the assumption."""
-    return drift_ground(drift_id=drift_id, by=by_of(request), comment=payload.comment)
+    return atomic_call(drift_ground, drift_id=drift_id, by=by_of(request), comment=payload.comment)
 
 
-@router.post("/drifts/{drift_id}/reject", response={200: DriftOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.post("/drifts/{int:drift_id}/reject", response={200: DriftOut, **ERRORS}, auth=operate_auth)
 def drift_reject_view(request: HttpRequest, drift_id: int, payload: ReasonIn) -> Drift:
     """Reject the assumption: a correction quantum is filed with the reason."""
-    return drift_reject(drift_id=drift_id, reason=payload.reason, by=by_of(request))
+    return atomic_call(drift_reject, drift_id=drift_id, reason=payload.reason, by=by_of(request))
 
 
 @router.get("/changes", response={200: ChangePage, **ERRORS}, auth=read_auth)
@@ -130,22 +128,24 @@ def changes_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict
     return {"items": page.items, "next_cursor": page.next_cursor}
 
 
-@router.get("/changes/{change_id}", response={200: ChangeDetailOut, **ERRORS}, auth=read_auth)
+@router.get("/changes/{int:change_id}", response={200: ChangeDetailOut, **ERRORS}, auth=read_auth)
 def change_show(request: HttpRequest, change_id: int) -> dict[str, Any]:
     """A change review with its (redacted) diff per file."""
     detail = change_detail(change_id=change_id)
     return {"change": detail.review, "files": detail.files}
 
 
-@router.post("/changes/{change_id}/approve", response={200: ChangeOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.post(
+    "/changes/{int:change_id}/approve", response={200: ChangeOut, **ERRORS}, auth=operate_auth
+)
 def change_approve_view(request: HttpRequest, change_id: int) -> ChangeReview:
     """Approve into the merge queue: it merges if the checks pass on the merged result."""
-    return change_approve(change_id=change_id, by=by_of(request))
+    return atomic_call(change_approve, change_id=change_id, by=by_of(request))
 
 
-@router.post("/changes/{change_id}/reject", response={200: ChangeOut, **ERRORS}, auth=operate_auth)
-@transaction.atomic
+@router.post(
+    "/changes/{int:change_id}/reject", response={200: ChangeOut, **ERRORS}, auth=operate_auth
+)
 def change_reject_view(request: HttpRequest, change_id: int, payload: ReasonIn) -> ChangeReview:
     """Reject the change, saying why."""
-    return change_reject(change_id=change_id, reason=payload.reason, by=by_of(request))
+    return atomic_call(change_reject, change_id=change_id, reason=payload.reason, by=by_of(request))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 
@@ -23,7 +22,7 @@ from api.schemas import (
     WaveStatusOut,
 )
 from api.selectors import goals_all, waves_all
-from api.views.common import by_of, created, dump, page_size
+from api.views.common import atomic_call, by_of, created, dump, page_size
 from autopilot.goal_selectors import goal_detail
 from autopilot.models import Goal
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
@@ -58,7 +57,9 @@ def goals_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict[s
     return {"items": page.items, "next_cursor": page.next_cursor}
 
 
-@router.get("/goals/{goal_id}", response={200: GoalOut, **ERRORS}, auth=read_auth, tags=["goals"])
+@router.get(
+    "/goals/{int:goal_id}", response={200: GoalOut, **ERRORS}, auth=read_auth, tags=["goals"]
+)
 def goal_show(request: HttpRequest, goal_id: int) -> Goal:
     return goal_detail(goal_id=goal_id).goal
 
@@ -76,19 +77,23 @@ def goal_create_view(request: HttpRequest, payload: GoalCreateIn) -> JsonRespons
 
 
 @router.post(
-    "/goals/{goal_id}/approve", response={200: GoalOut, **ERRORS}, auth=operate_auth, tags=["goals"]
+    "/goals/{int:goal_id}/approve",
+    response={200: GoalOut, **ERRORS},
+    auth=operate_auth,
+    tags=["goals"],
 )
-@transaction.atomic
 def goal_approve_view(request: HttpRequest, goal_id: int) -> Goal:
-    return goal_approve(goal_id=goal_id, by=by_of(request))
+    return atomic_call(goal_approve, goal_id=goal_id, by=by_of(request))
 
 
 @router.post(
-    "/goals/{goal_id}/abandon", response={200: GoalOut, **ERRORS}, auth=operate_auth, tags=["goals"]
+    "/goals/{int:goal_id}/abandon",
+    response={200: GoalOut, **ERRORS},
+    auth=operate_auth,
+    tags=["goals"],
 )
-@transaction.atomic
 def goal_abandon_view(request: HttpRequest, goal_id: int, payload: GoalAbandonIn) -> Goal:
-    return goal_abandon(goal_id=goal_id, by=by_of(request), reason=payload.reason)
+    return atomic_call(goal_abandon, goal_id=goal_id, by=by_of(request), reason=payload.reason)
 
 
 # --- waves -------------------------------------------------------------------------------------
@@ -108,7 +113,7 @@ def waves_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict[s
 
 
 @router.get(
-    "/waves/{wave_id}", response={200: WaveStatusOut, **ERRORS}, auth=read_auth, tags=["waves"]
+    "/waves/{int:wave_id}", response={200: WaveStatusOut, **ERRORS}, auth=read_auth, tags=["waves"]
 )
 def wave_status_view(request: HttpRequest, wave_id: int) -> dict[str, Any]:
     """A wave with its runs and agents counted by status and its running stages."""
@@ -136,8 +141,11 @@ def wave_start_view(request: HttpRequest, payload: WaveStartIn) -> JsonResponse:
 
 
 @router.post(
-    "/waves/{wave_id}/cancel", response={200: WaveOut, **ERRORS}, auth=operate_auth, tags=["waves"]
+    "/waves/{int:wave_id}/cancel",
+    response={200: WaveOut, **ERRORS},
+    auth=operate_auth,
+    tags=["waves"],
 )
 def wave_cancel_view(request: HttpRequest, wave_id: int, payload: WaveCancelIn) -> Wave:
     """Stop a running wave: live runs are cancelled and their quanta given back as open."""
-    return wave_cancel(wave_id=wave_id, reason=payload.reason)
+    return atomic_call(wave_cancel, wave_id=wave_id, reason=payload.reason)
