@@ -4,6 +4,7 @@ repeats it while the work waits."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from quanta.services import quantum_create
+from tests.bursts.conftest import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,3 +46,14 @@ def test_follow_repeats_the_warning_while_the_work_waits(
     assert "agents: pending=1" in out.getvalue()
     assert err.getvalue().count("no Celery worker answered") >= 3
     assert empty_broker.llen("celery") >= 1  # the work is still there, waiting
+
+
+def test_it_says_nothing_when_a_worker_is_there(
+    empty_broker, make_worker: Callable[..., Worker]
+) -> None:
+    make_worker("present", beat=False)
+    quantum_create(title="runs")
+    out, err = io.StringIO(), io.StringIO()
+    call_command("start_wave", "--follow", "--timeout", "30", stdout=out, stderr=err)
+    assert "done" in out.getvalue()
+    assert "warning" not in err.getvalue()

@@ -49,14 +49,19 @@ def nobody_working() -> str | None:
     """Why nothing will run the waiting work (no worker answers, or none consumes a queue
     with tasks in it), or None when some worker is there to do it."""
     timeout = settings.OPERATIONS_PING_TIMEOUT_S
-    consumers = workers_consuming(timeout=timeout)
+    # The first answer is usually enough (the worker consumes the queues with work): only
+    # then are all the workers waited for.
+    consumers = workers_consuming(timeout=timeout, limit=1)
     if not consumers:
         return (
             f"warning: no Celery worker answered within {timeout:g} s: nothing will run this "
             f"wave's agents until one does; {NO_WORKER_HINT}"
         )
+    waiting = {name for name, n in celery_queue_depths().items() if n}
+    if waiting - {q for queues in consumers.values() for q in queues}:
+        consumers = workers_consuming(timeout=timeout) or consumers
     consumed = {q for queues in consumers.values() for q in queues}
-    idle = sorted(name for name, n in celery_queue_depths().items() if n and name not in consumed)
+    idle = sorted(waiting - consumed)
     if idle:
         return (
             f"warning: tasks wait in queue(s) {', '.join(idle)} that no worker consumes "
