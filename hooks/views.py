@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from core.metrics import validation_failed
 from hooks.errors import WebhookRefused
-from hooks.services.github import github_receive
+from hooks.services.github import Received, github_receive
 
 
 def problem(status: int, title: str, detail: str, instance: str = "") -> HttpResponse:
@@ -35,12 +38,23 @@ def _body(request: HttpRequest, limit: int) -> bytes:
     return request.read(limit + 1)
 
 
+def _receive(**delivery: Any) -> Received:
+    """The service, in a thread of the executor: its connection goes back to the pool after."""
+    try:
+        return github_receive(**delivery)
+    finally:
+        connections.close_all()
+
+
 @csrf_exempt
 @login_not_required
 @require_POST
-def github(request: HttpRequest) -> HttpResponse:
+async def github(request: HttpRequest) -> HttpResponse:
+    """Asynchronous, with the service in the executor's threads: deliveries are taken in
+    parallel (each waits mostly on its commit), not one at a time on the one thread that runs
+    synchronous views."""
     try:
-        received = github_receive(
+        received = await sync_to_async(_receive, thread_sensitive=False)(
             body=_body(request, settings.HOOKS_GITHUB_MAX_BYTES),
             signature=request.headers.get("X-Hub-Signature-256", ""),
             event=request.headers.get("X-GitHub-Event", ""),

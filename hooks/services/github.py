@@ -7,8 +7,9 @@
   per issue;
 - `ping` is answered.
 
-The delivery's row (its id unique) and what it filed are one transaction: a replay finds the
-row and is refused; a delivery that fails writes neither.
+The delivery's row (its id unique) and what it filed are one transaction: a replay fails on
+the row's unique id and is refused, its actions rolled back; a delivery that fails writes
+neither.
 """
 
 from __future__ import annotations
@@ -98,11 +99,12 @@ def github_receive(*, body: bytes, signature: str, event: str, delivery_id: str)
     payload = github_check(body=body, signature=signature, event=event, delivery_id=delivery_id)
     try:
         with transaction.atomic():
-            # First: a replay (or the same delivery twice at once) stops at the unique id,
-            # before anything is filed.
-            row = GithubDelivery.objects.create(delivery_id=delivery_id, event=event, outcome="")
             received = _act(event, payload, delivery_id)
-            GithubDelivery.objects.filter(pk=row.pk).update(
+            # Last, in the same transaction: a replay (or the same delivery twice at once)
+            # fails on the unique id and rolls back whatever its actions filed.
+            GithubDelivery.objects.create(
+                delivery_id=delivery_id,
+                event=event,
                 action=str(payload.get("action") or "")[:50],
                 outcome=received.outcome[:300],
                 quantum_id=received.quantum_id,

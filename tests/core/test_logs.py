@@ -115,7 +115,7 @@ def test_a_task_s_ids_come_from_its_arguments():
     assert task_ids(sample, (5, 1), {"wave_id": 2}) == {"quantum_run_id": 5, "wave_id": 2}
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_request_carries_its_id_to_its_records_and_response(client, settings, capture):
     _logger, stream, handler = capture
     handler.setFormatter(JsonFormatter())

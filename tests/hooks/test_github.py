@@ -15,7 +15,8 @@ from quanta.models import Quantum
 from quanta.services import quantum_close
 from tests.hooks.conftest import deliver
 
-pytestmark = pytest.mark.django_db
+# transaction=True: the view takes deliveries in the executor's threads (their own connections).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def refusals() -> float:
@@ -151,21 +152,15 @@ def test_it_refuses_other_methods(github, client):
 # --- actions ------------------------------------------------------------------------------------
 
 
-def test_a_push_to_the_base_branch_wakes_the_scheduler(
-    github, redis_client, django_capture_on_commit_callbacks
-):
-    with django_capture_on_commit_callbacks(execute=True):
-        response = deliver("push", {"ref": "refs/heads/main"})
+def test_a_push_to_the_base_branch_wakes_the_scheduler(github, redis_client):
+    response = deliver("push", {"ref": "refs/heads/main"})
     assert response.status_code == 202
     assert "scheduler woken" in json.loads(response.content)["outcome"]
     assert queued_tasks(redis_client) == ["autopilot.tick"]
 
 
-def test_a_push_to_another_branch_is_recorded_and_ignored(
-    github, redis_client, django_capture_on_commit_callbacks
-):
-    with django_capture_on_commit_callbacks(execute=True):
-        response = deliver("push", {"ref": "refs/heads/feature"}, delivery="p2")
+def test_a_push_to_another_branch_is_recorded_and_ignored(github, redis_client):
+    response = deliver("push", {"ref": "refs/heads/feature"}, delivery="p2")
     assert response.status_code == 202
     assert queued_tasks(redis_client) == []
     assert GithubDelivery.objects.get(delivery_id="p2").outcome.startswith("ignored")
