@@ -223,3 +223,13 @@ def test_an_issue_without_the_label_is_ignored(github):
     assert deliver("issues", issue(labels=("bug",))).status_code == 202
     assert deliver("issues", issue(action="closed")).status_code == 202
     assert not Quantum.objects.exists()
+
+
+def test_the_same_delivery_twice_at_once_is_taken_once(github):
+    """Two copies of a labelled issue's delivery in parallel: one quantum, one 202, one 409."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        responses = list(pool.map(lambda _: deliver("issues", issue(), delivery="twin"), range(2)))
+    assert sorted(r.status_code for r in responses) == [202, 409]
+    assert Quantum.objects.count() == 1 and GithubDelivery.objects.count() == 1
