@@ -6,10 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
+from psychonauts.models import (
+    AgentTurn,
+    CommandTrauma,
+    DiaryEntry,
+    Endpoint,
+    Mail,
+    Role,
+    ToolCall,
+    Usage,
+)
 
 
 class RecordAdmin(admin.ModelAdmin[Any]):
@@ -86,3 +95,26 @@ class CommandTraumaAdmin(admin.ModelAdmin[CommandTrauma]):
     list_display = ["pattern", "active", "source", "hits", "reason", "last_seen_at", "created_at"]
     list_filter = ["active", "source"]
     search_fields = ["pattern", "reason"]
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin[Endpoint]):
+    """The registry of model endpoints; the health columns are the beat's to write."""
+
+    list_display = [
+        "name", "provider", "model", "tier", "base_url", "max_concurrency", "enabled", "health",
+        "health_reason", "checked_at",
+    ]  # fmt: skip
+    list_filter = ["tier", "provider", "enabled", "health"]
+    search_fields = ["name", "model", "base_url"]
+    readonly_fields = ["health", "health_reason", "checked_at", "created_at", "updated_at"]
+    actions = ["check_now"]
+
+    @admin.action(description="Check the selected endpoints now")
+    def check_now(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        from psychonauts.endpoints import endpoints_health_check
+
+        results = endpoints_health_check(names=list(queryset.values_list("name", flat=True)))
+        for result in results:
+            verdict = "up" if result.up else f"down: {result.reason}"
+            self.message_user(request, f"{result.name}: {verdict}")

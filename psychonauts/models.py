@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
 from bursts.models import AgentRun, QuantumRun, Wave
-from quanta.models import Quantum
+from quanta.models import Complexity, Quantum
 
 
 class Role(models.Model):
@@ -243,3 +244,82 @@ class Verification(models.Model):
 
     def __str__(self) -> str:
         return f"verification {self.round} of run {self.agent_run_id}"
+
+
+# An environment variable's name: the registry names where a key is, never the key itself.
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class EndpointProvider(models.TextChoices):
+    OPENAI = "openai", "OpenAI-compatible (Ollama, vLLM, llama.cpp, a gateway)"
+    ANTHROPIC = "anthropic", "Anthropic Messages API"
+
+
+class HealthStatus(models.TextChoices):
+    """What the last health check found. unknown -> up | down; up <-> down (the beat's checks,
+    `psychonauts.endpoints.endpoint_health_record`, compare-and-set)."""
+
+    UNKNOWN = "unknown", "not checked yet"
+    UP = "up", "up"
+    DOWN = "down", "down"
+
+
+class Endpoint(models.Model):
+    """A model endpoint of the registry (`psychonauts.endpoints`): where a tier's runs may go.
+
+    Routing picks among the enabled endpoints of a run's tier that are not down, preferring
+    the least loaded; each holds at most `max_concurrency` model calls at once across every
+    worker. Its prices feed the cost accounting of its model.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    provider = models.CharField(
+        max_length=20, choices=EndpointProvider.choices, default=EndpointProvider.OPENAI
+    )
+    model = models.CharField(max_length=100, help_text="the model name the endpoint expects")
+    base_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="e.g. http://localhost:11434/v1; blank = the SDK's",
+        validators=[URLValidator(schemes=["http", "https"])],
+    )
+    api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="the NAME of the environment variable holding the key (never the key)",
+        validators=[RegexValidator(ENV_NAME_RE, "an environment variable name")],
+    )
+    tier = models.CharField(max_length=10, choices=Complexity.choices, default=Complexity.STANDARD)
+    max_concurrency = models.PositiveIntegerField(
+        default=4, validators=[MinValueValidator(1)], help_text="model calls at once, all workers"
+    )
+    usd_per_mtok_in = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True,
+        help_text="USD per million input tokens; blank = PSYCHONAUTS_PRICES",
+    )  # fmt: skip
+    usd_per_mtok_out = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True,
+        help_text="USD per million output tokens; blank = PSYCHONAUTS_PRICES",
+    )  # fmt: skip
+    enabled = models.BooleanField(default=True)
+    health = models.CharField(
+        max_length=10, choices=HealthStatus.choices, default=HealthStatus.UNKNOWN
+    )
+    health_reason = models.CharField(max_length=500, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tier", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_concurrency__gte=1), name="endpoint_concurrency_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(provider__in=EndpointProvider.values), name="endpoint_provider_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.provider} {self.model})"

@@ -51,45 +51,55 @@ def _ttl_ms() -> int:
     return int(settings.PSYCHONAUTS_SLOT_TTL_S * 1000)
 
 
-def slot_try_acquire(holder: str, *, limit: int | None = None) -> bool:
+# Another semaphore (`key`) works the same way: a model endpoint's in-flight limit
+# (`psychonauts.endpoints`) is one per endpoint.
+
+
+def slot_try_acquire(holder: str, *, limit: int | None = None, key: str = KEY) -> bool:
     slots = limit or settings.PSYCHONAUTS_SPAWN_SLOTS
-    return bool(get_redis().eval(_ACQUIRE, 1, KEY, holder, slots, _ttl_ms()))
+    return bool(get_redis().eval(_ACQUIRE, 1, key, holder, slots, _ttl_ms()))
 
 
-def slot_acquire(holder: str, *, limit: int | None = None, wait_s: float | None = None) -> None:
+def slot_acquire(
+    holder: str, *, limit: int | None = None, wait_s: float | None = None, key: str = KEY
+) -> None:
     """Wait (queue) for a slot; SlotTimeout after `wait_s`."""
     deadline = time.monotonic() + (settings.PSYCHONAUTS_SLOT_WAIT_S if wait_s is None else wait_s)
     pause = 0.01
-    while not slot_try_acquire(holder, limit=limit):
+    while not slot_try_acquire(holder, limit=limit, key=key):
         if time.monotonic() >= deadline:
-            raise SlotTimeout(f"no recursion slot free for {holder} in time")
+            raise SlotTimeout(
+                f"no {'recursion ' if key == KEY else ''}slot free for {holder} in time"
+            )
         time.sleep(pause)
         pause = min(pause * 2, 0.25)
 
 
-def slot_renew(holder: str) -> None:
-    get_redis().eval(_RENEW, 1, KEY, holder, _ttl_ms())
+def slot_renew(holder: str, *, key: str = KEY) -> None:
+    get_redis().eval(_RENEW, 1, key, holder, _ttl_ms())
 
 
-def slot_release(holder: str) -> None:
-    get_redis().zrem(KEY, holder)
+def slot_release(holder: str, *, key: str = KEY) -> None:
+    get_redis().zrem(key, holder)
 
 
-def slots_in_use() -> int:
+def slots_in_use(*, key: str = KEY) -> int:
     client = get_redis()
     now_s, now_us = client.time()
-    return int(client.zcount(KEY, now_s * 1000 + now_us // 1000, "+inf"))
+    return int(client.zcount(key, now_s * 1000 + now_us // 1000, "+inf"))
 
 
 @contextmanager
-def slot_held(holder: str, *, limit: int | None = None) -> Iterator[None]:
+def slot_held(
+    holder: str, *, limit: int | None = None, wait_s: float | None = None, key: str = KEY
+) -> Iterator[None]:
     """Hold a slot for the block, renewing it in the background until the block ends."""
-    slot_acquire(holder, limit=limit)
+    slot_acquire(holder, limit=limit, wait_s=wait_s, key=key)
     stop = threading.Event()
 
     def renew() -> None:
         while not stop.wait(settings.PSYCHONAUTS_SLOT_TTL_S / 3):
-            slot_renew(holder)
+            slot_renew(holder, key=key)
 
     renewer = threading.Thread(target=renew, name=f"slot-renew-{holder}", daemon=True)
     renewer.start()
@@ -98,7 +108,7 @@ def slot_held(holder: str, *, limit: int | None = None) -> Iterator[None]:
     finally:
         stop.set()
         renewer.join()
-        slot_release(holder)
+        slot_release(holder, key=key)
 
 
 @contextmanager

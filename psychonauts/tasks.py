@@ -7,6 +7,7 @@ from celery import shared_task
 # Imported with the worker, not by its first task: the SDK takes about a second to import.
 import psychonauts.providers.anthropic  # noqa: F401
 from bursts.executor import OutcomeDict
+from psychonauts.endpoints import endpoints_health_check
 from psychonauts.errors import AgentRunNotFound
 from psychonauts.services import agent_run_execute, workspaces_sweep
 
@@ -27,3 +28,10 @@ def execute_agent_run(agent_run_id: int) -> OutcomeDict:
 def sweep_workspaces() -> int:
     """Beat: remove the worktrees of closed quanta (see `workspaces_sweep`)."""
     return len(workspaces_sweep())
+
+
+@shared_task(name="psychonauts.endpoints_health", ignore_result=True)
+def endpoints_health() -> int:
+    """Beat: check every enabled endpoint of the registry, marking it down or up; returns how
+    many are down."""
+    return sum(not r.up for r in endpoints_health_check())

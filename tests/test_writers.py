@@ -98,6 +98,7 @@ OWNERS: dict[type[models.Model], str] = {
     Mail: "psychonauts/tools.py",
     DiaryEntry: "psychonauts/diary.py",
     CommandTrauma: "psychonauts/traumas.py",
+    apps.get_model("psychonauts", "Endpoint"): "psychonauts/endpoints.py",
     Reaching: "tether/services/reachings.py",
     Drift: "tether/services/drifts.py",
     ChangeReview: "tether/services/changes.py",

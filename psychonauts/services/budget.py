@@ -14,10 +14,16 @@ from decimal import Decimal
 from django.conf import settings
 
 from bursts.models import AgentRun
+from psychonauts.endpoints import registry_price
 from psychonauts.errors import BudgetExceeded
 
 
 def _price(model: str) -> tuple[float, float]:
+    """USD per million tokens (in, out): a registry endpoint's price for the model when one
+    gives it, else PSYCHONAUTS_PRICES, else the default."""
+    registered = registry_price(model)
+    if registered is not None:
+        return registered
     prices: dict[str, tuple[float, float]] = settings.PSYCHONAUTS_PRICES
     return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
 

@@ -23,7 +23,17 @@ from core.events import publish
 from core.redaction import redact
 from psychonauts import registry
 from psychonauts.checkpoint import run_claim, run_read
-from psychonauts.endpoints import endpoint_failure, endpoint_success, endpoints_down
+from psychonauts.endpoints import (
+    EndpointBusy,
+    EndpointConf,
+    EndpointState,
+    endpoint_failure,
+    endpoint_provider,
+    endpoint_success,
+    endpoints_down,
+    endpoints_state,
+    registry_enabled,
+)
 from psychonauts.errors import (
     AgentRunNotFound,
     ProviderError,
@@ -54,6 +64,12 @@ class Route:
     provider: Provider
     model: str
     note: str = ""  # why the run does not get its tier's model (it is down), for its events
+    endpoint: str = ""  # the registry endpoint's name, when the registry routed the run
+
+    @property
+    def health_key(self) -> tuple[str, str]:
+        """The (provider, model) pair its failures count under (`psychonauts.endpoints`)."""
+        return (self.provider.name, self.endpoint or self.model)
 
 
 # Where a tier's runs go when its model is down: the next tier down, then up.
@@ -89,6 +105,11 @@ def _route(run: AgentRun, role: Role) -> Route:
     provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
     if not provider.uses_llm:
         return Route(provider, provider.name)
+    registry = registry_enabled()
+    if registry:
+        routed = _route_registry(run, role, registry)
+        if routed is not None:
+            return routed
     named = run.model or role.model
     if named:
         return Route(provider, named)
@@ -107,6 +128,67 @@ def _route(run: AgentRun, role: Role) -> Route:
         provider,
         candidates[0],
         f"every configured model is down ({', '.join(candidates)}); using {candidates[0]}",
+    )
+
+
+def _route_registry(run: AgentRun, role: Role, registry: tuple[EndpointConf, ...]) -> Route | None:
+    """A registry endpoint for an LLM run, or None when the registry has none for it (then the
+    run is routed as without a registry).
+
+    - A role naming a model takes the endpoints serving that model, whatever their tier; a run
+      naming a model no endpoint serves (chosen by whoever made it) is not the registry's.
+    - Otherwise the run's tier's endpoints, then the next tiers' (`FALLBACK`) when every one of
+      its own is down.
+    - Among the endpoints of a tier that are not down: the fewest failures in a row first (a
+      retry whose endpoint failed goes to another one), then the one serving the run's model
+      (a resumed run stays where it was), then the least loaded (calls in flight over its
+      limit). When all are full the run still goes to the least loaded, whose next free slot
+      it waits for.
+    - When every candidate is down: the first, and the note says so.
+    """
+    if role.model:
+        candidates = tuple(c for c in registry if c.model == role.model)
+        if not candidates:
+            return None
+        tiers: list[tuple[EndpointConf, ...]] = [candidates]
+    else:
+        if run.model and not any(c.model == run.model for c in registry):
+            return None
+        complexity = run.quantum.complexity
+        order = FALLBACK.get(complexity, (complexity,))
+        tiers = [tuple(c for c in registry if c.tier == t) for t in order]
+        tiers = [t for t in tiers if t]
+        if not tiers:
+            return None
+    states = {s.conf.name: s for s in endpoints_state(tuple(c for t in tiers for c in t))}
+
+    def rank(state: EndpointState) -> tuple[int, int, float, str]:
+        c = state.conf
+        return (state.failures, c.model != run.model, state.in_flight / c.max_concurrency, c.name)
+
+    first = tiers[0][0]
+    for number, tier in enumerate(tiers):
+        healthy = sorted((states[c.name] for c in tier if not states[c.name].down), key=rank)
+        if not healthy:
+            continue
+        chosen = healthy[0].conf
+        notes = []
+        if number:
+            notes.append(
+                f"every endpoint of tier {first.tier} is down; routed to tier {chosen.tier}"
+            )
+        elif any(states[c.name].down for c in tier):
+            down = ", ".join(c.name for c in tier if states[c.name].down)
+            notes.append(f"{down} down; routed to {chosen.name}")
+        if healthy[0].failures:
+            notes.append(f"{chosen.name} has {healthy[0].failures} failures in a row")
+        return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name)
+    names = ", ".join(c.name for t in tiers for c in t)
+    return Route(
+        endpoint_provider(first),
+        first.model,
+        f"every endpoint is down ({names}); using {first.name}",
+        first.name,
     )
 
 
@@ -158,13 +240,19 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             resumed=resumed,
             execute=agent_run_execute,
         )
-        runner.emit("started", role=run.role, provider=runner.provider.name, model=runner.model)
+        runner.emit(
+            "started",
+            role=run.role,
+            provider=runner.provider.name,
+            model=runner.model,
+            **({"endpoint": route.endpoint} if route.endpoint else {}),
+        )
         if route.note:
             runner.emit(
                 "routed", provider=runner.provider.name, model=runner.model, note=route.note
             )
         outcome = runner.loop()
-        endpoint_success(route.provider.name, route.model)
+        endpoint_success(*route.health_key)
         return outcome
     except SuspendRun as exc:
         agent_run_suspend(agent_run_id=run.pk)
@@ -176,8 +264,9 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             runner.flush_events()
         return Outcome("waiting", error=reason)
     except ProviderError as exc:
-        if route is not None:  # the provider's own retries are spent: its endpoint failed
-            endpoint_failure(route.provider.name, route.model)
+        # The provider's own retries are spent: its endpoint failed (a busy one did not).
+        if route is not None and not isinstance(exc, EndpointBusy):
+            endpoint_failure(*route.health_key)
         return _fail(run, runner, str(exc))
     except PsychonautError as exc:
         return _fail(run, runner, str(exc))

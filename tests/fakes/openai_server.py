@@ -73,6 +73,27 @@ class FakeOpenAI:
         with self._lock:
             self.in_flight -= 1
 
+    def completion(self, reply: FakeReply, model: str) -> dict[str, Any]:
+        """The answer as one chat.completion (a request without `stream`)."""
+        return {
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": reply.finish or "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": reply.tokens_in,
+                "completion_tokens": reply.tokens_out,
+                "total_tokens": reply.tokens_in + reply.tokens_out,
+            },
+        }
+
     def chunks(self, reply: FakeReply, model: str, usage: bool) -> Iterator[bytes]:
         chunk_id = f"chatcmpl-fake-{next(self._ids)}"
 
@@ -194,6 +215,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     {"error": {"message": f"fake status {reply.status}", "type": "fake"}},
                     headers,
                 )
+                return
+            if not body.get("stream"):
+                self._json(200, fake.completion(reply, str(body.get("model", "fake"))), {})
                 return
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = list(fake.chunks(reply, str(body.get("model", "fake")), usage))

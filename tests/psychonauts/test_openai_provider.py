@@ -215,20 +215,28 @@ def test_our_conversation_becomes_chat_messages_with_tool_calls_and_tool_results
             "role": "assistant",
             "content": "Looking.",
             "tool_calls": [
-                {"id": "t1", "type": "function",
-                 "function": {"name": "read_file", "arguments": '{"path": "a"}'}},
-                {"id": "t2", "type": "function", "function": {"name": "list_dir", "arguments": "{}"}},
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+                },
+                {
+                    "id": "t2",
+                    "type": "function",
+                    "function": {"name": "list_dir", "arguments": "{}"},
+                },
             ],
-        },  # fmt: skip
+        },
         {"role": "tool", "tool_call_id": "t1", "content": "A"},
         {"role": "tool", "tool_call_id": "t2", "content": "error: no"},
         {"role": "user", "content": "(2 turns left)"},
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": "t3", "type": "function",
-                            "function": {"name": "x", "arguments": "{}"}}],
-        },  # fmt: skip
+            "tool_calls": [
+                {"id": "t3", "type": "function", "function": {"name": "x", "arguments": "{}"}}
+            ],
+        },
     ]
     assert to_openai_tools(
         [{"name": "t", "description": "d", "input_schema": {"type": "object"}}]
