@@ -80,9 +80,11 @@ def test_it_maps_each_webhook_event(receiver, signing):
     publish("tether:reaching", "question_asked", {"reaching_id": 2})
     publish("tether:drifts", "change_review_created", {"change_id": 3, "status": "pending"})
     publish("tether:drifts", "change_review_created", {"change_id": 4, "status": "merged"})
+    publish("alerts", "alert_firing", {"rule": "queue_backlog", "value": 120.0})
+    publish("alerts", "alert_resolved", {"rule": "queue_backlog", "value": 3.0})
     outbox_scan()
-    events = set(WebhookDelivery.objects.values_list("event", flat=True))
-    assert events == {"wave.complete", "reaching.created", "change.pending"}
+    events = sorted(WebhookDelivery.objects.values_list("event", flat=True))
+    assert events == ["alert.firing", "change.pending", "reaching.created", "wave.complete"]
 
 
 @pytest.mark.django_db
