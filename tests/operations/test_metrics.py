@@ -101,3 +101,22 @@ def test_a_dead_process_counts_survive_the_folding_of_its_files() -> None:
     assert not own.exists()
     assert (metrics.metrics_dir() / "counter_archive.db").exists()
     assert metrics.counter_totals()["annihilation_errors_total"] == before
+
+
+def test_it_counts_the_tokens_of_an_agent_run(repo, client) -> None:
+    from psychonauts.roles import roles_sync_defaults
+    from psychonauts.services import agent_run_create, agent_run_execute
+
+    roles_sync_defaults()
+    run = agent_run_create(quantum_id=quantum_create(title="Add a greeting").pk, role="coder")
+    before = client.get("/metrics").content.decode()
+
+    assert agent_run_execute(agent_run_id=run.pk).status == "done"
+
+    after = client.get("/metrics").content.decode()
+    run.refresh_from_db()
+    tokens = "annihilation_tokens_total"
+    grown_in = value(after, tokens, direction="in") - value(before, tokens, direction="in")
+    grown_out = value(after, tokens, direction="out") - value(before, tokens, direction="out")
+    assert (grown_in, grown_out) == (run.tokens_in, run.tokens_out)
+    assert grown_in > 0
