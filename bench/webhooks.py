@@ -3,8 +3,10 @@
 Client threads send a mix of deliveries (pings, pushes to another branch, issues without the
 label, and labelled issues that become quanta) on a schedule of `--rate` per second for
 `--seconds`, over keep-alive connections. Printed: the rate achieved, response latency
-p50 / p95 / p99, and loss: every delivery answered 202 must be a row (and each labelled issue one
-quantum); target 500 deliveries per second without loss.
+p50 / p95 / p99 (from when each was due, so a server that falls behind shows its backlog), and
+loss: every delivery answered 202 must be a row (and each labelled issue one quantum); target
+500 deliveries per second without loss. Then the same mix through the service alone (no HTTP,
+no middleware) from 8 threads, to tell the hooks code's cost from the web stack's.
 
     .venv/bin/python bench/webhooks.py [--rate 500] [--seconds 10] [--json]   (needs `make services`)
 Uses a database of its own (annihilation_bench_webhooks, emptied first).
@@ -155,6 +157,30 @@ def run(rate: float, seconds: float, threads: int) -> dict[str, object]:
     }
 
 
+def service_only(count: int, threads: int) -> float:
+    """Deliveries per second through the service alone (no HTTP, no middleware), from
+    `threads` threads: what the hooks code and Postgres sustain on this machine."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    from hooks.services.github import github_receive
+
+    def one(i: int) -> None:
+        event, body = delivery(i)
+        signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        try:
+            github_receive(body=body, signature=signature, event=event, delivery_id=f"svc-{i}")
+        finally:
+            connections.close_all()
+
+    offset = 10_000_000  # issue numbers apart from the HTTP run's
+    start = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(offset, offset + count)))
+    return count / (time.monotonic() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=500.0, help="deliveries per second")
@@ -163,6 +189,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     figures = run(args.rate, args.seconds, args.threads)
+    figures["service_only_per_s"] = round(service_only(2000, 8), 1)
     if args.json:
         print(json.dumps(figures))
         return
