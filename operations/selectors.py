@@ -22,7 +22,12 @@ from bursts.selectors import celery_queue_depths
 from core import metrics
 from core.workers import workers_consuming, workers_consuming_cached
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
-from psychonauts.endpoints import endpoints_down, endpoints_failing
+from psychonauts.endpoints import (
+    endpoints_down,
+    endpoints_failing,
+    endpoints_state,
+    registry_enabled,
+)
 from tether.models import Reaching, ReachingStatus
 
 
@@ -74,29 +79,53 @@ def questions_pending(*, now: datetime) -> tuple[int, float]:
 
 
 @dataclass(frozen=True)
-class EndpointState:
+class EndpointHealthRow:
+    endpoint: str  # the registry's name; for a model routed without the registry, the model
     provider: str
     model: str
     up: bool
-    failures: int
+    failures: int  # in a row
+    in_flight: int  # model calls holding one of its slots (registry endpoints)
 
 
-def endpoints_state() -> list[EndpointState]:
-    """The configured models (on the provider that serves them) and every endpoint with
-    failures in a row: each up or down."""
-    failing = {(h.provider, h.model): h for h in endpoints_failing()}
-    provider = settings.PSYCHONAUTS_PROVIDER or "anthropic"
-    known = sorted({(provider, m) for m in settings.PSYCHONAUTS_MODELS.values()} | set(failing))
-    down = endpoints_down(known)
-    return [
-        EndpointState(
-            provider=p,
-            model=m,
-            up=(p, m) not in down and not (failing.get((p, m)) and failing[(p, m)].down_until),
-            failures=failing[(p, m)].failures if (p, m) in failing else 0,
+def endpoints_health() -> list[EndpointHealthRow]:
+    """The registry's enabled endpoints (its own state read: down marks, failures in a row,
+    calls in flight), then the models routed without the registry (the configured tiers, and
+    any other with failures in a row), each up or down."""
+    states = endpoints_state(registry_enabled())
+    rows = [
+        EndpointHealthRow(
+            endpoint=s.conf.name,
+            provider=s.conf.provider,
+            model=s.conf.model,
+            up=not s.down,
+            failures=s.failures,
+            in_flight=s.in_flight,
         )
-        for p, m in known
+        for s in states
     ]
+    registry_keys = {s.conf.health_key for s in states}
+    failing = {
+        (h.provider, h.model): h
+        for h in endpoints_failing()
+        if (h.provider, h.model) not in registry_keys
+    }
+    provider = settings.PSYCHONAUTS_PROVIDER or "anthropic"
+    builtin = sorted({(provider, m) for m in settings.PSYCHONAUTS_MODELS.values()} | set(failing))
+    down = endpoints_down(builtin)
+    for p, m in builtin:
+        health = failing.get((p, m))
+        rows.append(
+            EndpointHealthRow(
+                endpoint=m,
+                provider=p,
+                model=m,
+                up=(p, m) not in down and not (health is not None and health.down_until),
+                failures=health.failures if health is not None else 0,
+                in_flight=0,
+            )
+        )
+    return rows
 
 
 def figures_now(*, now: datetime | None = None) -> Figures:
@@ -114,7 +143,7 @@ def figures_now(*, now: datetime | None = None) -> Figures:
         "agents_stuck": float(agents_stuck(now=now)),
         "questions_pending": float(pending),
         "question_oldest_s": oldest,
-        "endpoints_down": float(sum(1 for e in endpoints_state() if not e.up)),
+        "endpoints_down": float(sum(1 for e in endpoints_health() if not e.up)),
         "errors_total": totals.get("annihilation_errors_total", 0.0),
         "cost_usd_total": totals.get("annihilation_cost_usd_total", 0.0),
         "tokens_total": totals.get("annihilation_tokens_total", 0.0),
@@ -191,21 +220,30 @@ class StateCollector:
             "How long the oldest pending Tether question has waited.",
             oldest,
         )
+        labels = ["endpoint", "provider", "model"]
         up = GaugeMetricFamily(
             "annihilation_endpoint_up",
             "1 when a model endpoint is usable, 0 when marked down.",
-            labels=["provider", "model"],
+            labels=labels,
         )
         failures = GaugeMetricFamily(
             "annihilation_endpoint_failures",
             "Failures in a row of a model endpoint.",
-            labels=["provider", "model"],
+            labels=labels,
         )
-        for e in endpoints_state():
-            up.add_metric([e.provider, e.model], 1 if e.up else 0)
-            failures.add_metric([e.provider, e.model], e.failures)
+        in_flight = GaugeMetricFamily(
+            "annihilation_endpoint_in_flight",
+            "Model calls holding one of a registry endpoint's slots.",
+            labels=labels,
+        )
+        for e in endpoints_health():
+            names = [e.endpoint, e.provider, e.model]
+            up.add_metric(names, 1 if e.up else 0)
+            failures.add_metric(names, e.failures)
+            in_flight.add_metric(names, e.in_flight)
         yield up
         yield failures
+        yield in_flight
         firing = GaugeMetricFamily(
             "annihilation_alert_firing", "1 while an alert rule fires.", labels=["rule"]
         )

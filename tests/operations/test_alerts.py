@@ -121,3 +121,26 @@ def test_the_tick_keeps_an_hour_of_samples(quick_ping):
     operations_tick()
     assert not MetricSample.objects.filter(pk=old.pk).exists()
     assert MetricSample.objects.count() == 1
+
+
+def test_a_registry_endpoint_marked_down_fires_endpoint_down(
+    quick_ping, redis_client, settings, client
+) -> None:
+    from psychonauts.endpoints import endpoint_add, endpoint_mark_down, registry_invalidate
+
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "endpoint_down": {"threshold": 1.0, "cooldown_s": 0.0},
+    }
+    endpoint_add(name="local-llama", model="llama3.1:8b", base_url="http://127.0.0.1:9/v1")
+    registry_invalidate()
+    endpoint_mark_down(provider="openai", model="local-llama", reason="refused", ttl_s=60)
+
+    changed = operations_tick()
+
+    assert [(a.rule, a.status) for a in changed] == [("endpoint_down", AlertStatus.FIRING)]
+    scraped = client.get("/metrics").content.decode()
+    assert (
+        'annihilation_endpoint_up{endpoint="local-llama",model="llama3.1:8b",provider="openai"} 0.0'
+        in scraped
+    )

@@ -63,7 +63,7 @@ def test_it_shows_what_a_worker_process_counted(
     # The state gauges, read at scrape time.
     assert value(after, "annihilation_agents", status="pending") == 0
     assert "annihilation_queue_depth" in after
-    assert 'annihilation_endpoint_up{model="claude-sonnet-4-6"' in after
+    assert 'annihilation_endpoint_up{endpoint="claude-sonnet-4-6"' in after
 
 
 def test_it_wants_the_bearer_token_when_one_is_set(live_server, settings) -> None:
