@@ -33,21 +33,17 @@ def evidence_sessions(texts: list[str]) -> list[int]:
 
 def gate(run: ReflectionRun) -> int:
     """Reject the run's proposals that fewer than REFLECTION_EVIDENCE_MIN_SESSIONS sessions
-    support; the number rejected."""
+    support, all in one write; the number rejected."""
     need = settings.REFLECTION_EVIDENCE_MIN_SESSIONS
-    rejected = 0
     deltas = list(run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"))
+    rejected: dict[int, str] = {}
     for delta, found in zip(deltas, evidence_sessions([d.text for d in deltas]), strict=True):
         if found < need:
-            playbook.delta_decide(
-                delta.pk,
-                to=DeltaStatus.REJECTED,
-                by=CURATOR,
-                reason=f"evidence gate: {found} matching session(s), {need} needed "
-                f"(searched: {' '.join(key_terms(delta.text)) or 'nothing'})",
+            rejected[delta.pk] = (
+                f"evidence gate: {found} matching session(s), {need} needed "
+                f"(searched: {' '.join(key_terms(delta.text)) or 'nothing'})"
             )
-            rejected += 1
-    return rejected
+    return playbook.deltas_reject(rejected, by=CURATOR)
 
 
 def curate(run: ReflectionRun) -> dict[str, int]:
@@ -61,22 +57,16 @@ def curate(run: ReflectionRun) -> dict[str, int]:
     )
     poles = {polarity(r.text): f"rule #{r.pk}" for r in live}
     accepted = duplicates = conflicts = waiting = inverted = 0
+    rejected: dict[int, str] = {}  # written at once after the loop
     for delta in run.deltas.filter(status=DeltaStatus.PROPOSED).order_by("pk"):
         norm = normalise(delta.text)
         negative, core = polarity(delta.text)
         if norm in known:
-            playbook.delta_decide(
-                delta.pk, to=DeltaStatus.REJECTED, by=CURATOR, reason=f"duplicate of {known[norm]}"
-            )
+            rejected[delta.pk] = f"duplicate of {known[norm]}"
             duplicates += 1
             continue
         if (not negative, core) in poles:
-            playbook.delta_decide(
-                delta.pk,
-                to=DeltaStatus.REJECTED,
-                by=CURATOR,
-                reason=f"conflicts with {poles[(not negative, core)]}",
-            )
+            rejected[delta.pk] = f"conflicts with {poles[(not negative, core)]}"
             conflicts += 1
             continue
         known[norm] = f"delta #{delta.pk}"
@@ -86,6 +76,7 @@ def curate(run: ReflectionRun) -> dict[str, int]:
             continue
         playbook.delta_decide(delta.pk, to=DeltaStatus.ACCEPTED, by=CURATOR, reason=delta.reason)
         accepted += 1
+    playbook.deltas_reject(rejected, by=CURATOR)
     # Rules whose record failed them turn into their anti-pattern.
     for rule in live:
         if rule.kind != RuleKind.RULE or not playbook.is_anti_pattern(

@@ -11,12 +11,12 @@ REFLECTION_DEMOTE_BELOW down to deprecated); decay alone never deprecates a rule
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, FloatField
+from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -353,6 +353,36 @@ def delta_decide(
         extra={"delta_id": delta_id, "op": delta.op, "status": to},
     )
     return delta
+
+
+@transaction.atomic
+def deltas_reject(reasons: Mapping[int, str], *, by: str, now: datetime | None = None) -> int:
+    """Reject many proposed deltas at once, each with its reason (its own when empty): one
+    compare-and-set UPDATE proposed -> rejected, as delta_decide would for each. Rejecting
+    applies nothing to the playbook. IllegalTransition, and none rejected, when any of them is
+    gone or was decided already. Returns how many were rejected."""
+    if not reasons:
+        return 0
+    now = now or timezone.now()
+    reason = Case(
+        *(When(pk=pk, then=Value(text) if text else F("reason")) for pk, text in reasons.items())
+    )
+    updated = PlaybookDelta.objects.filter(pk__in=reasons, status=DeltaStatus.PROPOSED).update(
+        status=DeltaStatus.REJECTED, decided_by=by[:200], decided_at=now, reason=reason
+    )
+    if updated != len(reasons):
+        raise IllegalTransition(
+            f"{len(reasons) - updated} of {len(reasons)} deltas were gone or decided already"
+        )
+    for pk in reasons:
+        logger.info(
+            "delta %s: %s by %s",
+            pk,
+            DeltaStatus.REJECTED,
+            by,
+            extra={"delta_id": pk, "status": DeltaStatus.REJECTED},
+        )
+    return updated
 
 
 def _delta_apply(delta: PlaybookDelta, *, now: datetime) -> None:

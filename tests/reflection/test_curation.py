@@ -14,8 +14,9 @@ from core.events import publish
 from core.models import Session
 from core.search import event_search_flush, sessions_count, sessions_search
 from reflection import curation
+from reflection.errors import IllegalTransition
 from reflection.models import PlaybookDelta, PlaybookRule
-from reflection.services.playbook import delta_propose, rule_create
+from reflection.services.playbook import delta_decide, delta_propose, deltas_reject, rule_create
 from reflection.services.runs import reflection_run_start
 from reflection.text import key_terms
 
@@ -147,3 +148,25 @@ def test_curation_proposes_a_failing_rules_anti_pattern_with_its_scope_and_evide
     assert delta.reason == "inverted: 3 failures, 1 successes"
     failing.refresh_from_db()
     assert failing.maturity == "deprecated"
+
+
+def test_rejecting_at_once_rejects_none_when_one_was_decided_already(burst: Burst) -> None:
+    run, _ = reflection_run_start(burst.pk)
+    first, second = (
+        delta_propose(op="add", text=text, reason="from a learning", reflection_run_id=run.pk)
+        for text in (SUPPORTED, ONCE)
+    )
+    delta_decide(second.pk, to="rejected", by="operator", reason="not ours")
+    with pytest.raises(IllegalTransition):
+        deltas_reject({first.pk: "duplicate", second.pk: "duplicate"}, by=curation.CURATOR)
+    assert PlaybookDelta.objects.get(pk=first.pk).status == "proposed"
+    assert PlaybookDelta.objects.get(pk=second.pk).reason == "not ours"
+
+    assert deltas_reject({first.pk: ""}, by=curation.CURATOR) == 1  # empty: its own reason
+    rejected = PlaybookDelta.objects.get(pk=first.pk)
+    assert (rejected.status, rejected.reason, rejected.decided_by) == (
+        "rejected",
+        "from a learning",
+        "reflection",
+    )
+    assert rejected.decided_at is not None
