@@ -14,10 +14,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from annihilation.routing import websocket_urlpatterns  # noqa: E402
+from hooks.asgi import github_fast_path  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # GitHub's deliveries are taken before Django's middleware stack (hooks/asgi.py).
+        "http": github_fast_path(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -106,9 +106,13 @@ class TextFormatter(logging.Formatter):
 # --- requests -----------------------------------------------------------------------------------
 
 
-def request_id_for(request: HttpRequest) -> str:
-    given = request.headers.get(REQUEST_ID_HEADER, "")
+def plain_request_id(given: str) -> str:
+    """`given` when it is a plain request id, else a new one."""
     return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+def request_id_for(request: HttpRequest) -> str:
+    return plain_request_id(request.headers.get(REQUEST_ID_HEADER, ""))
 
 
 class RequestIdMiddleware:

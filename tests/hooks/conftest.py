@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.test import AsyncClient
+from channels.testing import HttpCommunicator
 
 GITHUB_SECRET = "gh-webhook-secret-Abc123xyz"
 
@@ -35,6 +35,16 @@ def signature(body: bytes, secret: str = GITHUB_SECRET) -> str:
 _counter = iter(range(10**9))
 
 
+@dataclass
+class Answer:
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+
+    def __getitem__(self, name: str) -> str:
+        return self.headers[name.lower()]
+
+
 def deliver(
     event: str,
     payload: Any = None,
@@ -43,18 +53,31 @@ def deliver(
     delivery: str | None = None,
     sign: str | None = None,
     headers: dict[str, str] | None = None,
-) -> Any:
-    """POST a delivery to /hooks/github through Django's ASGI handler, as GitHub would."""
+) -> Answer:
+    """POST a delivery to /hooks/github through the project's ASGI application (what daphne
+    serves), as GitHub would."""
+    from annihilation.asgi import application
+
     raw = body if body is not None else json.dumps(payload or {}).encode()
     extra = {
+        "Content-Type": "application/json",
         "X-GitHub-Event": event,
         "X-GitHub-Delivery": delivery or f"d-{time.time_ns()}-{next(_counter)}",
         "X-Hub-Signature-256": signature(raw) if sign is None else sign,
         **(headers or {}),
     }
-    client = AsyncClient()
-    return async_to_sync(client.post)(
-        "/hooks/github", raw, content_type="application/json", headers=extra
+    encoded = [(k.lower().encode(), v.encode()) for k, v in extra.items()]
+
+    async def post() -> dict[str, Any]:
+        communicator = HttpCommunicator(application, "POST", "/hooks/github", raw, encoded)
+        answer: dict[str, Any] = await communicator.get_response(timeout=30)
+        return answer
+
+    response = async_to_sync(post)()
+    return Answer(
+        response["status"],
+        {k.decode().lower(): v.decode() for k, v in response["headers"]},
+        response["body"],
     )
 
 

@@ -13,7 +13,7 @@ from core.metrics import VALIDATION_FAILURES
 from hooks.models import GithubDelivery, GithubLink
 from quanta.models import Quantum
 from quanta.services import quantum_close
-from tests.hooks.conftest import deliver
+from tests.hooks.conftest import deliver, signature
 
 # transaction=True: the view takes deliveries in the executor's threads (their own connections).
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,8 +91,6 @@ def test_it_refuses_a_bad_signature_and_writes_nothing(github):
 
 def test_it_refuses_a_body_signed_with_another_secret(github):
     body = json.dumps(issue()).encode()
-    from tests.hooks.conftest import signature
-
     response = deliver("issues", body=body, sign=signature(body, "another-secret"))
     assert_refused(response, 401, "Bad signature")
     assert not Quantum.objects.exists()
@@ -233,3 +231,21 @@ def test_the_same_delivery_twice_at_once_is_taken_once(github):
         responses = list(pool.map(lambda _: deliver("issues", issue(), delivery="twin"), range(2)))
     assert sorted(r.status_code for r in responses) == [202, 409]
     assert Quantum.objects.count() == 1 and GithubDelivery.objects.count() == 1
+
+
+def test_it_answers_with_the_request_id_it_was_given(github):
+    response = deliver("ping", {}, headers={"X-Request-ID": "gh-req-42"})
+    assert response.status_code == 202 and response["X-Request-ID"] == "gh-req-42"
+    assert len(deliver("ping", {}, headers={"X-Request-ID": "not plain!"})["X-Request-ID"]) == 32
+
+
+def test_the_django_view_gives_the_same_answers(github, client):
+    """The URL served through Django (WSGI, the test client) behaves as the ASGI fast path."""
+    body = json.dumps(issue()).encode()
+    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "via-view"}
+    bad = client.post("/hooks/github", body, content_type="application/json",
+                      headers={**headers, "X-Hub-Signature-256": "sha256=00"})  # fmt: skip
+    assert_refused(bad, 401, "Bad signature")
+    good = client.post("/hooks/github", body, content_type="application/json",
+                       headers={**headers, "X-Hub-Signature-256": signature(body)})  # fmt: skip
+    assert good.status_code == 202 and Quantum.objects.count() == 1
