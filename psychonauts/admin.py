@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
+from psychonauts.endpoints import endpoints_health_check
 from psychonauts.models import (
     AgentTurn,
     CommandTrauma,
@@ -112,8 +113,6 @@ class EndpointAdmin(admin.ModelAdmin[Endpoint]):
 
     @admin.action(description="Check the selected endpoints now")
     def check_now(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
-        from psychonauts.endpoints import endpoints_health_check
-
         results = endpoints_health_check(names=list(queryset.values_list("name", flat=True)))
         for result in results:
             verdict = "up" if result.up else f"down: {result.reason}"

@@ -269,14 +269,13 @@ def endpoints_state(confs: tuple[EndpointConf, ...]) -> list[EndpointState]:
     """Down marks, failures in a row and calls in flight of these endpoints, in one pipeline."""
     if not confs:
         return []
-    client = get_redis()
-    now_s, now_us = client.time()
-    now_ms = now_s * 1000 + now_us // 1000
-    pipe = client.pipeline(transaction=False)
+    pipe = get_redis().pipeline(transaction=False)
     pipe.mget([DOWN_PREFIX + _field(*c.health_key) for c in confs])
     pipe.hmget(FAILURES_KEY, [_field(*c.health_key) for c in confs])
     for conf in confs:
-        pipe.zcount(conf.slots_key, now_ms, "+inf")
+        # The slots held, counting one whose holder died until the next acquire drops it: a
+        # ranking can afford that, and needs no round trip for the server's clock.
+        pipe.zcard(conf.slots_key)
     down, failures, *in_flight = pipe.execute()
     return [
         EndpointState(conf=c, down=d is not None, failures=int(f or 0), in_flight=int(n))
@@ -318,6 +317,11 @@ def endpoint_add(
         raise EndpointInvalid(
             "api_key_env: the NAME of an environment variable holding the key (e.g. "
             "OLLAMA_API_KEY), never the key itself"
+        )
+    if "@" in base_url.partition("//")[2].partition("/")[0]:
+        raise EndpointInvalid(
+            "base_url: no credentials in the URL; name the environment variable holding the "
+            "key with api_key_env"
         )
     row = Endpoint(
         name=name,
@@ -401,26 +405,38 @@ def endpoint_health_record(*, name: str, up: bool, reason: str, now: datetime) -
 # --- calls to an endpoint -----------------------------------------------------------------------
 
 
-def _base_provider(conf: EndpointConf, *, timeout_s: float | None = None) -> Provider:
+_anthropic_clients: dict[tuple[str, str, float], Any] = {}
+_anthropic_lock = threading.Lock()
+
+
+def _base_provider(conf: EndpointConf) -> Provider:
+    """The endpoint's provider; its client (connection pool) is the process's one for the
+    endpoint's URL, key and timeout, shared by the agent threads."""
     key = conf.api_key()
+    timeout = float(settings.ENDPOINTS_TIMEOUT_S)
     if conf.provider == EndpointProvider.ANTHROPIC:
         import anthropic
 
         from psychonauts.providers.anthropic import AnthropicProvider
 
-        client = anthropic.Anthropic(
-            base_url=conf.base_url or None,
-            api_key=key if key is not None else os.environ.get("ANTHROPIC_API_KEY", ""),
-            max_retries=0,
-            timeout=timeout_s or settings.ENDPOINTS_TIMEOUT_S,
-        )
+        api_key = key if key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+        with _anthropic_lock:
+            client = _anthropic_clients.get((conf.base_url, api_key, timeout))
+            if client is None:
+                client = anthropic.Anthropic(
+                    base_url=conf.base_url or None,
+                    api_key=api_key,
+                    max_retries=0,  # the provider's own retries
+                    timeout=timeout,
+                )
+                _anthropic_clients[(conf.base_url, api_key, timeout)] = client
         return AnthropicProvider(client=client)
     from psychonauts.providers.openai import OpenAIProvider
 
     return OpenAIProvider(
         base_url=conf.base_url,
         api_key=key if key is not None else os.environ.get("OPENAI_API_KEY", ""),
-        timeout_s=timeout_s,
+        timeout_s=timeout,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -253,6 +254,11 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing its kept-alive connection is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @contextmanager

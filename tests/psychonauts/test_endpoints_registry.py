@@ -31,6 +31,8 @@ from psychonauts.models import Endpoint, Usage
 from psychonauts.semaphore import slot_try_acquire
 from psychonauts.services import agent_run_execute
 from psychonauts.tasks import endpoints_health
+from tests.fakes.anthropic_server import FakeReply as AnthropicReply
+from tests.fakes.anthropic_server import fake_anthropic_server
 from tests.fakes.openai_server import FakeReply, fake_openai_server
 
 pytestmark = pytest.mark.django_db
@@ -223,6 +225,23 @@ def test_the_key_is_read_from_the_named_environment_variable(
     assert "s3cret" not in json.dumps([str(v) for v in row.__dict__.values()])
 
 
+def test_an_anthropic_endpoint_of_the_registry_gets_its_runs(
+    repo, make_quantum, make_run, monkeypatch
+):
+    monkeypatch.setenv("CLAUDE_GATEWAY_KEY", "gw-key")
+    with fake_anthropic_server([AnthropicReply(text="from claude")]) as fake:
+        endpoint_add(
+            name="claude-gw", provider="anthropic", model="claude-sonnet-4-6",
+            base_url=fake.base_url, api_key_env="CLAUDE_GATEWAY_KEY",
+        )  # fmt: skip
+        run, outcome = _execute(make_run, make_quantum("Add a greeting", complexity="standard"))
+
+    assert outcome.status == "done", outcome.error
+    assert outcome.result == "from claude"
+    assert (run.provider, run.model) == ("anthropic", "claude-sonnet-4-6")
+    assert fake.requests[0]["model"] == "claude-sonnet-4-6"
+
+
 # --- the health beat ----------------------------------------------------------------------------
 
 
@@ -379,6 +398,7 @@ def test_a_call_that_waits_too_long_for_a_slot_fails_without_counting_a_failure(
         pytest.param({"max_concurrency": 0}, "max_concurrency", id="concurrency"),
         pytest.param({"name": "has space"}, "name", id="name"),
         pytest.param({"usd_per_mtok_in": -1}, "negative", id="price"),
+        pytest.param({"base_url": "http://me:pw@localhost/v1"}, "no credentials", id="creds"),
     ],
 )
 def test_it_refuses_a_bad_endpoint_and_writes_nothing(fields, reason):
