@@ -83,8 +83,8 @@ COST = Counter(
 )
 ERRORS = Counter(
     "annihilation_errors_total",
-    "Errors, by kind: agent (an execution ended in error), executor (it raised), task (a Celery "
-    "task failed).",
+    "Errors, by kind: agent (an execution ended in error), provider (a model endpoint failed "
+    "after its retries), task (a Celery task failed).",
     ["kind"],
 )
 TETHER_WAIT_SECONDS = Histogram(

@@ -39,6 +39,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import BaseModel
 
+from core import metrics
 from core.redaction import redact
 from core.redis import get_redis
 from psychonauts.errors import ProviderError, PsychonautError, SlotTimeout
@@ -74,6 +75,7 @@ def endpoint_failure(provider: str, model: str) -> int:
     not count it: bookkeeping never fails the run that reports it)."""
     field = _field(provider, model)
     _reset_at.pop(field, None)
+    metrics.error("provider")
     try:
         return int(get_redis().hincrby(FAILURES_KEY, field, 1))
     except redis.RedisError:
