@@ -600,7 +600,7 @@ HOOKS_GITHUB_ISSUE_LABEL = env_str("ANNIHILATION_GITHUB_ISSUE_LABEL", "annihilat
 # pass reads, and how long a gap in the event ids holds the outbox's cursor (an id drawn by a
 # transaction that rolled back never appears).
 HOOKS_OUTBOX_EVERY_S = env_float("ANNIHILATION_HOOKS_OUTBOX_S", 2.0, minimum=0.1)
-HOOKS_OUTBOX_BATCH = env_int("ANNIHILATION_HOOKS_OUTBOX_BATCH", 1000, minimum=1)
+HOOKS_OUTBOX_BATCH = env_int("ANNIHILATION_HOOKS_OUTBOX_BATCH", 10000, minimum=1)
 HOOKS_OUTBOX_GAP_S = env_float("ANNIHILATION_HOOKS_OUTBOX_GAP_S", 300.0, minimum=1)
 # A delivery's attempts: the POST's timeout, the backoff after the n-th failure
 # (base * 2^(n-1), at most max), the attempts before it is failed, and how late a retry may be

@@ -18,14 +18,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, When
+from django.db.models import Q
 from django.utils import timezone
 
 from core.celery import app
@@ -124,43 +124,24 @@ def outbox_scan(*, limit: int | None = None) -> OutboxScan:
     if cursor is None:
         return OutboxScan(0, [], -1, busy=True)
     now = timezone.now()
-    rows = list(
+    # Every id after the cursor (to see the gaps), and the rows of the webhook topics among them
+    # in a second statement on event_topic_seq: the agents' many events are not read whole.
+    seen = list(
         Event.objects.filter(id__gt=cursor.last_event_id)
         .order_by("id")
-        .annotate(data=Case(When(topic__in=TOPICS, then=F("payload")), default=None))
-        .values("id", "topic", "type", "created_at", "data")[: limit or settings.HOOKS_OUTBOX_BATCH]
+        .values_list("id", "created_at")[: limit or settings.HOOKS_OUTBOX_BATCH]
     )
-    endpoints = list(WebhookEndpoint.objects.filter(active=True).only("events", "created_at"))
-    oldest_open = _oldest_open_transaction() if rows else None
-    expected, moving, last = cursor.last_event_id + 1, True, cursor.last_event_id
-    made: list[WebhookDelivery] = []
-    for row in rows:
-        if row["id"] != expected and moving:
-            settled = (
-                oldest_open is None
-                or oldest_open > row["created_at"] + _DRAW_SLACK
-                or row["created_at"] < now - timedelta(seconds=settings.HOOKS_OUTBOX_GAP_S)
-            )
-            moving = settled
-        if moving:
-            last = row["id"]
-        expected = row["id"] + 1
-        event = hook_event_for(row["topic"], row["type"], row["data"] or {})
-        if event is None:
-            continue
-        for endpoint in endpoints:
-            if event in endpoint.events and endpoint.created_at <= row["created_at"]:
-                delivery_id = uuid.uuid4()
-                made.append(
-                    WebhookDelivery(
-                        endpoint_id=endpoint.pk,
-                        event_id=row["id"],
-                        event=event,
-                        delivery_id=delivery_id,
-                        body=_body(delivery_id, event, row),
-                        next_try_at=now,
-                    )
-                )
+    last = cursor.last_event_id
+    if seen:
+        last = _contiguous_end(cursor.last_event_id, seen, now)
+        # Read after the look at open transactions: one that committed in between, and so
+        # settled its gap, has its rows here.
+        rows = Event.objects.filter(
+            topic__in=TOPICS, id__gt=cursor.last_event_id, id__lte=seen[-1][0]
+        ).values("id", "topic", "type", "created_at", "payload")
+        made = _deliveries(rows, now)
+    else:
+        made = []
     created: list[int] = []
     if made:
         WebhookDelivery.objects.bulk_create(made, ignore_conflicts=True)
@@ -173,7 +154,50 @@ def outbox_scan(*, limit: int | None = None) -> OutboxScan:
         _send_on_commit(created)
     if last != cursor.last_event_id:
         OutboxCursor.objects.filter(pk=cursor.pk).update(last_event_id=last, updated_at=now)
-    return OutboxScan(len(rows), created, last)
+    return OutboxScan(len(seen), created, last)
+
+
+def _contiguous_end(after: int, seen: list[tuple[int, datetime]], now: datetime) -> int:
+    """The last id the cursor may move to: up to the first gap that an open transaction may
+    still fill."""
+    oldest_open = _oldest_open_transaction()
+    gap_limit = now - timedelta(seconds=settings.HOOKS_OUTBOX_GAP_S)
+    last = after
+    for event_id, created_at in seen:
+        if event_id != last + 1:
+            settled = (
+                oldest_open is None
+                or oldest_open > created_at + _DRAW_SLACK
+                or created_at < gap_limit
+            )
+            if not settled:
+                break
+        last = event_id
+    return last
+
+
+def _deliveries(rows: Iterable[Mapping[str, Any]], now: datetime) -> list[WebhookDelivery]:
+    """One delivery per webhook event and active endpoint that chose it (and existed then)."""
+    endpoints = list(WebhookEndpoint.objects.filter(active=True).only("events", "created_at"))
+    made: list[WebhookDelivery] = []
+    for row in rows:
+        event = hook_event_for(row["topic"], row["type"], row["payload"] or {})
+        if event is None:
+            continue
+        for endpoint in endpoints:
+            if event in endpoint.events and endpoint.created_at <= row["created_at"]:
+                delivery_id = uuid.uuid4()
+                made.append(
+                    WebhookDelivery(
+                        endpoint_id=endpoint.pk,
+                        event_id=row["id"],
+                        event=event,
+                        delivery_id=delivery_id,
+                        body=_body(delivery_id, event, {**row, "data": row["payload"]}),
+                        next_try_at=now,
+                    )
+                )
+    return made
 
 
 def _send_on_commit(delivery_ids: list[int]) -> None:
