@@ -73,6 +73,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a request id on every log record of the request (the other middleware's too) and
+    # on the response (core.logs).
+    "core.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "core.security.ContentSecurityPolicyMiddleware",
@@ -85,8 +88,6 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Turns a login refused for too many failures into the lockout page (axes' own position).
     "axes.middleware.AxesMiddleware",
-    # A request id on every log record of the request and on the response (core.logs).
-    "core.logs.RequestIdMiddleware",
 ]
 
 # Axes first: it refuses a locked-out username and address before any password is checked.
