@@ -16,7 +16,8 @@ from typing import Any, Generic, TypeVar
 
 from django.core import signing
 from django.db import models
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from api.errors import BadCursor
 
@@ -66,6 +67,30 @@ def _typed(qs: QuerySet[M], name: str, raw: Any) -> Any:
     return raw
 
 
+def _after(
+    qs: QuerySet[M], order: Sequence[str], names: list[str], values: list[Any]
+) -> Q | RawSQL:
+    """Rows after the cursor's key. All in one direction: a row comparison, which Postgres
+    serves as one range of the btree index in that order (an OR of the column-by-column
+    conditions is not an index range: it filters the whole walk from the start)."""
+    descending = {o.startswith("-") for o in order}
+    if len(descending) == 1:
+        meta = qs.model._meta
+        fields = [meta.get_field(n) for n in names]
+        columns = ", ".join(
+            f'"{meta.db_table}"."{f.column}"' for f in fields if isinstance(f, models.Field)
+        )
+        op = "<" if descending.pop() else ">"
+        marks = ", ".join(["%s"] * len(values))
+        return RawSQL(f"({columns}) {op} ({marks})", values, output_field=BooleanField())
+    after = Q()
+    for i, (o, name) in enumerate(zip(order, names, strict=True)):
+        op = "lt" if o.startswith("-") else "gt"
+        equal = {names[j]: values[j] for j in range(i)}
+        after |= Q(**equal, **{f"{name}__{op}": values[i]})
+    return after
+
+
 def keyset_page(
     qs: QuerySet[M],
     *,
@@ -82,12 +107,7 @@ def keyset_page(
         if not isinstance(keys, list) or len(keys) != len(names):
             raise BadCursor("the cursor is damaged")
         values = [_typed(qs, name, raw) for name, raw in zip(names, keys, strict=True)]
-        after = Q()
-        for i, (o, name) in enumerate(zip(order, names, strict=True)):
-            op = "lt" if o.startswith("-") else "gt"
-            equal = {names[j]: values[j] for j in range(i)}
-            after |= Q(**equal, **{f"{name}__{op}": values[i]})
-        qs = qs.filter(after)
+        qs = qs.filter(_after(qs, order, names, values))
     rows = list(qs[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]

@@ -108,6 +108,9 @@ class Quantum(models.Model):
                 condition=Q(status="open", open_blockers=0),
                 name="quantum_ready_order",
             ),
+            # quanta_list() in its order, unfiltered or filtered (the API's keyset pages: a walk
+            # from the cursor, never a sort of the whole table).
+            models.Index(fields=["priority", "created_at", "id"], name="quantum_list_order"),
             # quanta_list(status=...) and the dashboard's counts per status.
             models.Index(fields=["status", "priority"], name="quantum_status_priority"),
             # quanta_list(label=...) and wave scope by labels: labels @> ARRAY[...].

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, JsonResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 
 from api.auth import operate_auth, read_auth
 from api.pagination import keyset_page, listing_id, offset_cursor, offset_of
@@ -44,7 +44,12 @@ class QuantaFilters(Schema):
 
 
 class SearchFilters(QuantaFilters):
-    q: str
+    q: str = Field(description='words, "phrases", OR, -exclusion, prefix*')
+    order: Literal["priority", "rank"] = Field(
+        "priority",
+        description="priority: the list's order, keyset pages (fast however broad the query);"
+        " rank: best match first (every match is ranked: slower for broad queries)",
+    )
 
 
 @router.get("/quanta", response={200: QuantumPage, **ERRORS}, auth=read_auth)
@@ -68,25 +73,33 @@ def quanta_list_view(request: HttpRequest, filters: Query[QuantaFilters]) -> dic
 
 @router.get("/quanta/search", response={200: SearchPage, **ERRORS}, auth=read_auth)
 def quanta_search_view(request: HttpRequest, filters: Query[SearchFilters]) -> dict[str, Any]:
-    """Full-text search over title, body and comments (phrases, OR, -exclusion, prefix*), best
-    match first, with the same filters as the list."""
+    """Full-text search over title, body and comments, with the same filters as the list. Each
+    hit carries its rank; `order=rank` sorts by it, best match first."""
     limit = page_size(filters.limit)
     listing = listing_id("quanta-search", filters.model_dump(exclude={"cursor", "limit"}))
-    offset = offset_of(filters.cursor, listing=listing)
-    rows = list(
-        quanta_browse(
-            query=filters.q,
-            status=filters.status,
-            label=filters.label,
-            priority=filters.priority,
-            kind=filters.kind,
-        )[offset : offset + limit + 1]
+    matches = quanta_browse(
+        query=filters.q,
+        status=filters.status,
+        label=filters.label,
+        priority=filters.priority,
+        kind=filters.kind,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
+    if filters.order == "priority":
+        # The list's index walked from the cursor, each row tested against the query: the
+        # rank is computed for the rows returned only.
+        page = keyset_page(
+            matches, listing=listing, order=ORDER, cursor=filters.cursor, limit=limit
+        )
+        rows, next_cursor = page.items, page.next_cursor
+    else:
+        offset = offset_of(filters.cursor, listing=listing)
+        rows = list(matches[offset : offset + limit + 1])
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = offset_cursor(listing=listing, offset=offset + limit) if more else None
     return {
         "items": [{"quantum": q, "rank": float(q.rank)} for q in rows],  # type: ignore[attr-defined]
-        "next_cursor": offset_cursor(listing=listing, offset=offset + limit) if more else None,
+        "next_cursor": next_cursor,
     }
 
 

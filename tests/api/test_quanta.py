@@ -27,7 +27,7 @@ def all_pages(client: ApiClient, path: str, **params: Any) -> list[list[int]]:
     while True:
         query = {**params, **({"cursor": cursor} if cursor else {})}
         body = client.get(path, query).json()
-        pages.append([item["id"] for item in body["items"]])
+        pages.append([item.get("quantum", item)["id"] for item in body["items"]])
         cursor = body["next_cursor"]
         if cursor is None:
             return pages
@@ -87,18 +87,24 @@ def test_it_refuses_a_page_size_out_of_range(reader: ApiClient, settings: Any) -
 
 
 def test_it_searches_best_match_first_and_pages_the_hits(reader: ApiClient) -> None:
-    best = make_quantum("Login page crashes", body="the login page")
-    other = make_quantum("Session store", body="login sessions expire")
+    best = make_quantum("Login page crashes", body="the login page", priority=3)
+    other = make_quantum("Session store", body="login sessions expire", priority=1)
     make_quantum("Unrelated")
-    body = reader.get("/api/quanta/search", {"q": "login"}).json()
+    ranked = {"q": "login", "order": "rank"}
+    body = reader.get("/api/quanta/search", ranked).json()
     assert [h["quantum"]["id"] for h in body["items"]] == [best.pk, other.pk]
     assert body["items"][0]["rank"] > body["items"][1]["rank"]
-    first = reader.get("/api/quanta/search", {"q": "login", "limit": 1}).json()
+    first = reader.get("/api/quanta/search", {**ranked, "limit": 1}).json()
     second = reader.get(
-        "/api/quanta/search", {"q": "login", "limit": 1, "cursor": first["next_cursor"]}
+        "/api/quanta/search", {**ranked, "limit": 1, "cursor": first["next_cursor"]}
     ).json()
     assert [h["quantum"]["id"] for h in first["items"] + second["items"]] == [best.pk, other.pk]
     assert second["next_cursor"] is None
+    # By default in the list's order (priority first), paged by keyset.
+    body = reader.get("/api/quanta/search", {"q": "login"}).json()
+    assert [h["quantum"]["id"] for h in body["items"]] == [other.pk, best.pk]
+    assert all(h["rank"] > 0 for h in body["items"])
+    assert all_pages(reader, "/api/quanta/search", q="login", limit=1) == [[other.pk], [best.pk]]
     assert (
         reader.get("/api/quanta/search", {"q": '"session store"'}).json()["items"][0]["quantum"][
             "id"
