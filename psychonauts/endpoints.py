@@ -376,17 +376,22 @@ def endpoint_remove(*, name: str) -> None:
     registry_invalidate()
 
 
-def endpoint_health_record(*, name: str, up: bool, reason: str, now: datetime) -> bool:
+def endpoint_health_record(
+    *, name: str, up: bool, reason: str, now: datetime, was_down: bool = True
+) -> bool:
     """Record a check's verdict: the row's health (compare-and-set from what it was, so two
-    beats racing record one transition) and the Redis down mark routing reads. Returns whether
-    the health changed."""
+    beats racing record one transition) and the Redis down mark routing reads. An endpoint that
+    comes back (`was_down`) starts its failures in a row from zero; one that was up keeps them
+    (a check's short answer does not show that long ones fail). Returns whether the health
+    changed."""
     row = Endpoint.objects.filter(name=name).values("provider", "health").first()
     if row is None:
         return False
     provider, before = str(row["provider"]), str(row["health"])
     reason = redact(reason)[:500]
     if up:
-        endpoint_mark_up(provider=provider, model=name)
+        if was_down:
+            endpoint_mark_up(provider=provider, model=name)
     else:
         endpoint_mark_down(
             provider=provider, model=name, reason=reason, ttl_s=settings.ENDPOINTS_DOWN_S
@@ -489,12 +494,12 @@ class CheckResult:
     changed: bool = False
 
 
-def endpoint_check(conf: EndpointConf, *, down: bool) -> CheckResult:
-    """Ask the endpoint something cheap: its models list while it is up (free, no tokens); a
-    one-token request when it is down, since a server may list its models and still fail to
-    answer (coming back needs a real answer)."""
+def endpoint_check(conf: EndpointConf, *, thorough: bool) -> CheckResult:
+    """Ask the endpoint something cheap: its models list (free, no tokens); a one-token request
+    when `thorough` (it is down, or runs failed on it), since a server may list its models and
+    still fail to answer (coming back needs a real answer)."""
     started = time.monotonic()
-    how = "request" if down else "models"
+    how = "request" if thorough else "models"
     try:
         _probe(conf, how)
         up, reason = True, ""
@@ -575,12 +580,19 @@ def endpoints_health_check(*, names: list[str] | None = None) -> list[CheckResul
     if not confs:
         return []
     states = {s.conf.name: s for s in endpoints_state(confs)}
+
+    def check(conf: EndpointConf) -> CheckResult:
+        state = states[conf.name]
+        return endpoint_check(conf, thorough=state.down or state.failures > 0)
+
     with ThreadPoolExecutor(max_workers=min(16, len(confs))) as pool:
-        results = list(pool.map(lambda c: endpoint_check(c, down=states[c.name].down), confs))
+        results = list(pool.map(check, confs))
     now = timezone.now()
     recorded = []
     for result in results:
-        changed = endpoint_health_record(name=result.name, up=result.up, reason=result.reason,
-                                         now=now)  # fmt: skip
+        changed = endpoint_health_record(
+            name=result.name, up=result.up, reason=result.reason, now=now,
+            was_down=states[result.name].down,
+        )  # fmt: skip
         recorded.append(dataclasses.replace(result, changed=changed))
     return recorded

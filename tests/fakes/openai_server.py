@@ -218,6 +218,16 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             if not body.get("stream"):
+                if reply.raw:
+                    data = reply.raw.encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if reply.hang_s:
+                    time.sleep(reply.hang_s)
                 self._json(200, fake.completion(reply, str(body.get("model", "fake"))), {})
                 return
             usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -299,6 +299,32 @@ def test_the_health_check_finds_what_is_wrong(breakage, reason):
     assert reason in row.health_reason and row.health_reason
 
 
+def test_an_endpoint_runs_failed_on_gets_a_real_request_and_garbage_marks_it_down(
+    redis_client,
+):
+    with fake_openai_server([FakeReply(raw="<html>oops</html>")], models=["llama3"]) as a:
+        endpoint_add(name="gpu-a", model="llama3", base_url=a.base_url)
+        assert endpoints_health() == 0  # the models list is fine
+        assert a.requests == []
+        redis_client.hset(endpoints.FAILURES_KEY, "openai|gpu-a", 1)  # a run failed on it
+        assert endpoints_health() == 1
+
+    [probe] = a.requests
+    assert probe["max_tokens"] == 1
+    row = Endpoint.objects.get(name="gpu-a")
+    assert row.health == "down" and row.health_reason
+    assert endpoint_down("openai", "gpu-a")
+
+
+def test_a_check_of_an_endpoint_that_is_up_keeps_its_failures_in_a_row(redis_client):
+    with fake_openai_server([FakeReply(text="o")], models=["llama3"]) as a:
+        endpoint_add(name="gpu-a", model="llama3", base_url=a.base_url)
+        redis_client.hset(endpoints.FAILURES_KEY, "openai|gpu-a", 2)
+        assert endpoints_health() == 0
+
+    assert redis_client.hget(endpoints.FAILURES_KEY, "openai|gpu-a") == "2"
+
+
 def test_a_hanging_or_missing_endpoint_is_down(settings):
     settings.ENDPOINTS_HEALTH_TIMEOUT_S = 0.3
     with fake_openai_server([FakeReply(delay_s=3)]) as a:
