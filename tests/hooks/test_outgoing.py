@@ -9,18 +9,25 @@ import hmac
 import itertools
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from core.events import publish
 from core.models import Event
 from hooks.models import DeliveryStatus, OutboxCursor, WebhookDelivery, WebhookEndpoint
 from hooks.services.endpoints import endpoint_save
-from hooks.services.outgoing import backoff_s, delivery_attempt, outbox_scan
+from hooks.services.outgoing import (
+    backoff_s,
+    deliveries_resend_due,
+    delivery_attempt,
+    outbox_scan,
+)
 
 SECRET_ENV = "HOOKS_TEST_SIGNING_SECRET"
 SECRET = "out-signing-secret-Zy98xw"
@@ -247,3 +254,37 @@ def test_a_worker_delivers_with_backoff_from_the_beat(receiver, make_worker, tmp
     assert delivered[0]["task_id"] and delivered[0]["level"] == "INFO"
     assert delivered[0]["logger"] == "hooks.services.outgoing"
     assert django_settings.HOOKS_OUTBOX_EVERY_S  # the beat entry exists in every process
+
+
+@pytest.mark.django_db
+def test_a_delivery_whose_task_was_lost_is_sent_again(receiver, signing, redis_client):
+    """A worker killed mid-attempt leaves the delivery `sending`: once its deadline and the
+    grace have passed, the sweep sends its task again and the next attempt may claim it."""
+    signing.HOOKS_SWEEP_GRACE_S = 0
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+    past = timezone.now() - timedelta(seconds=1)
+    WebhookDelivery.objects.filter(pk=pk).update(status="sending", attempts=1, next_try_at=past)
+    redis_client.delete("celery")
+    assert deliveries_resend_due() == [pk]
+    queued = [json.loads(m) for m in redis_client.lrange("celery", 0, -1)]
+    assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in queued] == [
+        ("hooks.deliver", f"({pk},)")
+    ]
+    assert delivery_attempt(delivery_id=pk).status == "delivered"
+    assert WebhookDelivery.objects.get().attempts == 2
+
+
+@pytest.mark.django_db
+def test_a_delivery_being_sent_is_not_taken_twice(receiver, signing):
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+    future = timezone.now() + timedelta(seconds=60)
+    WebhookDelivery.objects.filter(pk=pk).update(status="sending", attempts=1, next_try_at=future)
+    assert delivery_attempt(delivery_id=pk).status == "skipped"
+    assert deliveries_resend_due() == []
+    assert receiver.requests == []
