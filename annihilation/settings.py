@@ -543,6 +543,10 @@ API_IDEMPOTENCY_RETENTION_H = env_int("ANNIHILATION_API_IDEMPOTENCY_HOURS", 24, 
 # Page size of listings when the client gives no `limit`, and the most it may ask for.
 API_PAGE_SIZE = env_int("ANNIHILATION_API_PAGE_SIZE", 50, minimum=1)
 API_PAGE_MAX = env_int("ANNIHILATION_API_PAGE_MAX", 500, minimum=1)
+# How often the beat forgets idempotent responses older than the retention (seconds).
+API_IDEMPOTENCY_PURGE_EVERY_S = env_float(
+    "ANNIHILATION_API_IDEMPOTENCY_PURGE_S", 3600.0, minimum=60
+)
 
 # --- operations ---
 # Metrics and alerts (operations app).
@@ -630,6 +634,7 @@ CELERY_BEAT_SCHEDULE = {
         ("hooks-outbox", "hooks.outbox", HOOKS_OUTBOX_EVERY_S),
         ("endpoints-health", "psychonauts.endpoints_health", ENDPOINTS_HEALTH_EVERY_S),
         ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
+        ("api-idempotency-purge", "api.idempotency_purge", API_IDEMPOTENCY_PURGE_EVERY_S),
     )
 }
 

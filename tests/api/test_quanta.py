@@ -292,3 +292,21 @@ def test_the_openapi_schema_describes_the_api(anonymous: ApiClient) -> None:
         or schema["components"]["securitySchemes"]
     )
     assert anonymous.get("/api/docs").status_code == 200
+
+
+def test_a_key_past_its_retention_is_forgotten(operator: ApiClient, settings: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from api.tasks import purge_idempotency_keys
+
+    operator.post("/api/quanta", {"title": "Old"}, **{"Idempotency-Key": "old"})
+    operator.post("/api/quanta", {"title": "New"}, **{"Idempotency-Key": "new"})
+    aged = timezone.now() - timedelta(hours=settings.API_IDEMPOTENCY_RETENTION_H, minutes=1)
+    IdempotentResponse.objects.filter(key="old").update(created_at=aged)
+    assert purge_idempotency_keys() == 1
+    assert list(IdempotentResponse.objects.values_list("key", flat=True)) == ["new"]
+    again = operator.post("/api/quanta", {"title": "Old"}, **{"Idempotency-Key": "old"})
+    assert again.status_code == 201 and "Idempotent-Replayed" not in again
+    assert Quantum.objects.filter(title="Old").count() == 2

@@ -1,0 +1,13 @@
+"""The api app's beat task: forget idempotent responses past their retention."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from api.services import idempotency_purge
+
+
+@shared_task(name="api.idempotency_purge", ignore_result=True)
+def purge_idempotency_keys() -> int:
+    """Idempotent: a second run finds nothing older than the retention."""
+    return idempotency_purge()
