@@ -181,15 +181,60 @@ def service_only(count: int, threads: int) -> float:
     return count / (time.monotonic() - start)
 
 
+def outbox(events: int) -> dict[str, object]:
+    """The outbox over `events` events of the stream, one in 50 a webhook event, for two
+    endpoints: scan passes until the cursor reaches the end; events and deliveries per second.
+    The deliveries' tasks are not sent (no worker here; the sends are not what is timed)."""
+    from core.events import publish_many
+    from core.models import Event
+    from hooks.models import OutboxCursor, WebhookDelivery, WebhookEndpoint
+    from hooks.services import outgoing
+    from hooks.services.endpoints import endpoint_save
+
+    for name in ("a", "b"):
+        endpoint_save(endpoint=WebhookEndpoint(
+            name=f"bench-{name}", url="http://127.0.0.1:9/", secret_env="BENCH_HOOK_SECRET",
+            events=["wave.complete"]))  # fmt: skip
+    outgoing.outbox_scan()  # the cursor starts at the end of the stream
+    chunk = 1000
+    for start in range(0, events, chunk):
+        n = min(chunk, events - start)
+        publish_many(
+            "burst:events", [("wave_complete", {"wave_id": start + i}) for i in range(0, n, 50)]
+        )
+        publish_many(
+            "agent:bench_s0_coder",
+            [("text", {"text": f"token {i}"}) for i in range(n - len(range(0, n, 50)))],
+        )
+    end = Event.objects.latest("id").pk
+    outgoing._send_on_commit = lambda ids: None  # type: ignore[assignment]
+    began = time.monotonic()
+    passes = 0
+    while OutboxCursor.objects.get(name=outgoing.CURSOR).last_event_id < end:
+        outgoing.outbox_scan()
+        passes += 1
+    elapsed = time.monotonic() - began
+    deliveries = WebhookDelivery.objects.count()
+    return {
+        "outbox_events": events,
+        "outbox_passes": passes,
+        "outbox_events_per_s": round(events / elapsed, 1),
+        "outbox_deliveries": deliveries,
+        "outbox_deliveries_per_s": round(deliveries / elapsed, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=500.0, help="deliveries per second")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=16, help="client connections")
+    parser.add_argument("--outbox-events", type=int, default=50_000)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     figures = run(args.rate, args.seconds, args.threads)
     figures["service_only_per_s"] = round(service_only(2000, 8), 1)
+    figures.update(outbox(args.outbox_events))
     if args.json:
         print(json.dumps(figures))
         return
@@ -204,6 +249,13 @@ def main() -> None:
     )
     print(
         f"  latency p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms, p99 {figures['p99_ms']} ms"
+    )
+    print(f"  the service alone (no HTTP, 8 threads): {figures['service_only_per_s']}/s")
+    print(
+        f"outbox: {figures['outbox_events']} events (1 in 50 for two endpoints) in "
+        f"{figures['outbox_passes']} passes: {figures['outbox_events_per_s']} events/s, "
+        f"{figures['outbox_deliveries']} deliveries recorded "
+        f"({figures['outbox_deliveries_per_s']}/s)"
     )
 
 
