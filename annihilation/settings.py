@@ -543,6 +543,8 @@ API_IDEMPOTENCY_RETENTION_H = env_int("ANNIHILATION_API_IDEMPOTENCY_HOURS", 24, 
 # Page size of listings when the client gives no `limit`, and the most it may ask for.
 API_PAGE_SIZE = env_int("ANNIHILATION_API_PAGE_SIZE", 50, minimum=1)
 API_PAGE_MAX = env_int("ANNIHILATION_API_PAGE_MAX", 500, minimum=1)
+# The largest request body the API reads (bytes; an import carries its whole file).
+API_BODY_MAX_BYTES = env_int("ANNIHILATION_API_BODY_MAX_BYTES", 8 * 2**20, minimum=1024)
 # How often the beat forgets idempotent responses older than the retention (seconds).
 API_IDEMPOTENCY_PURGE_EVERY_S = env_float(
     "ANNIHILATION_API_IDEMPOTENCY_PURGE_S", 3600.0, minimum=60

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
@@ -17,12 +18,20 @@ View = Callable[..., HttpResponse]
 
 
 def problems_only(view: View) -> View:
-    """Ninja answers a method it has no operation for with a bare 405: as a problem instead.
+    """A body over the size limit is refused before it is read (413). Ninja answers a method
+    it has no operation for with a bare 405: as a problem instead.
     The API authenticates by token, not by the web session: the login redirect is not for it."""
 
     @login_not_required
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.API_BODY_MAX_BYTES:
+            return problem(
+                request,
+                "too-large",
+                f"the body is {int(length):,} bytes; at most {settings.API_BODY_MAX_BYTES:,}",
+            )
         response = view(request, *args, **kwargs)
         if response.status_code == 405 and response.get("Content-Type") != CONTENT_TYPE:
             allowed = response.get("Allow", "")

@@ -310,3 +310,15 @@ def test_a_key_past_its_retention_is_forgotten(operator: ApiClient, settings: An
     again = operator.post("/api/quanta", {"title": "Old"}, **{"Idempotency-Key": "old"})
     assert again.status_code == 201 and "Idempotent-Replayed" not in again
     assert Quantum.objects.filter(title="Old").count() == 2
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(
+    operator: ApiClient, settings: Any
+) -> None:
+    settings.API_BODY_MAX_BYTES = 1024
+    body = assert_problem(
+        operator.post("/api/quanta", {"title": "x", "body": "y" * 2000}), 413, "too-large"
+    )
+    assert "1,024" in body["detail"]
+    assert not Quantum.objects.exists()
+    assert operator.post("/api/quanta", {"title": "small"}).status_code == 201
