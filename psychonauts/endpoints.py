@@ -315,11 +315,6 @@ def endpoint_add(
 ) -> Endpoint:
     """Add an endpoint to the registry; EndpointInvalid (nothing written) when a field is
     refused, a key is given instead of a variable's name, or the name is taken."""
-    if api_key_env and (api_key_env.startswith(("sk-", "sk_", "Bearer")) or len(api_key_env) > 64):
-        raise EndpointInvalid(
-            "api_key_env: the NAME of an environment variable holding the key (e.g. "
-            "OLLAMA_API_KEY), never the key itself"
-        )
     if "@" in base_url.partition("//")[2].partition("/")[0]:
         raise EndpointInvalid(
             "base_url: no credentials in the URL; name the environment variable holding the "

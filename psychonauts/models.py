@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator, RegexValidator, URLValidator
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
@@ -247,7 +250,17 @@ class Verification(models.Model):
 
 
 # An environment variable's name: the registry names where a key is, never the key itself.
-ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def validate_key_env(value: str) -> None:
+    """The name of an environment variable, and not a key pasted in its place (the usual key
+    prefixes, or longer than a variable's name would be)."""
+    if value.startswith(("sk-", "sk_", "Bearer")) or not ENV_NAME_RE.fullmatch(value):
+        raise ValidationError(
+            "the NAME of an environment variable holding the key (e.g. VLLM_API_KEY), "
+            "never the key itself"
+        )
 
 
 class EndpointProvider(models.TextChoices):
@@ -287,7 +300,7 @@ class Endpoint(models.Model):
         max_length=100,
         blank=True,
         help_text="the NAME of the environment variable holding the key (never the key)",
-        validators=[RegexValidator(ENV_NAME_RE, "an environment variable name")],
+        validators=[validate_key_env],
     )
     tier = models.CharField(max_length=10, choices=Complexity.choices, default=Complexity.STANDARD)
     max_concurrency = models.PositiveIntegerField(

@@ -3,6 +3,8 @@
 import django.core.validators
 from django.db import migrations, models
 
+import psychonauts.models
+
 
 class Migration(migrations.Migration):
 
@@ -19,7 +21,7 @@ class Migration(migrations.Migration):
                 ('provider', models.CharField(choices=[('openai', 'OpenAI-compatible (Ollama, vLLM, llama.cpp, a gateway)'), ('anthropic', 'Anthropic Messages API')], default='openai', max_length=20)),
                 ('model', models.CharField(help_text='the model name the endpoint expects', max_length=100)),
                 ('base_url', models.CharField(blank=True, help_text="e.g. http://localhost:11434/v1; blank = the SDK's", max_length=500, validators=[django.core.validators.URLValidator(schemes=['http', 'https'])])),
-                ('api_key_env', models.CharField(blank=True, help_text='the NAME of the environment variable holding the key (never the key)', max_length=100, validators=[django.core.validators.RegexValidator('^[A-Za-z_][A-Za-z0-9_]*$', 'an environment variable name')])),
+                ('api_key_env', models.CharField(blank=True, help_text='the NAME of the environment variable holding the key (never the key)', max_length=100, validators=[psychonauts.models.validate_key_env])),
                 ('tier', models.CharField(choices=[('trivial', 'trivial'), ('standard', 'standard'), ('complex', 'complex')], default='standard', max_length=10)),
                 ('max_concurrency', models.PositiveIntegerField(default=4, help_text='model calls at once, all workers', validators=[django.core.validators.MinValueValidator(1)])),
                 ('usd_per_mtok_in', models.DecimalField(blank=True, decimal_places=6, help_text='USD per million input tokens; blank = PSYCHONAUTS_PRICES', max_digits=12, null=True)),

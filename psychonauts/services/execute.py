@@ -89,7 +89,9 @@ def _route(run: AgentRun, role: Role) -> Route:
       point is that no model is asked at all.
     - Otherwise the provider is the run's own, else the setting's, else the role's; one without
       a model (scripted, noop) is its own model.
-    - The model is the run's or the role's when named; else the quantum's tier's
+    - When the registry of endpoints has enabled ones for the run, it decides
+      (`_route_registry`): an endpoint of the tier, with its own provider and model.
+    - Otherwise the model is the run's or the role's when named; else the quantum's tier's
       (PSYCHONAUTS_MODELS), skipping a model that is down (`psychonauts.endpoints`) for the next
       tier's; when every one is down, the tier's own, and the note says so.
     """

@@ -418,7 +418,7 @@ def test_a_call_that_waits_too_long_for_a_slot_fails_without_counting_a_failure(
     [
         pytest.param({"base_url": "ftp://x"}, "base_url", id="url"),
         pytest.param({"api_key_env": "sk-live-abcdef0123456789"}, "never the key", id="a-key"),
-        pytest.param({"api_key_env": "MY KEY"}, "api_key_env", id="env-name"),
+        pytest.param({"api_key_env": "MY KEY"}, "api_key_env: the NAME", id="env-name"),
         pytest.param({"tier": "huge"}, "tier", id="tier"),
         pytest.param({"provider": "bard"}, "provider", id="provider"),
         pytest.param({"max_concurrency": 0}, "max_concurrency", id="concurrency"),
