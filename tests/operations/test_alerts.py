@@ -144,3 +144,33 @@ def test_a_registry_endpoint_marked_down_fires_endpoint_down(
         'annihilation_endpoint_up{endpoint="local-llama",model="llama3.1:8b",provider="openai"} 0.0'
         in scraped
     )
+
+
+def test_the_tick_measures_error_rate_and_spend_over_the_window(quick_ping, settings) -> None:
+    from core import metrics
+
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "error_rate": {"threshold": 5.0, "cooldown_s": 0.0},
+        "budget_burn": {"threshold": 10.0, "cooldown_s": 0.0},
+    }
+    now = timezone.now()
+    metrics.error("agent")
+    metrics.usage_recorded(
+        provider="anthropic", model="claude-opus-4-6", tokens_in=1, tokens_out=1, cost_usd=1.0
+    )
+    totals = metrics.counter_totals()
+    # Two minutes ago: 20 errors and $0.50 fewer: 10 errors a minute, $15 an hour.
+    MetricSample.objects.create(
+        at=now - timedelta(minutes=2),
+        values={
+            "errors_total": totals["annihilation_errors_total"] - 20,
+            "cost_usd_total": totals["annihilation_cost_usd_total"] - 0.5,
+        },
+    )
+
+    changed = {a.rule: a for a in operations_tick(now=now)}
+
+    assert changed["error_rate"].status == AlertStatus.FIRING
+    assert changed["error_rate"].value == pytest.approx(10, rel=0.01)
+    assert changed["budget_burn"].message == "spending $15.00 an hour"
