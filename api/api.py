@@ -46,12 +46,12 @@ def me(request: HttpRequest) -> Any:
 
 @api.exception_handler(ValidationError)
 def on_validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    errors = pydantic_errors(list(exc.errors))
-    if any(e["message"].startswith(("Cannot parse", "JSON")) for e in errors) or any(
-        e.get("type") == "json_invalid" for e in exc.errors
-    ):
-        return problem(request, "malformed", "the body is not valid JSON", errors=errors)
-    return problem(request, "validation", "the request has invalid fields", errors=errors)
+    return problem(
+        request,
+        "validation",
+        "the request has invalid fields",
+        errors=pydantic_errors(list(exc.errors)),
+    )
 
 
 @api.exception_handler(AuthenticationError)

@@ -69,7 +69,6 @@ class TokenAuth(HttpBearer):
         if self.scope not in found.scopes:
             raise ScopeMissing(self.scope)
         rate_check(request, found)
-        request.api_token = found  # type: ignore[attr-defined]
         return found
 
 
