@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 
 from api.api import api
@@ -18,8 +18,9 @@ View = Callable[..., HttpResponse]
 
 
 def problems_only(view: View) -> View:
-    """A body over the size limit is refused before it is read (413). Ninja answers a method
-    it has no operation for with a bare 405: as a problem instead.
+    """A body over the size limit is refused before it is read (413). Ninja answers a path it
+    has no operation for (its root) with Http404 and a method it has no operation for with a
+    bare 405: problems instead.
     The API authenticates by token, not by the web session: the login redirect is not for it."""
 
     @login_not_required
@@ -32,7 +33,10 @@ def problems_only(view: View) -> View:
                 "too-large",
                 f"the body is {int(length):,} bytes; at most {settings.API_BODY_MAX_BYTES:,}",
             )
-        response = view(request, *args, **kwargs)
+        try:
+            response = view(request, *args, **kwargs)
+        except Http404:
+            return not_found(request, request.path)
         if response.status_code == 405 and response.get("Content-Type") != CONTENT_TYPE:
             allowed = response.get("Allow", "")
             fixed = problem(

@@ -126,6 +126,7 @@ def test_it_shows_a_quantum_or_says_there_is_none(reader: ApiClient) -> None:
     problem = assert_problem(reader.get("/api/quanta/999999"), 404, "not-found")
     assert "#999999" in problem["detail"]
     assert_problem(reader.get("/api/nothing/here"), 404, "not-found")
+    assert_problem(ApiClient(None).get("/api/"), 404, "not-found")
 
 
 def test_it_creates_a_quantum_with_its_dependencies(operator: ApiClient) -> None:
