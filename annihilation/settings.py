@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "axes",
+    "ninja",  # the API docs page from its own static files (the CDN page's inline script: CSP)
     *PROJECT_APPS,
 ]
 
