@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from redis.commands.core import Script
 
 from core.redis import get_redis
@@ -127,14 +127,14 @@ def rate_reset(*, key: str) -> None:
 
 def posts_limited(
     name: str, *, per_min_setting: str
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """Wrap a view so that its POSTs take a token from a bucket per client address (the setting
     `per_min_setting` a minute); an empty bucket answers 429 with Retry-After before the view
     runs. Used on the login views: each attempt costs a token, right password or not."""
 
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if request.method == "POST":
                 per_min = int(getattr(settings, per_min_setting))
                 address = request.META.get("REMOTE_ADDR") or "unknown"
