@@ -129,6 +129,12 @@ _TOKEN_RULES: tuple[SecretRule, ...] = (
         needles=("akia", "asia"),
     ),
     SecretRule(
+        # This project's API tokens (api.services): the prefix that finds the row stays.
+        "Annihilation API token",
+        re.compile(r"ann_[0-9a-f]{12}_(?P<secret>[A-Za-z0-9_-]{43})(?![A-Za-z0-9_-])"),
+        _word_start(),
+    ),
+    SecretRule(
         "GitHub token",
         re.compile(r"g(?:h[pousr]_|ithub_pat_)(?P<secret>[A-Za-z0-9_]{20,})"),
         _word_start("_"),
@@ -279,7 +285,7 @@ class _Rules:
 
 
 _HINTS = (
-    r"-----begin |sk-|akia|asia|gh[pousr]_|github_pat_|eyj|authoriz|://|"
+    r"-----begin |sk-|akia|asia|ann_|gh[pousr]_|github_pat_|eyj|authoriz|://|"
     + _KEYWORD.pattern.replace("(?P<kw>", "(?:")
 )
 

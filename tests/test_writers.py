@@ -39,6 +39,7 @@ from autopilot.models import (
 )
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
 from core.models import Event, Session
+from operations.models import Alert, AlertTransition, MetricSample
 from psychonauts.models import (
     AgentTurn,
     CommandTrauma,
@@ -60,7 +61,6 @@ from reflection.models import (
     Skill,
     SkillUse,
 )
-from operations.models import Alert, AlertTransition, MetricSample
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
 
 ROOT = Path(__file__).resolve().parent.parent

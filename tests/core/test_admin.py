@@ -1,16 +1,21 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.urls import reverse
+from django.utils.timezone import now
 
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
 from core.events import publish
 from core.models import Session
+from hooks.models import GithubDelivery, GithubLink, WebhookDelivery, WebhookEndpoint
+from operations.models import Alert
+from psychonauts.endpoints import endpoint_add
 from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.services import comment_add
@@ -45,6 +50,18 @@ def test_every_registered_model_has_working_admin_pages(admin_client):
     Mail.objects.create(sender="a", recipient="b", body="hi")
     DiaryEntry.objects.create(agent_run=agent, kind="learning", text="step carefully")
     CommandTrauma.objects.create(pattern="rm -rf", reason="it hurt")
+    endpoint_add(name="local", model="llama3", base_url="http://127.0.0.1:11434/v1", enabled=False)
+    Alert.objects.create(
+        rule="no_worker", status="firing", value=1, threshold=1, message="step", fired_at=now()
+    )
+    hook = WebhookEndpoint.objects.create(
+        name="ci", url="https://ci.example/h", secret_env="CI_KEY", events=["wave_complete"]
+    )
+    WebhookDelivery.objects.create(
+        endpoint=hook, event_id=1, event="wave_complete", delivery_id=uuid.uuid4(), body="{}"
+    )
+    GithubDelivery.objects.create(delivery_id="d-1", event="push", outcome="woke the scheduler")
+    GithubLink.objects.create(key="issue:o/r#1", quantum=a)
     # django-axes' login records: the fixture's login is logged, a wrong password makes an attempt.
     admin_client.post("/login/", {"username": "admin", "password": "wrong"})
     apps.get_model("axes", "AccessFailureLog").objects.create(

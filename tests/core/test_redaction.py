@@ -36,6 +36,7 @@ SSH_KEY = (
     + "\n".join(KEY_BODY)
     + "\n-----END OPENSSH PRIVATE KEY-----\n"
 )
+API_TOKEN = "ann_3f9a0c12b4e7_" + "Qz8-Xw7_Vu6Ts5Rq4Po3Nm2Lk1Jh0Gf9Ed8Cb7Aa6Zy"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
 
 
@@ -55,6 +56,7 @@ def fresh_rules() -> Iterator[None]:
         (f"aws_secret_access_key = {AWS_SECRET}", AWS_SECRET, "aws_secret_access_key = …(redacted)"),
         (f'"SecretAccessKey": "{AWS_SECRET}"', AWS_SECRET, '"SecretAccessKey": "…(redacted)"'),
         (f"token {GITHUB}.", GITHUB, "ghp_…(redacted)."),
+        (f"curl -H 'X: {API_TOKEN}'", API_TOKEN[17:], "X: ann_3f9a0c12b4e7_…(redacted)'"),
         ("github_pat_" + "B2c3" * 10, "B2c3" * 10, "github_pat_…(redacted)"),
         (f"key: {ANTHROPIC}", ANTHROPIC, "sk-ant-…(redacted)"),
         (f"use {OPENAI} now", OPENAI, "sk-proj-…(redacted)"),

@@ -18,9 +18,9 @@ from core.models import Event, Session
 from psychonauts.models import DiaryEntry
 from quanta.services import quantum_create
 from reflection import curation, pipeline
-from reflection.text import polarity
 from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun
 from reflection.services.playbook import rule_create
+from reflection.text import polarity
 from tests.bursts.conftest import fast_settings, module_worker, worker  # noqa: F401
 
 pytestmark = pytest.mark.django_db
