@@ -15,6 +15,6 @@ def test_it_loads_the_demo_and_says_how_agents_are_contained(capsys, settings, t
     call_command("demo", "--no-wave")
 
     out = capsys.readouterr().out
-    assert "Loaded 9 demo quanta" in out
+    assert "Loaded 11 demo quanta" in out
     assert "Agent sandbox: on: bubblewrap" in out
     assert "user 'operator', password 'annihilation'" in out
