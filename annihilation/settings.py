@@ -273,8 +273,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+    # The project's apps and Celery's own (a worker's and beat's start-up, tasks sent and done,
+    # as Celery logs them by default) at INFO; everything else at the root's level.
     "loggers": {
-        app: {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True} for app in PROJECT_APPS
+        name: {"level": env_str("LOG_LEVEL", "INFO"), "propagate": True}
+        for name in (*PROJECT_APPS, "celery")
     },
 }
 

@@ -10,7 +10,17 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from core.redis import get_redis
+from psychonauts.endpoints import registry_invalidate
 from psychonauts.workspaces import demo_repo_ensure
+
+
+@pytest.fixture(autouse=True)
+def fresh_endpoint_registry() -> Iterator[None]:
+    """Each test reads the endpoint registry of its own database: the process keeps a snapshot
+    for a few seconds, which would outlive a test's rolled-back rows."""
+    registry_invalidate()
+    yield
+    registry_invalidate()
 
 
 @pytest.fixture
