@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Model
-from django.http import HttpRequest
 
 from autopilot.models import (
     BaseCheck,
@@ -23,19 +21,7 @@ from autopilot.models import (
     HubTransition,
     Spend,
 )
-
-
-class ReadOnly:
-    """No add, no change, no delete: the rows are shown with every field read-only."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
+from core.admin import ReadOnly
 
 
 class LedgerAdmin(ReadOnly, admin.ModelAdmin[Any]):

@@ -7,9 +7,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.admin import ReadOnly
 from hooks.models import (
     GithubDelivery,
     GithubLink,
@@ -49,17 +50,6 @@ class WebhookEndpointAdmin(admin.ModelAdmin[WebhookEndpoint]):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for pk in queryset.values_list("pk", flat=True):
             endpoint_delete(endpoint_id=pk)
-
-
-class ReadOnly:
-    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
 
 
 @admin.register(WebhookDelivery)

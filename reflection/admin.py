@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Model
 from django.http import HttpRequest
 
+from core.admin import ReadOnly
 from reflection.models import (
     PlaybookDelta,
     PlaybookRule,
@@ -20,19 +20,6 @@ from reflection.models import (
     Skill,
     SkillUse,
 )
-
-
-class ReadOnly:
-    """No add, no change, no delete: the rows are shown with every field read-only."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
 
 
 @admin.register(PlaybookRule)

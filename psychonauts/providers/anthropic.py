@@ -29,6 +29,8 @@ from psychonauts.providers.base import (
     OnText,
     ProviderRequest,
     ProviderResponse,
+    expect_int,
+    expect_str,
 )
 
 logger = logging.getLogger(__name__)
@@ -212,27 +214,29 @@ class _Stream:
             if block is None:
                 return
             if delta["type"] == "text_delta":
-                text = _str(delta["text"])
+                text = expect_str(delta["text"])
                 block.parts.append(text)
                 on_text(text)
             elif delta["type"] == "input_json_delta":
-                block.parts.append(_str(delta["partial_json"]))
+                block.parts.append(expect_str(delta["partial_json"]))
         elif kind == "content_block_start":
             start = event["content_block"]
             if start["type"] == "text":
-                self.blocks[_int(event["index"])] = _Block("text", parts=[_str(start["text"])])
+                self.blocks[expect_int(event["index"])] = _Block(
+                    "text", parts=[expect_str(start["text"])]
+                )
             elif start["type"] == "tool_use":
-                self.blocks[_int(event["index"])] = _Block(
-                    "tool_use", _str(start["id"]), _str(start["name"])
+                self.blocks[expect_int(event["index"])] = _Block(
+                    "tool_use", expect_str(start["id"]), expect_str(start["name"])
                 )
         elif kind == "message_start":
             message = event["message"]
-            self.model = _str(message.get("model") or self.model)
-            self.tokens_in = _int(message["usage"]["input_tokens"])
-            self.tokens_out = _int(message["usage"]["output_tokens"])
+            self.model = expect_str(message.get("model") or self.model)
+            self.tokens_in = expect_int(message["usage"]["input_tokens"])
+            self.tokens_out = expect_int(message["usage"]["output_tokens"])
         elif kind == "message_delta":
-            self.stop_reason = _str(event["delta"].get("stop_reason") or self.stop_reason)
-            self.tokens_out = _int(event["usage"]["output_tokens"])
+            self.stop_reason = expect_str(event["delta"].get("stop_reason") or self.stop_reason)
+            self.tokens_out = expect_int(event["usage"]["output_tokens"])
 
     def response(self) -> ProviderResponse:
         blocks = self.blocks
@@ -249,18 +253,6 @@ class _Stream:
             tokens_out=self.tokens_out,
             model=self.model,
         )
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return value
 
 
 @dataclass

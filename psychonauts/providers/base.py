@@ -91,3 +91,17 @@ class Provider(Protocol):
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
         """One model turn. Raises ProviderError once its retries are spent."""
         ...
+
+
+def expect_str(value: Any) -> str:
+    """`value` when it is a string (a provider reading its API's answer); TypeError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def expect_int(value: Any) -> int:
+    """`value` when it is an integer and not a bool; TypeError otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value

@@ -34,6 +34,8 @@ from psychonauts.providers.base import (
     ProviderRequest,
     ProviderResponse,
     ToolSpec,
+    expect_int,
+    expect_str,
 )
 
 logger = logging.getLogger(__name__)
@@ -294,29 +296,31 @@ class _Stream:
             err = chunk["error"]
             message = err.get("message", err) if isinstance(err, dict) else err
             raise ProviderError(f"openai: error in the stream: {str(message)[:300]}")
-        self.served_by = _str(chunk.get("model") or self.served_by)
+        self.served_by = expect_str(chunk.get("model") or self.served_by)
         usage = chunk.get("usage")
         if usage:
-            self.tokens_in = _int(usage.get("prompt_tokens") or 0)
-            self.tokens_out = _int(usage.get("completion_tokens") or 0)
+            self.tokens_in = expect_int(usage.get("prompt_tokens") or 0)
+            self.tokens_out = expect_int(usage.get("completion_tokens") or 0)
         for choice in chunk["choices"]:
-            if _int(choice.get("index", 0)) != 0:
+            if expect_int(choice.get("index", 0)) != 0:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if text:
-                self.text.append(_str(text))
+                self.text.append(expect_str(text))
                 on_text(text)
             for fragment in delta.get("tool_calls") or ():
-                call = self.calls.setdefault(_int(fragment.get("index", len(self.calls))), _Call())
-                call.id = _str(fragment.get("id") or call.id)
+                call = self.calls.setdefault(
+                    expect_int(fragment.get("index", len(self.calls))), _Call()
+                )
+                call.id = expect_str(fragment.get("id") or call.id)
                 function = fragment.get("function") or {}
-                call.name = call.name or _str(function.get("name") or "")
+                call.name = call.name or expect_str(function.get("name") or "")
                 arguments = function.get("arguments")
                 if arguments:
-                    call.parts.append(_str(arguments))
+                    call.parts.append(expect_str(arguments))
             if choice.get("finish_reason"):
-                self.finish = _str(choice["finish_reason"])
+                self.finish = expect_str(choice["finish_reason"])
 
     def response(self) -> ProviderResponse:
         if not self.finish:
@@ -355,15 +359,3 @@ class _Stream:
             model=self.model,
             extra={"served_by": self.served_by} if self.served_by else {},
         )
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return value

@@ -89,6 +89,15 @@ def scripts(tmp_path: Path, settings: Any, body: str) -> None:
     settings.PSYCHONAUTS_SCRIPT_DIRS = [*settings.PSYCHONAUTS_SCRIPT_DIRS, str(folder)]
 
 
+def reflector_plays(tmp_path: Path, settings: Any, turn: str) -> None:
+    """The reflector of quanta labelled `odd` plays this one turn (YAML)."""
+    scripts(
+        tmp_path,
+        settings,
+        f"name: reflector-test\nmatch: {{roles: [reflector], labels: [odd]}}\nturns:\n  - {turn}\n",
+    )
+
+
 # --- the reflector --------------------------------------------------------------------------
 
 
@@ -148,12 +157,7 @@ def test_a_quantum_run_with_nothing_to_learn_gets_no_entry(burst: Burst) -> None
 def test_a_malformed_answer_is_recorded_and_skipped(
     burst: Burst, tmp_path: Path, settings: Any, answer: str, problem: str
 ) -> None:
-    scripts(
-        tmp_path,
-        settings,
-        "name: reflector-test\nmatch: {roles: [reflector], labels: [odd]}\n"
-        f"turns:\n  - text: {json.dumps(answer)}\n",
-    )
+    reflector_plays(tmp_path, settings, f"text: {json.dumps(answer)}")
     run = quantum_run(burst, "odd")
     agent(run, "coder", 1, ("text", {"text": "done"}))
     done = reflector.reflect_sessions(burst.pk, reflection_run_id=7)
@@ -172,12 +176,7 @@ def test_good_entries_of_a_partly_bad_answer_are_kept_and_fenced_json_is_read(
         '{"entries": [{"role": "coder", "kind": "decision", "text": "Kept the old API."},'
         ' {"role": "coder", "kind": "mood", "text": "tired"}]}\n```'
     )
-    scripts(
-        tmp_path,
-        settings,
-        "name: reflector-test\nmatch: {roles: [reflector], labels: [odd]}\n"
-        f"turns:\n  - text: {json.dumps(answer)}\n",
-    )
+    reflector_plays(tmp_path, settings, f"text: {json.dumps(answer)}")
     run = quantum_run(burst, "odd")
     coder = agent(run, "coder", 1)
     done = reflector.reflect_sessions(burst.pk, reflection_run_id=0)
@@ -188,12 +187,7 @@ def test_good_entries_of_a_partly_bad_answer_are_kept_and_fenced_json_is_read(
 def test_a_failing_reflector_is_recorded_and_the_run_completes(
     burst: Burst, tmp_path: Path, settings: Any
 ) -> None:
-    scripts(
-        tmp_path,
-        settings,
-        "name: reflector-test\nmatch: {roles: [reflector], labels: [odd]}\n"
-        "turns:\n  - fail: overloaded\n",
-    )
+    reflector_plays(tmp_path, settings, "fail: overloaded")
     run = quantum_run(burst, "odd")
     agent(run, "coder", 1)
     reflected, _ = pipeline.reflect_burst(burst.pk)
