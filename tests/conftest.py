@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from core.redis import get_redis
 from psychonauts.endpoints import registry_invalidate
 from psychonauts.workspaces import demo_repo_ensure
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_database_released(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """At the end of the session, before the test database is dropped: end the sessions that
+    still hold it (a worker, server or beat process a test stopped that is still exiting, a
+    thread's pooled connection), naming each on stderr, so that dropping it cannot fail."""
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, state, left(query, 120), pg_terminate_backend(pid) "
+            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        for pid, name, state, query, _ in cursor.fetchall():
+            sys.stderr.write(
+                f"ended a session left on the test database: {pid} {name!r} {state} {query!r}\n"
+            )
 
 
 @pytest.fixture(autouse=True)
