@@ -1,15 +1,19 @@
-"""Shared set-up for benchmarks: a database of their own on the dev Postgres, migrated, and
-Celery workers started for one benchmark queue."""
+"""Shared set-up for benchmarks: a database of their own on the dev Postgres, migrated, Celery
+workers started for one benchmark queue, and daphne serving the project."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,3 +107,35 @@ def start_worker(*, name: str, queue: str, pool: str, concurrency: int) -> subpr
             return worker
     worker.kill()
     raise SystemExit(f"the worker {name} did not start")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def daphne_serving(*, start_s: float = 30.0) -> Iterator[int]:
+    """daphne serving the project with this process's environment on a free port (yielded once
+    /healthz answers); stopped on leaving."""
+    port = free_port()
+    web = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "annihilation.asgi:application"],
+        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + start_s
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("daphne did not start") from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        web.terminate()
+        web.wait(10)

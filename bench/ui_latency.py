@@ -23,14 +23,13 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
 os.environ.setdefault("DEBUG", "true")
 
-from bench._setup import django_bench_db, ms, pct  # noqa: E402
+from bench._setup import daphne_serving, django_bench_db, ms, pct  # noqa: E402
 
 django_bench_db("annihilation_bench_ui")  # sets DATABASE_URL for the subprocesses too
 
@@ -108,12 +107,6 @@ class WebSocket:
         return dict(json.loads(data))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def session_cookie() -> str:
     user, _ = User.objects.get_or_create(username="bench-operator", is_superuser=True)
     client = Client()
@@ -125,21 +118,7 @@ def live_latency(n: int) -> None:
     quantum = Quantum.objects.create(title="bench focus")
     run = AgentRun.objects.create(agent_id=f"{quantum.pk}_s0_bench", quantum=quantum, role="bench")
     topic = f"agent:{run.agent_id}"
-    port = free_port()
-    web = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "annihilation.asgi:application"],
-        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "daphne did not start"
-                time.sleep(0.2)
+    with daphne_serving(start_s=20) as port:
         ws = WebSocket("127.0.0.1", port, "/ws/events/", session_cookie())
         ws.send({"subscribe": [topic], "page": "focus", "params": {"agent_run_id": run.pk}})
         publisher = subprocess.Popen(
@@ -155,9 +134,6 @@ def live_latency(n: int) -> None:
             assert isinstance(event, dict) and "html" in message, message
             samples.append(time.time() - float(event["payload"]["t"]))
         publisher.wait(30)
-    finally:
-        web.terminate()
-        web.wait(10)
     print(
         f"live fragment latency over {n} events (publisher process -> daphne -> client): "
         f"p50 {ms(statistics.median(samples))}, p95 {ms(pct(samples, 95))}, "

@@ -20,12 +20,9 @@ import hmac
 import http.client
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
@@ -36,7 +33,7 @@ os.environ["ANNIHILATION_GITHUB_WEBHOOK_SECRET"] = SECRET
 os.environ["ANNIHILATION_GITHUB_BASE_BRANCH"] = "main"
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-from bench._setup import django_bench_db, pct  # noqa: E402
+from bench._setup import daphne_serving, django_bench_db, pct  # noqa: E402
 
 django_bench_db("annihilation_bench_webhooks")  # sets DATABASE_URL for daphne too
 
@@ -44,12 +41,6 @@ from hooks.models import GithubDelivery  # noqa: E402
 from quanta.models import Quantum  # noqa: E402
 
 LABELLED_EVERY = 20  # one delivery in 20 is a labelled issue (a new quantum)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def delivery(i: int) -> tuple[str, bytes]:
@@ -103,22 +94,7 @@ def send_all(
 
 
 def run(rate: float, seconds: float, threads: int) -> dict[str, object]:
-    port = free_port()
-    web = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "annihilation.asgi:application"],
-        cwd=BASE, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("daphne did not start") from None
-                time.sleep(0.2)
+    with daphne_serving() as port:
         total = int(rate * seconds)
         results: list[list[tuple[int, float]]] = [[] for _ in range(threads)]
         start = time.monotonic() + 0.2
@@ -133,9 +109,6 @@ def run(rate: float, seconds: float, threads: int) -> dict[str, object]:
         for w in workers:
             w.join()
         elapsed = time.monotonic() - start
-    finally:
-        web.terminate()
-        web.wait(10)
     flat = [r for rs in results for r in rs]
     accepted = sum(1 for status, _ in flat if status == 202)
     latencies = [lat for _, lat in flat]
