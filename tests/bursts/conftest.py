@@ -92,6 +92,27 @@ class Worker:
                 return
         raise AssertionError(f"worker {self.name} not ready:\n{self.log.read_text()}")
 
+    def wait_idle(self, timeout: float = 15) -> None:
+        """Until the worker has no task running or reserved, twice in a row (a chain's next task
+        is sent as its last one ends): what a test started, reflection after its bursts
+        included, is done before its tables are emptied under it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        destination = [f"{self.name}@{os.uname().nodename}"]
+        deadline = time.monotonic() + timeout
+        idle = 0
+        with Celery(broker=self.env["REDIS_URL"]) as probe:
+            while idle < 2 and time.monotonic() < deadline:
+                inspect = probe.control.inspect(destination=destination, timeout=0.5)
+                busy = [
+                    task
+                    for found in (inspect.active() or {}, inspect.reserved() or {})
+                    for tasks in found.values()
+                    for task in tasks
+                ]
+                idle = 0 if busy else idle + 1
+                time.sleep(0.2)
+
     def supervise(self) -> None:
         """Restart the worker whenever it exits, as systemd or a container runtime would."""
         self._supervising = True
@@ -183,8 +204,9 @@ def module_worker(
 
 
 @pytest.fixture
-def worker(module_worker: Worker, fast_settings: Any) -> Worker:
-    return module_worker
+def worker(module_worker: Worker, fast_settings: Any) -> Iterator[Worker]:
+    yield module_worker
+    module_worker.wait_idle()
 
 
 def wait_wave(wave_id: int, timeout: float = 30) -> Wave:
