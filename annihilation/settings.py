@@ -6,6 +6,7 @@ needs no configuration at all.
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -621,6 +622,12 @@ HOOKS_RETRY_BASE_S = env_float("ANNIHILATION_HOOKS_RETRY_BASE_S", 10.0, minimum=
 HOOKS_RETRY_MAX_S = env_float("ANNIHILATION_HOOKS_RETRY_MAX_S", 3600.0, minimum=0)
 HOOKS_MAX_ATTEMPTS = env_int("ANNIHILATION_HOOKS_MAX_ATTEMPTS", 8, minimum=1)
 HOOKS_SWEEP_GRACE_S = env_float("ANNIHILATION_HOOKS_SWEEP_GRACE_S", 60.0, minimum=0)
+
+# --- hosts ---
+# Several worker hosts. ANNIHILATION_HOST names this process's host in the agent registry, the
+# dashboard and Flower: the machine's name unless set (hosts that share a machine name, such as
+# network namespaces or containers, set it).
+ANNIHILATION_HOST = env_str("ANNIHILATION_HOST", "") or socket.gethostname()
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")
