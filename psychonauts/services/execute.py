@@ -90,7 +90,7 @@ def _route(run: AgentRun, role: Role) -> Route:
     - Otherwise the provider is the run's own, else the setting's, else the role's; one without
       a model (scripted, noop) is its own model.
     - When the registry of endpoints has enabled ones for the run, it decides
-      (`_route_registry`): an endpoint of the tier, with its own provider and model.
+      (`registry_route`): an endpoint of the tier, with its own provider and model.
     - Otherwise the model is the run's or the role's when named; else the quantum's tier's
       (PSYCHONAUTS_MODELS), skipping a model that is down (`psychonauts.endpoints`) for the next
       tier's; when every one is down, the tier's own, and the note says so.
@@ -109,7 +109,7 @@ def _route(run: AgentRun, role: Role) -> Route:
         return Route(provider, provider.name)
     registry = registry_enabled()
     if registry:
-        routed = _route_registry(run, role, registry)
+        routed = registry_route(role, registry, model=run.model, complexity=run.quantum.complexity)
         if routed is not None:
             return routed
     named = run.model or role.model
@@ -133,9 +133,12 @@ def _route(run: AgentRun, role: Role) -> Route:
     )
 
 
-def _route_registry(run: AgentRun, role: Role, registry: tuple[EndpointConf, ...]) -> Route | None:
-    """A registry endpoint for an LLM run, or None when the registry has none for it (then the
-    run is routed as without a registry).
+def registry_route(
+    role: Role, registry: tuple[EndpointConf, ...], *, model: str, complexity: str
+) -> Route | None:
+    """A registry endpoint for an LLM call of `role` (a run's, whose `model` and quantum's
+    `complexity` are given; "" when it names none), or None when the registry has none for it
+    (then the call is routed as without a registry).
 
     - A role naming a model takes the endpoints serving that model, whatever their tier; a run
       naming a model no endpoint serves (chosen by whoever made it) is not the registry's.
@@ -154,9 +157,8 @@ def _route_registry(run: AgentRun, role: Role, registry: tuple[EndpointConf, ...
             return None
         tiers: list[tuple[EndpointConf, ...]] = [candidates]
     else:
-        if run.model and not any(c.model == run.model for c in registry):
+        if model and not any(c.model == model for c in registry):
             return None
-        complexity = run.quantum.complexity
         order = FALLBACK.get(complexity, (complexity,))
         tiers = [tuple(c for c in registry if c.tier == t) for t in order]
         tiers = [t for t in tiers if t]
@@ -166,7 +168,7 @@ def _route_registry(run: AgentRun, role: Role, registry: tuple[EndpointConf, ...
 
     def rank(state: EndpointState) -> tuple[int, int, float, str]:
         c = state.conf
-        return (state.failures, c.model != run.model, state.in_flight / c.max_concurrency, c.name)
+        return (state.failures, c.model != model, state.in_flight / c.max_concurrency, c.name)
 
     first = tiers[0][0]
     for number, tier in enumerate(tiers):

@@ -5,27 +5,41 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from psychonauts.endpoints import registry_enabled
 from psychonauts.errors import RoleNotFound
 from psychonauts.models import Role
 from psychonauts.providers import provider_get
-from psychonauts.providers.base import ProviderRequest, ProviderResponse, RunInfo
+from psychonauts.providers.base import Provider, ProviderRequest, ProviderResponse, RunInfo
 from psychonauts.roles import roles_sync_defaults
+from psychonauts.services.execute import registry_route
+from quanta.models import Complexity
 
 
 def role_complete(*, role: str, prompt: str, run: RunInfo) -> ProviderResponse:
     """Ask the role's provider once: the setting's provider (PSYCHONAUTS_PROVIDER) else the
-    role's, its model the role's else the standard tier's. Raises RoleNotFound, or
-    ProviderError once the provider's retries are spent."""
+    role's. A model-backed call goes where an agent of the standard tier would: an endpoint of
+    the registry when it has one for the role (the role's model, else the standard tier's, in
+    its fallback order, skipping endpoints that are down, within their concurrency limits),
+    else the role's model, else the standard tier's. Raises RoleNotFound, or ProviderError once
+    the provider's retries are spent."""
     found = Role.objects.filter(name=role).first()
     if found is None:
         roles_sync_defaults()  # a shipped role new since the last sync
         found = Role.objects.filter(name=role).first()
     if found is None:
         raise RoleNotFound(f"unknown role {role!r}")
-    provider = provider_get(settings.PSYCHONAUTS_PROVIDER or found.provider)
+    provider: Provider = provider_get(settings.PSYCHONAUTS_PROVIDER or found.provider)
     model = provider.name
     if provider.uses_llm:
-        model = found.model or settings.PSYCHONAUTS_MODELS.get("standard", "")
+        model = found.model or settings.PSYCHONAUTS_MODELS.get(Complexity.STANDARD, "")
+        registry = registry_enabled()
+        routed = (
+            registry_route(found, registry, model="", complexity=Complexity.STANDARD)
+            if registry
+            else None
+        )
+        if routed is not None:
+            provider, model = routed.provider, routed.model
     request = ProviderRequest(
         model=model,
         system=found.system_prompt,

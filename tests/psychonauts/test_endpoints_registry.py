@@ -28,8 +28,10 @@ from psychonauts.endpoints import (
     registry_snapshot,
 )
 from psychonauts.models import Endpoint, Usage
+from psychonauts.providers.base import RunInfo
 from psychonauts.semaphore import slot_try_acquire
 from psychonauts.services import agent_run_execute
+from psychonauts.services.oneshot import role_complete
 from psychonauts.tasks import endpoints_health
 from tests.fakes.anthropic_server import FakeReply as AnthropicReply
 from tests.fakes.anthropic_server import fake_anthropic_server
@@ -487,3 +489,29 @@ def test_the_command_refuses_bad_input_with_a_clear_error(argv, reason):
     with pytest.raises(CommandError, match=reason):
         call_command("endpoints", *argv)
     assert not Endpoint.objects.exists()
+
+
+def test_a_one_off_call_of_a_role_goes_to_an_endpoint_of_the_standard_tier(settings):
+    """The reflector's call (`role_complete`) is routed by the registry as a standard run is:
+    the down endpoint of the tier is skipped."""
+    settings.PSYCHONAUTS_PROVIDER = "openai"
+    with (
+        fake_openai_server([FakeReply(text="down")]) as down,
+        fake_openai_server([FakeReply(text="lessons")]) as up,
+        fake_openai_server([FakeReply(text="small")]) as small,
+    ):
+        endpoint_add(name="down", model="m:down", base_url=down.base_url, tier="standard")
+        endpoint_add(name="up", model="m:up", base_url=up.base_url, tier="standard")
+        endpoint_add(name="small", model="m:small", base_url=small.base_url, tier="trivial")
+        endpoint_mark_down(provider="openai", model="down", reason="test", ttl_s=60)
+        answer = role_complete(
+            role="reflector",
+            prompt="read this",
+            run=RunInfo(
+                agent_run_id=0, agent_id="reflect", role="reflector", attempt=1, quantum_id=0
+            ),
+        )
+
+    assert answer.text == "lessons"
+    assert [r["model"] for r in up.requests] == ["m:up"]
+    assert down.requests == [] and small.requests == []
