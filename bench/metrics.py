@@ -57,7 +57,7 @@ for i in range(2000):
     if status == "error":
         metrics.error(rnd.choice(["agent", "executor", "task"]))
     if i % 50 == 0:
-        metrics.tether_answered(rnd.expovariate(1 / 300))
+        metrics.tether_waited(rnd.expovariate(1 / 300), outcome="answered")
         metrics.validation_failed(rnd.choice(["api", "webhook", "cli", "form"]))
     if i % 500 == 0:
         metrics.wave_finished(status="done", seconds=rnd.expovariate(1 / 900))

@@ -89,7 +89,10 @@ ERRORS = Counter(
 )
 TETHER_WAIT_SECONDS = Histogram(
     "annihilation_tether_wait_seconds",
-    "How long a question to the Tether waited for its answer.",
+    "How long a question to the Tether waited, by how it ended: answered, or timed_out (the "
+    "agent went on on its assumption, a drift). Questions still waiting are the "
+    "annihilation_tether_oldest_wait_seconds gauge.",
+    ["outcome"],
     buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400),
 )
 WAVE_SECONDS = Histogram(
@@ -121,8 +124,9 @@ def usage_recorded(
     COST.labels(provider=provider, model=model).inc(float(cost_usd))
 
 
-def tether_answered(waited_s: float) -> None:
-    TETHER_WAIT_SECONDS.observe(max(waited_s, 0.0))
+def tether_waited(waited_s: float, *, outcome: str) -> None:
+    """A question's wait ended: `answered` or `timed_out`."""
+    TETHER_WAIT_SECONDS.labels(outcome=outcome).observe(max(waited_s, 0.0))
 
 
 def wave_finished(*, status: str, seconds: float) -> None:

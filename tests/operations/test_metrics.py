@@ -120,3 +120,31 @@ def test_it_counts_the_tokens_of_an_agent_run(repo, client) -> None:
     grown_out = value(after, tokens, direction="out") - value(before, tokens, direction="out")
     assert (grown_in, grown_out) == (run.tokens_in, run.tokens_out)
     assert grown_in > 0
+
+
+def test_a_tether_questions_wait_is_counted_when_it_is_answered_and_when_it_times_out(
+    client,
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tether.services import reaching_answer, reaching_expire, reaching_quarantine
+
+    first, second = (
+        reaching_quarantine(quantum_id=quantum_create(title=t).pk, history="", failures=3)
+        for t in ("Answered", "Timed out")
+    )
+    before = client.get("/metrics").content.decode()
+
+    reaching_answer(reaching_id=first.pk, text="retry")
+    assert reaching_expire(reaching_id=second.pk, now=timezone.now() + timedelta(days=30))
+
+    after = client.get("/metrics").content.decode()
+    count = "annihilation_tether_wait_seconds_count"
+    for outcome in ("answered", "timed_out"):
+        grown = value(after, count, outcome=outcome) - value(before, count, outcome=outcome)
+        assert grown == 1, outcome
+    waited = "annihilation_tether_wait_seconds_sum"
+    grown_s = value(after, waited, outcome="timed_out") - value(before, waited, outcome="timed_out")
+    assert grown_s >= 30 * 86400 - 60

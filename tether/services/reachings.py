@@ -210,7 +210,7 @@ def reaching_answer(*, reaching_id: int, text: str, by: str = "operator") -> Ans
         if reaching.status == ReachingStatus.TIMED_OUT:
             return _late_answer(reaching, text.strip(), by)
         raise AlreadyDecided(f"reaching #{reaching_id} is {reaching.status}; nothing changed")
-    metrics.tether_answered((now - reaching.created_at).total_seconds())
+    metrics.tether_waited((now - reaching.created_at).total_seconds(), outcome="answered")
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
     publish("tether:reaching", "question_answered", {**reaching_payload(reaching), "answer": text})
     if reaching.agent_run_id is None:
@@ -281,12 +281,13 @@ def reaching_expire(*, reaching_id: int, now: datetime | None = None) -> bool:
     ):
         return False
     reaching = Reaching.objects.get(pk=reaching_id)
+    waited = (now - reaching.created_at).total_seconds()
+    metrics.tether_waited(waited, outcome="timed_out")
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
     publish("tether:reaching", "question_timed_out", reaching_payload(reaching))
     if reaching.agent_run_id is None:
         return True  # quarantine: the quantum simply stays blocked; nobody built on anything
     drift = drift_open_for_reaching(reaching=reaching)
-    waited = (now - reaching.created_at).total_seconds()
     _resume_with(
         reaching,
         f"No answer from the Tether within {waited:.0f} s. Proceed on your stated assumption: "
