@@ -107,6 +107,11 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 # Behind a TLS-terminating proxy Django sees plain HTTP: name the header the proxy sets to
 # `https` (e.g. X-Forwarded-Proto), or the redirect above would loop.
 SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+# How many proxies in front of the web process append to X-Forwarded-For: the client's address
+# (login throttling and lockout) is read that many entries from the right of the header, the
+# proxy's own REMOTE_ADDR counting as the last. 0: REMOTE_ADDR, the header ignored (a client
+# could write anything in it).
+TRUSTED_PROXIES = env_int("ANNIHILATION_TRUSTED_PROXIES", 0, minimum=0)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
@@ -139,6 +144,7 @@ AXES_COOLOFF_TIME = timedelta(seconds=env_float("ANNIHILATION_LOGIN_COOLOFF_S", 
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "core.security.login_lockout_response"
+AXES_CLIENT_IP_CALLABLE = "core.security.client_address"
 # Flower (`manage.py flower`) refuses to start without these: it can shut workers down.
 FLOWER_USER = env_str("ANNIHILATION_FLOWER_USER", "")
 FLOWER_PASSWORD = env_str("ANNIHILATION_FLOWER_PASSWORD", "")

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from redis.commands.core import Script
 
 from core.redis import get_redis
+from core.security import client_address
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def posts_limited(
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if request.method == "POST":
                 per_min = int(getattr(settings, per_min_setting))
-                address = request.META.get("REMOTE_ADDR") or "unknown"
+                address = client_address(request) or "unknown"
                 decision = rate_take(
                     key=f"{name}:{address}", rate=Rate(capacity=per_min, period_s=60)
                 )

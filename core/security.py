@@ -1,5 +1,6 @@
 """Web security glue: the Content-Security-Policy header (django-csp) with the page's own
-websocket origin, and the login lockout page (django-axes)."""
+websocket origin, the client's address behind trusted proxies, and the login lockout page
+(django-axes)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
         update["connect-src"] = [*update.get("connect-src", ()), socket]
         parts.update = update
         return parts
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address a request came from: REMOTE_ADDR, or behind TRUSTED_PROXIES proxies the entry
+    of X-Forwarded-For the outermost of them appended (entries further left were written by the
+    client and are not believed). None when the request has no address (a test client's
+    websocket). Login throttling and django-axes key on it."""
+    remote: str | None = request.META.get("REMOTE_ADDR") or None
+    hops = int(settings.TRUSTED_PROXIES)
+    if not hops or remote is None:
+        return remote
+    forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR", ""))
+    chain = [part.strip() for part in forwarded.split(",") if part.strip()] + [remote]
+    return chain[max(len(chain) - 1 - hops, 0)]
 
 
 def login_lockout_response(

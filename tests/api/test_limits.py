@@ -77,3 +77,26 @@ def test_it_limits_login_attempts_per_address(settings: Any) -> None:
         elsewhere.post("/login/", {"username": "op", "password": "correct horse"}).status_code
         == 302
     )
+
+
+def test_behind_a_trusted_proxy_the_login_limit_and_lockout_key_on_the_forwarded_address(
+    settings,
+):
+    """Every request arrives from the proxy's address; the client's is the entry the proxy
+    appended to X-Forwarded-For. What the client wrote further left is not believed."""
+    settings.TRUSTED_PROXIES = 1
+    settings.LOGIN_ATTEMPTS_PER_MIN = 2
+    settings.AXES_FAILURE_LIMIT = 100
+    User.objects.create_user("op", password="correct horse")
+
+    def attempt(forwarded: str, password: str = "guess") -> int:
+        client = Client(REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR=forwarded)
+        return client.post("/login/", {"username": "op", "password": password}).status_code
+
+    # One client rotating a spoofed left-most entry still spends one bucket.
+    assert [attempt(f"6.6.6.{i}, 203.0.113.5") for i in range(3)] == [200, 200, 429]
+    # Another client behind the same proxy has its own.
+    assert attempt("198.51.100.7", password="correct horse") == 302
+
+    settings.TRUSTED_PROXIES = 0  # the header is ignored: everyone is the proxy
+    assert [attempt(f"192.0.2.{i}") for i in range(3)] == [200, 200, 429]
