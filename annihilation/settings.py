@@ -288,11 +288,47 @@ LOGGING = {
     },
 }
 
+_REPO_SCHEMES = {"ssh", "git", "http", "https", "file", "git+ssh", "ssh+git"}
+
+
+def _repo_setting(raw: str, default: Path) -> Path | str:
+    """ANNIHILATION_REPO: a URL (`scheme://...`, or scp-like `user@host:path`) stays a str, as
+    written; anything else is a local path, made absolute. ImproperlyConfigured for garbage."""
+    raw = raw.strip()
+    if not raw:
+        return default
+    if any(c.isspace() or ord(c) < 32 for c in raw):
+        raise ImproperlyConfigured(f"ANNIHILATION_REPO={raw!r} holds whitespace")
+    if "://" in raw:
+        scheme, _, rest = raw.partition("://")
+        if scheme.lower() not in _REPO_SCHEMES:
+            raise ImproperlyConfigured(
+                f"ANNIHILATION_REPO={raw!r}: unknown scheme {scheme!r} "
+                f"(one of {', '.join(sorted(_REPO_SCHEMES))}, or a local path)"
+            )
+        if not rest.strip("/") or (scheme != "file" and "/" not in rest.strip("/")):
+            raise ImproperlyConfigured(f"ANNIHILATION_REPO={raw!r} names no repository")
+        return raw
+    head, colon, tail = raw.partition(":")
+    if colon and "/" not in head:
+        user, at, host = head.partition("@")
+        if not (at and user and host and tail):
+            raise ImproperlyConfigured(
+                f"ANNIHILATION_REPO={raw!r} is neither a local path nor a URL "
+                "(scheme://host/path, or user@host:path)"
+            )
+        return raw
+    return Path(raw).expanduser().resolve()
+
+
 # --- psychonauts ---
 # The agent runtime (psychonauts app). Workspaces live under ANNIHILATION_HOME unless placed
 # elsewhere; the target repository is any git repository (the demo creates a small one here
 # when missing).
-ANNIHILATION_REPO = env_path("ANNIHILATION_REPO", ANNIHILATION_HOME / "repo")
+# A local path (a Path), or a central repository's URL (a str): see `# --- hosts ---`.
+ANNIHILATION_REPO: Path | str = _repo_setting(
+    env_str("ANNIHILATION_REPO", ""), ANNIHILATION_HOME / "repo"
+)
 PSYCHONAUTS_WORKTREES = env_path("ANNIHILATION_WORKTREES", ANNIHILATION_HOME / "worktrees")
 # "worktree": one git worktree per quantum; "shared": every agent in ANNIHILATION_REPO itself,
 # writes guarded by file leases.
@@ -634,6 +670,14 @@ HOOKS_SWEEP_GRACE_S = env_float("ANNIHILATION_HOOKS_SWEEP_GRACE_S", 60.0, minimu
 # dashboard and Flower: the machine's name unless set (hosts that share a machine name, such as
 # network namespaces or containers, set it).
 ANNIHILATION_HOST = env_str("ANNIHILATION_HOST", "") or socket.gethostname()
+# The central repository: when ANNIHILATION_REPO is a URL, each host works in its own clone of
+# it (made on first use), fetches a quantum's branch before a stage and pushes after each
+# agent's commit, fenced (docs/hosts.md). A local path: everything stays on this host.
+ANNIHILATION_CLONE = env_path("ANNIHILATION_CLONE", ANNIHILATION_HOME / "clone")
+# How long a fetch or push to the central repository is retried through network failures, and
+# how long an agent waits for its quantum's cross-host commit lock (Redis) before it fails.
+ANNIHILATION_CENTRAL_RETRY_S = env_float("ANNIHILATION_CENTRAL_RETRY_S", 60.0, minimum=0)
+ANNIHILATION_CENTRAL_LOCK_WAIT_S = env_float("ANNIHILATION_CENTRAL_LOCK_WAIT_S", 120.0, minimum=0)
 
 # Beat's record of last runs: in the data folder, not the current directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(ANNIHILATION_HOME / "celerybeat-schedule")

@@ -2,6 +2,10 @@
 
 git state is changed under a file lock (fcntl): fan-out agents of one quantum share a worktree,
 and two `git worktree add` or `git commit` at once would race on git's own index lock.
+
+ANNIHILATION_REPO may also be a central repository's URL: worktrees then come from this host's
+clone of it, a stage fetches its branch first and each commit is pushed, fenced (central.py).
+`repo_local()` is the repository git runs in, in either mode.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from psychonauts.errors import PathEscape, WorkspaceError
 from psychonauts.sandbox import workspace_own
+
+if TYPE_CHECKING:
+    from psychonauts.central import Fence
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "Annihilation",
@@ -36,7 +44,11 @@ _GIT_ENV = {
 
 
 def git_run(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float | None = None
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """git as everything here runs it; the caller reads the exit status. Never git's automatic
     maintenance: its gc prunes worktrees, which must not race with `worktree add` (see
@@ -51,6 +63,7 @@ def git_run(
         text=True,
         check=False,
         timeout=timeout,
+        input=input,
     )
 
 
@@ -139,10 +152,33 @@ def demo_repo_ensure(path: Path) -> Path:
     return path
 
 
+def repo_url() -> str:
+    """The central repository's URL, or "" when ANNIHILATION_REPO is a local path. settings.py
+    validated the setting and made a local path absolute; tests set a Path or a str of one."""
+    return _url_of(str(settings.ANNIHILATION_REPO))
+
+
+@functools.lru_cache(maxsize=16)
+def _url_of(value: str) -> str:
+    return "" if value.startswith("/") else value
+
+
+def repo_local() -> Path:
+    """The local git repository to run git in: ANNIHILATION_REPO itself (a local path), or this
+    host's clone of the central repository, made on first use (a URL)."""
+    url = repo_url()
+    if not url:
+        return Path(settings.ANNIHILATION_REPO)
+    from psychonauts.central import clone_ensure  # central.py builds on this module
+
+    return clone_ensure(url)
+
+
 def repo_key() -> str:
-    """A short key of the target repository (ANNIHILATION_REPO): its locks and scratch folders."""
-    repo = Path(settings.ANNIHILATION_REPO).resolve()
-    return hashlib.sha1(str(repo).encode()).hexdigest()[:16]
+    """A short key of the target repository (ANNIHILATION_REPO): its locks and scratch folders;
+    the same on every host for a central repository (its URL)."""
+    repo = repo_url() or str(Path(settings.ANNIHILATION_REPO).resolve())
+    return hashlib.sha1(repo.encode()).hexdigest()[:16]
 
 
 def repo_lock(kind: str, *, shared: bool = False) -> AbstractContextManager[None]:
@@ -154,7 +190,7 @@ def scratch_worktree(where: Path, sha: str) -> Path:
     """A worktree of the target repository at `where` for the runtime's own checks (never an
     agent's), detached at `sha` and clean: made when missing, else reset, so whatever its last
     user left is gone. Its caller holds a lock that keeps others out of `where`."""
-    repo = Path(settings.ANNIHILATION_REPO)
+    repo = repo_local()
     if not (where / ".git").exists():
         where.parent.mkdir(parents=True, exist_ok=True)
         with registry_lock(shared=False):  # a stale record of a deleted folder is pruned first
@@ -195,7 +231,7 @@ def _plain_checkout(repo: Path) -> bool:
     return not (repo / hook).exists()
 
 
-def _worktree_add_new(repo: Path, path: Path, branch: str) -> None:
+def _worktree_add_new(repo: Path, path: Path, branch: str, start: str = "HEAD") -> None:
     """`git worktree add -b <branch> <path> HEAD` in one small git process instead of git's
     four. Its command reads the records of every registered worktree three times over (a branch
     must not be out in two of them): a hundred agents adding theirs at once spent ~20 ms of
@@ -203,9 +239,10 @@ def _worktree_add_new(repo: Path, path: Path, branch: str) -> None:
     record is written here as git writes one (gitrepository-layout(5), `worktrees/<id>`: locked
     while being made), with the repository's HEAD as its own, and `git checkout -f -b` makes the
     branch there and checks it out. WorkspaceError when the branch exists or anything is in the
-    way, with nothing of the attempt left: the caller then takes git's own command."""
+    way, with nothing of the attempt left: the caller then takes git's own command. `start`:
+    where the branch starts (a central tip in remote mode)."""
     if not _plain_checkout(repo):
-        git("worktree", "add", "-q", "-b", branch, str(path), "HEAD", cwd=repo)
+        git("worktree", "add", "-q", "-b", branch, str(path), start, cwd=repo)
         return
     path = path.resolve()
     record = (repo / ".git" / "worktrees" / path.name).resolve()
@@ -223,7 +260,11 @@ def _worktree_add_new(repo: Path, path: Path, branch: str) -> None:
         (record / "HEAD").write_text(head)
         (record / "gitdir").write_text(f"{path / '.git'}\n")
         # -b refuses a branch that exists: a quantum's earlier work is never reset.
-        git("checkout", "--quiet", "--force", "-b", branch, cwd=path)
+        git(
+            *("checkout", "--quiet", "--force", "-b", branch),
+            *((start,) if start != "HEAD" else ()),
+            cwd=path,
+        )
         (record / "locked").unlink()
     except (OSError, WorkspaceError) as exc:
         for folder in made:
@@ -232,19 +273,38 @@ def _worktree_add_new(repo: Path, path: Path, branch: str) -> None:
 
 
 def workspace_ensure(*, quantum_id: int) -> Path:
-    """The working tree for a quantum's agents (created on first use, reused afterwards)."""
-    repo = Path(settings.ANNIHILATION_REPO)
+    """The working tree for a quantum's agents (created on first use, reused afterwards). With
+    a central repository: created at its branch's central tip, or brought to it when present."""
+    remote = repo_url()
+    repo = repo_local()
     if not (repo / ".git").exists():
         raise WorkspaceError(
             f"ANNIHILATION_REPO={repo} is not a git repository "
             "(the demo creates one: psychonauts.workspaces.demo_repo_ensure)"
         )
     if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
+        if remote:
+            raise WorkspaceError(
+                "the shared workspace mode needs a local ANNIHILATION_REPO, not a URL"
+            )
         _shared_own(repo.resolve())
         return repo
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
+    if remote:
+        from psychonauts.central import worktree_start, worktree_sync
+
+        if (path / ".git").exists():
+            worktree_sync(path, quantum_id=quantum_id)
+            return path
+        return _worktree_create(repo, path, quantum_id, worktree_start(quantum_id))
     if (path / ".git").exists():
         return path
+    return _worktree_create(repo, path, quantum_id, "HEAD")
+
+
+def _worktree_create(repo: Path, path: Path, quantum_id: int, start: str) -> Path:
+    """The quantum's worktree made at `start` ("HEAD": the repository's own; in remote mode the
+    central tip, and an older local branch of the same name is reset to it)."""
     # Per quantum (its stripe): agents of one quantum wait for each other, other quanta go on in
     # parallel (git takes its own lock on each new branch ref).
     with file_lock(f"worktree-{stripe(quantum_id)}"):
@@ -255,13 +315,18 @@ def workspace_ensure(*, quantum_id: int) -> Path:
         try:
             # The common case: a new branch from HEAD.
             with registry_lock(shared=True):
-                _worktree_add_new(repo, path, branch)
+                _worktree_add_new(repo, path, branch, start)
         except WorkspaceError:
             # The branch exists (an earlier run of the quantum), or a worktree folder deleted by
             # hand is still registered: prune, look at the branch, retry once.
             with registry_lock(shared=False):
                 git("worktree", "prune", cwd=repo)
-                git("worktree", "add", "-q", *_worktree_args(repo, path, branch), cwd=repo)
+                args = (
+                    _worktree_args(repo, path, branch)
+                    if start == "HEAD"
+                    else ["-B", branch, str(path), start]
+                )
+                git("worktree", "add", "-q", *args, cwd=repo)
         workspace_own(path, quantum_id=quantum_id)
     return path
 
@@ -310,19 +375,29 @@ class _Preparer:
             return cls._pool[1]
 
 
-def workspace_prepare(*, quantum_id: int) -> Future[Path]:
+def workspace_prepare(*, quantum_id: int, fence: Fence | None = None) -> Future[Path]:
     """`workspace_ensure` in the background: an agent's first model call need not wait for its
     worktree. A hundred agents starting at once wait seconds for git otherwise (measured in
-    bench/agents_concurrency.py); this way git works while the model does."""
-    return _Preparer.pool().submit(workspace_ensure, quantum_id=quantum_id)
+    bench/agents_concurrency.py); this way git works while the model does. `fence` (remote
+    mode): the execution takes its agent's fence first, so what it fetches next is all that
+    earlier executions of the agent could still push."""
+    return _Preparer.pool().submit(_prepare, quantum_id, fence)
 
 
-def workspace_ready(prepared: Future[Path], *, quantum_id: int) -> Path:
+def _prepare(quantum_id: int, fence: Fence | None) -> Path:
+    if fence is not None and repo_url():
+        from psychonauts.central import fence_take
+
+        fence_take(fence)
+    return workspace_ensure(quantum_id=quantum_id)
+
+
+def workspace_ready(prepared: Future[Path], *, quantum_id: int, fence: Fence | None = None) -> Path:
     """The worktree `workspace_prepare` was asked for. Not begun yet when it is needed (the
     background threads run niced, and on a busy machine the queue before them is long): made
     here, at the asking thread's priority."""
     if prepared.cancel():
-        return workspace_ensure(quantum_id=quantum_id)
+        return _prepare(quantum_id, fence)
     return prepared.result()
 
 
@@ -330,7 +405,7 @@ def workspace_remove(*, quantum_id: int) -> bool:
     """Remove a quantum's worktree; False when it had none. Its branch stays: reviews and merges
     read the branch, and a later run of the quantum checks it out again."""
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
-    repo = Path(settings.ANNIHILATION_REPO)
+    repo = repo_local()
     with file_lock(f"worktree-{stripe(quantum_id)}"):
         if not path.exists():
             return False
@@ -433,13 +508,47 @@ def workspace_left_out(workspace: Path, *, limit: int = 200) -> list[str]:
 def worktree_path(quantum_id: int) -> Path:
     """Where a quantum's worktree is (or would be); the target repository in shared mode."""
     if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":
-        return Path(settings.ANNIHILATION_REPO)
+        return repo_local()
     return Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
 
 
-def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
+def workspace_commit(
+    *, workspace: Path, quantum_id: int, agent_id: str, role: str, fence: Fence | None = None
+) -> str:
     """Commit everything the agent changed but generated files (COMMIT_EXCLUDES and the
-    repository's .gitignore); returns the commit sha, or "" when nothing changed."""
+    repository's .gitignore); returns the commit sha, or "" when nothing changed.
+
+    With a central repository the commit is pushed to the quantum's central branch under the
+    quantum's lock across hosts (replayed on the tip another host pushed meanwhile), fenced by
+    the execution's `fence`; the sha returned is the one that landed there. StaleExecution
+    (nothing pushed) when another execution holds the agent now."""
+    if not repo_url():
+        return _commit(workspace, quantum_id, agent_id, role)
+    from core.locks import LockUnavailable
+    from psychonauts.central import commit_land, quantum_lock
+
+    try:
+        with quantum_lock(quantum_id):
+            sha = _commit(workspace, quantum_id, agent_id, role)
+            if not sha:
+                return ""
+            return commit_land(
+                workspace=workspace,
+                quantum_id=quantum_id,
+                fence=fence,
+                commit=sha,
+                author=f"psychonaut {agent_id}",
+                message=_commit_message(quantum_id, agent_id, role),
+            )
+    except LockUnavailable as exc:
+        raise WorkspaceError(f"q-{quantum_id}: no push: {exc}") from exc
+
+
+def _commit_message(quantum_id: int, agent_id: str, role: str) -> str:
+    return f"q-{quantum_id}: {agent_id} ({role})"
+
+
+def _commit(workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
     with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
         exclude = f"core.excludesFile={excludes_file(workspace)}"
         git("-c", exclude, "add", "-A", cwd=workspace)
@@ -452,7 +561,7 @@ def workspace_commit(*, workspace: Path, quantum_id: int, agent_id: str, role: s
                 "core.abbrev=40",
                 "commit",
                 "-m",
-                f"q-{quantum_id}: {agent_id} ({role})",
+                _commit_message(quantum_id, agent_id, role),
                 cwd=workspace,
                 author=f"psychonaut {agent_id}",
             )

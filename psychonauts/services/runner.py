@@ -19,6 +19,7 @@ from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
 from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry
+from psychonauts.central import Fence, StaleExecution
 from psychonauts.checkpoint import (
     TurnCompletion,
     TurnRecord,
@@ -64,6 +65,7 @@ from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
     git,
+    repo_url,
     workspace_commit,
     workspace_prepare,
     workspace_ready,
@@ -120,7 +122,12 @@ class Runner:
                 .get()
             )
             self.wave = WaveBudget(wave_id, limit)
-        self._workspace: Future[Path] | Path = workspace_prepare(quantum_id=run.quantum_id)
+        # A central repository: this execution's hold on the agent there (taken with the
+        # worktree; its pushes are refused once another execution takes the agent over).
+        self.fence = Fence(run.agent_id, note=f"attempt {run.attempt}") if repo_url() else None
+        self._workspace: Future[Path] | Path = workspace_prepare(
+            quantum_id=run.quantum_id, fence=self.fence
+        )
         self.tools = tools_for(list(role.allowed_tools))
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self._stream = TextStream()  # the model's deltas, let out redacted and by whole lines
@@ -132,7 +139,9 @@ class Runner:
     def workspace(self) -> Path:
         """The run's working tree, once ready (WorkspaceError if it could not be made)."""
         if isinstance(self._workspace, Future):
-            self._workspace = workspace_ready(self._workspace, quantum_id=self.run.quantum_id)
+            self._workspace = workspace_ready(
+                self._workspace, quantum_id=self.run.quantum_id, fence=self.fence
+            )
         return self._workspace
 
     # events -------------------------------------------------------------------------------
@@ -517,12 +526,16 @@ class Runner:
         verdict (a role with `report_verdict`), end the run. None: the verification failed and
         its corrective message is now the turn's reply; the loop goes on."""
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
-        sha = workspace_commit(
-            workspace=self.workspace,
-            quantum_id=self.run.quantum_id,
-            agent_id=self.run.agent_id,
-            role=self.run.role,
-        )
+        try:
+            sha = workspace_commit(
+                workspace=self.workspace,
+                quantum_id=self.run.quantum_id,
+                agent_id=self.run.agent_id,
+                role=self.run.role,
+                fence=self.fence,
+            )
+        except StaleExecution as exc:
+            return self.stale(str(exc))
         if sha:
             text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
             self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
@@ -599,6 +612,16 @@ class Runner:
             author_kind=AuthorKind.PSYCHONAUT,
         )
         return self.finish(AgentStatus.DONE, result=result)
+
+    def stale(self, reason: str) -> Outcome:
+        """This execution lost its agent to another one (taken over on another host while this
+        one was presumed dead): its commit did not land, and the run's end is the other
+        execution's to record. The outcome is what the row holds now."""
+        registry.registry_remove(self.run.pk)
+        self.emit("stale", reason=reason)
+        self.flush_events()
+        self.run.refresh_from_db(fields=["status", "result", "error"])
+        return run_outcome(self.run)
 
     def finish(self, status: str, *, result: str = "", error: str = "") -> Outcome:
         """End the run with `status` (done or error), unless someone else ended it first."""

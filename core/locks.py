@@ -1,0 +1,152 @@
+"""Locks across hosts, in Redis: one holder at a time for work that several machines share (a
+quantum's pushes to the central repository, the merge queue's consumer, an improving pass).
+
+A lock is a key set with NX and a TTL, its value the holder's own token: it is released only by
+its holder (a Lua compare-and-delete) and renewed by a thread while held, so a long holder keeps
+it and a dead one loses it within the TTL. Each acquisition also draws a fencing token (INCR of a
+counter beside the key): a later holder always has a larger one while Redis lives. The counter
+restarts with Redis, and a holder paused past its TTL may still believe it holds the lock, so
+what the lock guards must carry its own compare-and-set: for the central repository that is
+git's (`push --force-with-lease`, and the agent's fence ref, psychonauts/central.py).
+
+Redis unavailable (a restart): acquiring keeps trying until `wait_s` has passed, then raises
+LockUnavailable; a holder whose key vanished takes it back unless someone else has it by then
+(`lost` tells).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+
+import redis
+
+from core.errors import AnnihilationError
+from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
+
+# Delete, or extend, the key only while it still holds our token (one round trip each).
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+_RENEW = (
+    "local v = redis.call('get', KEYS[1]) "
+    "if v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end "
+    "if not v then if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end end "
+    "return 0"
+)
+
+
+class LockUnavailable(AnnihilationError):
+    """The lock could not be had within its wait: another holder kept it, or Redis was down."""
+
+
+class RedisLock:
+    """`with RedisLock("name", ttl_s=30, wait_s=60) as lock: ... lock.fencing ...`.
+
+    `wait_s`: how long to keep trying (0: one try; `held` tells, no error). Not reentrant."""
+
+    def __init__(
+        self, name: str, *, ttl_s: float = 30.0, wait_s: float = 60.0, poll_s: float = 0.05
+    ) -> None:
+        self.key = f"locks:{name}"
+        self.ttl_ms = max(100, int(ttl_s * 1000))
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:16]}"
+        self.held = False
+        self.fencing = 0
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def lost(self) -> bool:
+        """Another holder took the key while this one held it (its TTL ran out unrenewed)."""
+        return self._lost.is_set()
+
+    def acquire(self) -> bool:
+        deadline = time.monotonic() + self.wait_s
+        delay = self.poll_s
+        failure = ""
+        while True:
+            try:
+                client = get_redis()
+                if client.set(self.key, self.token, nx=True, px=self.ttl_ms):
+                    self.fencing = int(client.incr(f"{self.key}:fencing"))
+                    self.held = True
+                    break
+                failure = "held by another holder"
+                delay = self.poll_s
+            except redis.RedisError as exc:
+                failure = f"Redis unavailable ({exc})"
+                delay = min(delay * 2, 1.0)
+            if time.monotonic() + delay > deadline:
+                if self.wait_s <= 0 and failure == "held by another holder":
+                    return False
+                raise LockUnavailable(
+                    f"lock {self.key} not acquired within {self.wait_s:.0f}s: {failure}"
+                )
+            time.sleep(delay)
+        self._renewer = threading.Thread(target=self._renew, name=f"lock-{self.key}", daemon=True)
+        self._renewer.start()
+        return True
+
+    def _renew(self) -> None:
+        interval = self.ttl_ms / 3000
+        while not self._stop.wait(interval):
+            try:
+                kept = get_redis().eval(_RENEW, 1, self.key, self.token, self.ttl_ms)
+            except redis.RedisError:
+                logger.warning("lock %s: Redis unavailable, renewing later", self.key)
+                continue
+            if not kept:
+                logger.warning("lock %s: taken by another holder", self.key)
+                self._lost.set()
+                return
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        try:
+            get_redis().eval(_RELEASE, 1, self.key, self.token)
+        except redis.RedisError:
+            logger.warning("lock %s: Redis unavailable, left to its TTL", self.key)
+
+    def __enter__(self) -> RedisLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+@contextmanager
+def redis_lock_try(name: str, *, ttl_s: float = 60.0) -> Iterator[bool]:
+    """A RedisLock without waiting: True when held (for the block), False when another holder
+    has it. Redis unavailable: False too (the caller's work is skipped, as when busy)."""
+    lock = RedisLock(name, ttl_s=ttl_s, wait_s=0)
+    try:
+        held = lock.acquire()
+    except LockUnavailable:
+        held = False
+    try:
+        yield held
+    finally:
+        lock.release()

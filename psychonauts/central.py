@@ -1,0 +1,441 @@
+"""The central repository: ANNIHILATION_REPO given as a URL, shared by workers on several hosts.
+
+Two modes, by the form of the setting (validated and normalised in settings.py: a local path
+is an absolute Path, a URL a str):
+- a local path: git runs in that repository; nothing is fetched or pushed (one host);
+- a URL (`ssh://`, `https://`, `git://`, `file://`, `user@host:path`): each host works in its
+  own clone (ANNIHILATION_CLONE, made on first use), whose remote `origin` is the central
+  repository. Its `refs/remotes/origin/<branch>` are the central branches as last fetched;
+  the clone's own branches are the worktrees' (`annihilation/q-<id>`).
+
+A stage fetches its quantum's branch before its agent starts, and the agent's commit is pushed
+by one atomic push that names what it replaces (`--force-with-lease`): the branch's tip as
+fetched, and the agent's fence. The fence is a ref per agent, `refs/annihilation/fence/<agent>`,
+pointing at a blob unique to one execution: an execution writes a new one when it starts (it
+holds the agent's lease, bursts/leases.py), and each push moves it on from the value the
+execution wrote last. An execution taken over by another host (presumed dead, come back) finds
+the fence moved: its push is refused whole, its commit dropped (StaleExecution), and a replay
+of its push fails the same way. Pushes of one quantum are serialised across hosts by a Redis
+lock (core/locks.py); git's compare-and-set is what protects the branch if that lock fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from core.locks import RedisLock
+from psychonauts.errors import WorkspaceError
+from psychonauts.workspaces import (
+    _GIT_ENV as GIT_ENV,
+)
+from psychonauts.workspaces import (
+    branch_for,
+    file_lock,
+    git,
+    git_run,
+    repo_key,
+    repo_local,
+    repo_url,
+    stripe,
+)
+
+logger = logging.getLogger(__name__)
+
+REMOTE = "origin"
+FENCE_PREFIX = "refs/annihilation/fence/"
+# How many times a push whose branch moved under it (another host pushed between our fetch
+# and our push, e.g. after the quantum's lock expired) is replayed on the new tip.
+PUSH_RETRIES = 5
+_SAFE_REF = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class StaleExecution(WorkspaceError):
+    """This execution no longer holds its agent: another execution moved the agent's fence in
+    the central repository (the run was taken over). Its commit was not pushed."""
+
+
+class CentralConflict(WorkspaceError):
+    """The agent's commit does not apply on the branch as another agent left it centrally."""
+
+
+def clone_path() -> Path:
+    return Path(
+        getattr(settings, "ANNIHILATION_CLONE", "") or Path(settings.ANNIHILATION_HOME) / "clone"
+    )
+
+
+def clone_ensure(url: str) -> Path:
+    """This host's clone of the central repository (workspaces.repo_local): made on first use,
+    under a lock of this host, aside and renamed into place, so a clone is whole or absent.
+    `--no-checkout`: nobody works in the clone's own tree, only in worktrees of it."""
+    path = clone_path()
+    if (path / ".git").is_dir():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(f"clone-{repo_key()}"):
+        if (path / ".git").is_dir():
+            return path
+        aside = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        shutil.rmtree(aside, ignore_errors=True)  # a clone a dead process of ours began
+        _network("clone", "--quiet", "--no-checkout", url, str(aside), cwd=path.parent)
+        aside.rename(path)
+        logger.info("cloned the central repository into %s", path, extra={"clone": str(path)})
+    return path
+
+
+def _transient(proc: subprocess.CompletedProcess[str]) -> bool:
+    """A failure worth retrying: the network or the server, or a ref lock another process of
+    this host held for a moment; not a refusal (a push's porcelain lines) or a missing ref."""
+    text = proc.stderr.lower()
+    if "couldn't find remote ref" in text or "[rejected]" in proc.stdout or "atomic push" in text:
+        return False
+    return any(
+        s in text
+        for s in (
+            "unable to connect",
+            "could not read from remote",
+            "connection",
+            "timed out",
+            "the remote end hung up",
+            "early eof",
+            "cannot lock ref",
+            "unable to access",
+            "could not resolve host",
+            "temporary failure",
+            "broken pipe",
+            "network is unreachable",
+            "no route to host",
+        )
+    )
+
+
+def _network_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A git command that talks to the central repository, retried with backoff through
+    network failures for ANNIHILATION_CENTRAL_RETRY_S; its last run (the caller reads it)."""
+    budget = float(getattr(settings, "ANNIHILATION_CENTRAL_RETRY_S", 60.0))
+    deadline = time.monotonic() + budget
+    delay = 0.2
+    while True:
+        try:
+            proc = git_run(*args, cwd=cwd, timeout=max(budget, 10.0))
+        except subprocess.TimeoutExpired as exc:  # a connection that hangs (a partition)
+            proc = subprocess.CompletedProcess(list(args), 128, "", f"timed out: {exc}")
+        if proc.returncode == 0 or not _transient(proc) or time.monotonic() + delay > deadline:
+            return proc
+        logger.warning(
+            "central repository unreachable (git %s), retrying: %s",
+            args[0], proc.stderr.strip()[-200:],
+        )  # fmt: skip
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+def _network(*args: str, cwd: Path) -> str:
+    """`_network_run`, its output; WorkspaceError naming git's complaint when it failed."""
+    proc = _network_run(*args, cwd=cwd)
+    if proc.returncode != 0:
+        raise WorkspaceError(
+            f"git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[-600:]}"
+        )
+    return proc.stdout.strip()
+
+
+def tracking(branch: str) -> str:
+    """The ref that holds a central branch as last fetched (the branch itself in local mode)."""
+    return f"refs/remotes/{REMOTE}/{branch}" if repo_url() else branch
+
+
+def base_branch() -> str:
+    """The branch a quantum's new branch starts from, centrally: TETHER_TARGET_BRANCH, or the
+    central repository's HEAD branch (as the clone recorded it)."""
+    if settings.TETHER_TARGET_BRANCH:
+        return str(settings.TETHER_TARGET_BRANCH)
+    repo = repo_local()
+    found = git_run("symbolic-ref", "--short", f"refs/remotes/{REMOTE}/HEAD", cwd=repo)
+    if found.returncode == 0:
+        return found.stdout.strip().removeprefix(f"{REMOTE}/")
+    return git("symbolic-ref", "--short", "HEAD", cwd=repo)
+
+
+def fetch(branches: Iterable[str]) -> dict[str, str]:
+    """Fetch central branches into their tracking refs: {branch: its sha, "" when the central
+    repository has no such branch (its tracking ref is deleted)}. Local mode: {} and no git."""
+    wanted = list(dict.fromkeys(b for b in branches if b))
+    if not repo_url() or not wanted:
+        return {}
+    repo = repo_local()
+    missing: list[str] = []
+    present = list(wanted)
+    while present:
+        # One fetch for all; git refuses the whole fetch for one missing ref: drop it, again.
+        specs = [f"+refs/heads/{b}:{tracking(b)}" for b in present]
+        proc = _network_run(
+            "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", REMOTE, *specs, cwd=repo
+        )
+        if proc.returncode == 0:
+            break
+        gone = re.search(r"couldn't find remote ref refs/heads/(\S+)", proc.stderr)
+        if gone is None or gone.group(1) not in present:
+            raise WorkspaceError(f"git fetch failed in {repo}: {proc.stderr.strip()[-600:]}")
+        present.remove(gone.group(1))
+        missing.append(gone.group(1))
+    for branch in missing:
+        git_run("update-ref", "-d", tracking(branch), cwd=repo)
+    tips = dict.fromkeys(wanted, "")
+    if present:
+        listing = git(
+            "for-each-ref",
+            "--format=%(objectname) %(refname)",
+            *(tracking(b) for b in present),
+            cwd=repo,
+        )
+        by_ref = {ref: sha for sha, ref in (line.split(" ", 1) for line in listing.splitlines())}
+        for branch in present:
+            tips[branch] = by_ref.get(tracking(branch), "")
+    return tips
+
+
+# --- fences ---------------------------------------------------------------------------------
+@dataclass
+class Fence:
+    """One execution's hold on its agent in the central repository: the blob its fence ref must
+    point at for this execution's pushes to land. `sha` is "" until taken."""
+
+    agent_id: str
+    note: str = ""
+    sha: str = field(default="")
+
+    @property
+    def ref(self) -> str:
+        return fence_ref(self.agent_id)
+
+
+def fence_ref(agent_id: str) -> str:
+    return FENCE_PREFIX + _SAFE_REF.sub("_", agent_id)
+
+
+def _fence_blob(repo: Path, fence: Fence) -> str:
+    """A new object unique to this moment of this execution (a blob: nothing checks it out)."""
+    text = f"{fence.agent_id} {fence.note} {socket.gethostname()} {uuid.uuid4().hex}\n"
+    proc = git_run("hash-object", "-w", "--stdin", cwd=repo, input=text)
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git hash-object failed in {repo}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def fence_take(fence: Fence) -> str:
+    """Make this execution the agent's holder centrally: its fence ref now points at a new blob
+    (forced: the agent's lease and the run's start compare-and-set already chose this one)."""
+    repo = repo_local()
+    blob = _fence_blob(repo, fence)
+    _network("push", "--quiet", "--force", REMOTE, f"{blob}:{fence.ref}", cwd=repo)
+    fence.sha = blob
+    return blob
+
+
+# --- stage start ----------------------------------------------------------------------------
+def worktree_start(quantum_id: int) -> str:
+    """Where a quantum's new worktree starts on this host: its central branch's tip, or the
+    base's when the branch has no commit yet. WorkspaceError when neither exists."""
+    branch, base = branch_for(quantum_id), base_branch()
+    tips = fetch([branch, base])
+    start = tips.get(branch) or tips.get(base)
+    if not start:
+        raise WorkspaceError(f"the central repository {repo_url()} has neither {branch} nor {base}")
+    return start
+
+
+def worktree_sync(path: Path, *, quantum_id: int) -> None:
+    """Bring an existing worktree to its branch's central tip: fast-forward when behind; reset
+    to it when the local branch has commits the central one lacks (a push that was refused:
+    that work was fenced out). Files a sibling agent of this host is still editing are kept:
+    `merge --ff-only` and `reset --keep` refuse to overwrite them, and the worktree then stays
+    where it is (the next commit is replayed on the central tip anyway)."""
+    branch = branch_for(quantum_id)
+    tip = fetch([branch]).get(branch, "")
+    if not tip:
+        return
+    with file_lock(f"commit-{stripe(str(path.resolve()))}"):
+        head = git("rev-parse", "HEAD", cwd=path)
+        if head == tip:
+            return
+        behind = git_run("merge-base", "--is-ancestor", head, tip, cwd=path).returncode == 0
+        how = (
+            ("merge", "--ff-only", "--quiet", tip)
+            if behind
+            else ("reset", "--keep", "--quiet", tip)
+        )
+        proc = git_run(*how, cwd=path)
+        if proc.returncode != 0:
+            logger.warning(
+                "worktree %s stays at %s (central %s): %s",
+                path, head[:10], tip[:10], proc.stderr.strip()[-300:],
+                extra={"quantum_id": quantum_id},
+            )  # fmt: skip
+        elif not behind:
+            logger.info(
+                "worktree %s reset to the central tip %s (local commits were fenced out)",
+                path, tip[:10], extra={"quantum_id": quantum_id},
+            )  # fmt: skip
+
+
+# --- after a commit -------------------------------------------------------------------------
+def _replay(repo: Path, commit: str, onto: str, *, message: str, author: str) -> str:
+    """`commit` (one commit) applied on `onto` without touching any worktree: a three-way merge
+    of trees whose base is the commit's parent (git merge-tree of two synthetic commits over a
+    common root that holds the parent's tree), then a commit of the result on `onto`.
+    CentralConflict naming `onto` when both changed the same lines."""
+    env = {**os.environ, **_git_identity(author)}
+
+    def commit_tree(tree: str, *parents: str) -> str:
+        args = ["commit-tree", tree, *(a for p in parents for a in ("-p", p)), "-m", message]
+        proc = git_run(*args, cwd=repo, env=env)
+        if proc.returncode != 0:
+            raise WorkspaceError(f"git commit-tree failed in {repo}: {proc.stderr.strip()}")
+        return proc.stdout.strip()
+
+    root = commit_tree(f"{commit}^^{{tree}}")
+    ours = commit_tree(f"{onto}^{{tree}}", root)
+    theirs = commit_tree(f"{commit}^{{tree}}", root)
+    merged = git_run(
+        "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs, cwd=repo
+    )
+    lines = merged.stdout.split("\n")
+    if merged.returncode != 0:
+        if merged.returncode == 1:
+            files = ", ".join(f for f in lines[1:] if f)[:500]
+            subject = git("log", "-1", "--format=%h %s", onto, cwd=repo)
+            raise CentralConflict(
+                f"the commit conflicts with {subject} (pushed meanwhile by a sibling agent) "
+                f"in {files or 'the tree'}; nothing was pushed"
+            )
+        raise WorkspaceError(f"git merge-tree failed in {repo}: {merged.stderr.strip()}")
+    return commit_tree(lines[0].strip(), onto)
+
+
+def _git_identity(author: str) -> dict[str, str]:
+    return {**GIT_ENV, "GIT_AUTHOR_NAME": author} if author else dict(GIT_ENV)
+
+
+def _push(
+    repo: Path, *, branch: str, sha: str, expected: str, fence: Fence | None, new_fence: str
+) -> tuple[bool, str]:
+    """One atomic push of the branch (and the fence moved on): (landed, why not: "fence",
+    "branch" or git's message). Network failures are retried by `_network`."""
+    args = [
+        "push",
+        "--porcelain",
+        "--atomic",
+        f"--force-with-lease=refs/heads/{branch}:{expected}",
+    ]
+    refspecs = [f"{sha}:refs/heads/{branch}"]
+    if fence is not None:
+        args.append(f"--force-with-lease={fence.ref}:{fence.sha}")
+        refspecs.append(f"{new_fence}:{fence.ref}")
+    proc = _network_run(*args, REMOTE, *refspecs, cwd=repo)
+    if proc.returncode == 0:
+        return True, ""
+    # Porcelain: "!<TAB>src:dst<TAB>[rejected] (stale info)" for the lease that failed; the other
+    # ref of the atomic push says "(atomic push failed)".
+    for line in proc.stdout.splitlines():
+        if line.startswith("!") and "(atomic push failed)" not in line:
+            return False, "fence" if fence is not None and line.split("\t")[1].endswith(
+                ":" + fence.ref
+            ) else "branch"
+    raise WorkspaceError(f"git push failed in {repo}: {proc.stderr.strip()[-600:]}")
+
+
+def _landed(repo: Path, *, branch: str, sha: str, fence: Fence | None, new_fence: str) -> bool:
+    """Whether a push whose answer was lost (the network) landed after all: the central
+    branch is at `sha` and the fence at `new_fence` (the push was atomic: both or neither)."""
+    refs = [f"refs/heads/{branch}", *([fence.ref] if fence is not None else [])]
+    listing = _network("ls-remote", REMOTE, *refs, cwd=repo)
+    found = {ref: oid for oid, ref in (line.split("\t", 1) for line in listing.splitlines())}
+    return found.get(f"refs/heads/{branch}") == sha and (
+        fence is None or found.get(fence.ref) == new_fence
+    )
+
+
+def commit_land(
+    *,
+    workspace: Path,
+    quantum_id: int,
+    fence: Fence | None,
+    commit: str,
+    author: str,
+    message: str,
+) -> str:
+    """Push a commit just made in the worktree to the quantum's central branch; the sha as it
+    landed (replayed on the central tip when another agent pushed meanwhile). The caller holds
+    the quantum's commit lock. StaleExecution: the fence moved, nothing landed, and the local
+    branch is back at the central tip. CentralConflict: the commit does not apply on it."""
+    repo = repo_local()
+    branch = branch_for(quantum_id)
+    parent = git("rev-parse", f"{commit}^", cwd=workspace)
+    for _ in range(PUSH_RETRIES):
+        central = fetch([branch]).get(branch, "")
+        sha = (
+            commit
+            if central in ("", parent)
+            else _replay(repo, commit, central, message=message, author=author)
+        )
+        new_fence = _fence_blob(repo, fence) if fence is not None else ""
+        try:
+            landed, why = _push(
+                repo, branch=branch, sha=sha, expected=central, fence=fence, new_fence=new_fence
+            )
+        except WorkspaceError:
+            if not _landed(repo, branch=branch, sha=sha, fence=fence, new_fence=new_fence):
+                raise
+            landed, why = True, ""
+        if landed:
+            if fence is not None:
+                fence.sha = new_fence
+            if sha != commit:
+                _worktree_move(workspace, sha, quantum_id=quantum_id)
+            return sha
+        if why == "fence":
+            back = central or fetch([base_branch()]).get(base_branch(), "")
+            if back:
+                _worktree_move(workspace, back, quantum_id=quantum_id)
+            raise StaleExecution(
+                f"{fence.agent_id if fence else 'agent'}: another execution holds the agent "
+                f"now (its fence moved in the central repository); commit {commit[:10]} dropped"
+            )
+        logger.info(
+            "central %s moved under a push; replaying", branch, extra={"quantum_id": quantum_id}
+        )
+    raise WorkspaceError(f"central branch {branch} kept moving: nothing pushed")
+
+
+def _worktree_move(workspace: Path, sha: str, *, quantum_id: int) -> None:
+    """The worktree's branch to `sha`, keeping files other agents of this host are editing
+    (`reset --keep`; when it refuses, the worktree stays and the next commit is replayed)."""
+    with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
+        proc = git_run("reset", "--keep", "--quiet", sha, cwd=workspace)
+    if proc.returncode != 0:
+        logger.warning(
+            "worktree %s not moved to %s: %s", workspace, sha[:10], proc.stderr.strip()[-300:],
+            extra={"quantum_id": quantum_id},
+        )  # fmt: skip
+
+
+def quantum_lock(quantum_id: int) -> RedisLock:
+    """The quantum's pushes, one at a time across hosts (fan-out siblings may run anywhere)."""
+    return RedisLock(
+        f"central:commit:{repo_key()}:{quantum_id}",
+        ttl_s=30.0,
+        wait_s=float(getattr(settings, "ANNIHILATION_CENTRAL_LOCK_WAIT_S", 120.0)),
+    )
