@@ -6,15 +6,24 @@
     chain(a, b, chord([c, d, e], f)).
 
 Both run on the same broker and the same workers (started here, killed at the end). Prints
-agent-stages per second for both, the ratio, and the time from `wave_start` to the first agent
-running (for a 1-quantum wave, and within the large waves).
+agent-stages per second for both, the ratio, the CPU each agent stage costs (the whole
+machine's, from /proc/stat, and the workers' own), and the time from `wave_start` to the first
+agent running (for a 1-quantum wave, and within the large waves).
+
+With `--peers`, the same DAG per quantum also runs, in the same run and on the same Postgres
+server, on durable engines a user could pick instead (bench/peers/: DBOS, procrastinate), each
+with as many worker processes as Celery gets. `--json` prints one object keyed by wave size,
+each holding agent stages per second under `raw_celery`, `manager` and each peer, and the
+machine CPU per stage (ms) under `cpu_ms_per_stage`.
 
     python bench/wave_overhead.py [--sizes 200 1000] [--workers 2] [--pool solo]
+        [--peers [dbos procrastinate]] [--peer-concurrency 1] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import signal
@@ -28,6 +37,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._setup import scratch_dir
+from bench.peers import PEERS, Machine, PeerMissing, PeerRun, installed, process_cpu
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
 os.environ["ANNIHILATION_BURSTS_EXECUTOR"] = "noop"
@@ -48,6 +58,9 @@ from annihilation.celery import app
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS_PER_QUANTUM = 6
+# The workers log as in production (INFO: every task received and done) to this file rather
+# than to the terminal, where they would bury the figures.
+WORKER_LOG = Path(os.environ.get("ANNIHILATION_HOME", ROOT / ".annihilation")) / "bench-workers.log"
 
 
 @app.task(name="bench.noop", ignore_result=False)
@@ -55,20 +68,25 @@ def noop(*args: object) -> None:
     return None
 
 
-def start_workers(count: int, pool: str) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    count: int, pool: str, imports: list[str] | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """`count` workers that also import this module (its no-op task) and `imports`."""
     extra = os.environ.get("PYTHONPATH", "")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}:{extra}"}
     procs = []
+    WORKER_LOG.parent.mkdir(parents=True, exist_ok=True)
+    log = WORKER_LOG.open("wb")
     for n in range(count):
         cmd = [
             sys.executable, "-m", "celery", "-A", "annihilation", "worker", "-P", pool,
-            "-n", f"bench{n}-{os.getpid()}@%h", "-I", "wave_overhead", "-l", "error",
+            "-n", f"bench{n}-{os.getpid()}@%h", "-I", ",".join(["wave_overhead", *(imports or [])]), "-l", "error",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
         if pool != "solo":
             cmd += ["-c", "1"]
         procs.append(
-            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=None)
+            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -142,8 +160,9 @@ def ensure_pipeline() -> None:
     )
 
 
-def run_wave(n: int) -> tuple[float, float]:
-    """(agent-stages per second, seconds from wave_start to the first agent running)."""
+def run_wave(n: int, pids: list[int] | None = None) -> tuple[PeerRun, float]:
+    """(agent stages per second and CPU per stage on the workers `pids`, seconds from
+    wave_start to the first agent running)."""
     from django.db.models import Min
 
     from bursts.models import WAVE_TERMINAL, AgentRun, Wave
@@ -154,22 +173,26 @@ def run_wave(n: int) -> tuple[float, float]:
     from django.utils import timezone
 
     started = timezone.now()
+    cpu0, machine0 = process_cpu(pids or []), Machine.now()
     t0 = time.perf_counter()
     wave = wave_start(labels=[label], started_by="bench")
     while Wave.objects.filter(pk=wave.pk).values_list("status", flat=True)[0] not in WAVE_TERMINAL:
         time.sleep(0.05)
     elapsed = time.perf_counter() - t0
+    machine, cpu = Machine.now().since(machine0), process_cpu(pids or []) - cpu0
     wave.refresh_from_db()
     assert wave.status == "done", (wave.status, wave.error)
     first = AgentRun.objects.filter(quantum_run__wave=wave).aggregate(m=Min("started_at"))["m"]
     agents = AgentRun.objects.filter(quantum_run__wave=wave, status="done").count()
     assert agents == n * AGENTS_PER_QUANTUM, agents
-    return agents / elapsed, (first - started).total_seconds()
+    run = PeerRun(agents / elapsed, machine / agents * 1000, cpu / agents * 1000)
+    return run, (first - started).total_seconds()
 
 
-def run_raw(n: int) -> float:
+def run_raw(n: int, pids: list[int]) -> PeerRun:
     from celery import chain, chord, group
 
+    cpu0, machine0 = process_cpu(pids), Machine.now()
     t0 = time.perf_counter()
     results = [
         chain(
@@ -187,7 +210,20 @@ def run_raw(n: int) -> float:
             if time.monotonic() > deadline:
                 raise SystemExit("raw Celery canvases did not finish in 600 s")
             time.sleep(0.002)
-    return n * AGENTS_PER_QUANTUM / (time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    machine, cpu = Machine.now().since(machine0), process_cpu(pids) - cpu0
+    stages = n * AGENTS_PER_QUANTUM
+    return PeerRun(stages / elapsed, machine / stages * 1000, cpu / stages * 1000)
+
+
+def run_peer(peer: str, n: int, *, workers: int, concurrency: int) -> PeerRun:
+    if peer == "dbos":
+        from bench.peers import dbos_peer
+
+        return dbos_peer.run(n, workers=workers, concurrency=concurrency)
+    from bench.peers import procrastinate_peer
+
+    return procrastinate_peer.run(n, workers=workers, concurrency=concurrency)
 
 
 def main() -> None:
@@ -195,37 +231,95 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--pool", default="solo", choices=["solo", "threads", "prefork"])
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        choices=PEERS,
+        default=None,
+        help="durable peers to run too (all of them when none is named)",
+    )
+    parser.add_argument(
+        "--peer-concurrency",
+        type=int,
+        default=1,
+        help="jobs or quantum workflows one peer worker process runs at once (default 1, as a"
+        " solo Celery worker runs one task at a time)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    peers = list(PEERS if args.peers == [] else args.peers or [])
+    missing = [p for p in peers if not installed(p)]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)}: not installed; pip install -e '.[peers]'")
+    # With --json, stdout holds the JSON alone; the table goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
 
     from _setup import django_bench_db  # type: ignore[import-not-found]
 
     django_bench_db("annihilation_bench_waves")
     from django.conf import settings
 
-    print(f"DEBUG={settings.DEBUG} workers={args.workers} pool={args.pool}")
+    print(
+        f"DEBUG={settings.DEBUG} workers={args.workers} pool={args.pool}"
+        + (f" peers={','.join(peers)} x{args.peer_concurrency} each" if peers else ""),
+        file=out,
+    )
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}", file=out)
+    print(f"workers' log: {WORKER_LOG}", file=out)
     ensure_pipeline()
     procs = start_workers(args.workers, args.pool)
+    pids = [p.pid for p in procs]
+    figures: dict[str, dict[str, object]] = {}
     try:
         run_wave(1)  # warm-up: imports, connections
         settle()
         small = sorted(run_wave(1)[1] for _ in range(5))
         print(
-            f"start_wave -> first agent running (1-quantum wave, median of 5): {small[2] * 1000:.0f} ms"
+            f"start_wave -> first agent running (1-quantum wave, median of 5): {small[2] * 1000:.0f} ms",
+            file=out,
         )
         print(
-            f"{'N':>6} {'manager stages/s':>17} {'raw celery stages/s':>20} {'ratio':>6} {'first agent':>12}"
+            f"{'N':>6} {'engine':>14} {'stages/s':>9} {'machine CPU/stage':>18}"
+            f" {'workers CPU/stage':>18} {'vs manager':>11}",
+            file=out,
         )
         for n in args.sizes:
             settle()
-            raw = run_raw(n)
+            runs: dict[str, PeerRun] = {"raw_celery": run_raw(n, pids)}
             settle()
-            managed, first = run_wave(n)
+            runs["manager"], first = run_wave(n, pids)
+            for peer in peers:
+                settle()
+                runs[peer] = run_peer(
+                    peer, n, workers=args.workers, concurrency=args.peer_concurrency
+                )
+            manager = runs["manager"].stages_per_s
+            for engine, run in runs.items():
+                print(
+                    f"{n:>6} {engine:>14} {run.stages_per_s:>9.0f} {run.machine_ms:>15.2f} ms"
+                    f" {run.worker_ms:>15.2f} ms {run.stages_per_s / manager:>10.2f}x",
+                    file=out,
+                )
+            raw = runs["raw_celery"].stages_per_s
             print(
-                f"{n:>6} {managed:>17.0f} {raw:>20.0f} {raw / managed:>5.2f}x {first * 1000:>9.0f} ms"
+                f"{n:>6} raw Celery / manager {raw / manager:.2f}x; first agent in the wave"
+                f" {first * 1000:.0f} ms; load {os.getloadavg()[0]:.2f}",
+                file=out,
             )
+            figures[str(n)] = {
+                **{engine: round(run.stages_per_s, 1) for engine, run in runs.items()},
+                "cpu_ms_per_stage": {
+                    engine: round(run.machine_ms, 2) for engine, run in runs.items()
+                },
+                "load": round(os.getloadavg()[0], 2),
+            }
         settle(timeout=120)  # leave no review tasks behind for the next run
+    except PeerMissing as exc:
+        raise SystemExit(str(exc)) from None
     finally:
         stop_workers(procs)
+    if args.json:
+        print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":
