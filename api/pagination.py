@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -98,8 +98,11 @@ def keyset_page(
     order: Sequence[str],
     cursor: str | None,
     limit: int,
+    fetch: Callable[[QuerySet[M], int], list[M]] | None = None,
 ) -> Page[M]:
-    """A page of `qs` in `order` (field names, "-" for descending, the last one unique)."""
+    """A page of `qs` in `order` (field names, "-" for descending, the last one unique).
+    `fetch(qs, n)` reads the first `n` rows of the ordered query after the cursor (a slice
+    unless given: a search reads them its own way)."""
     qs = qs.order_by(*order)
     names = [o.lstrip("-") for o in order]
     if cursor:
@@ -108,7 +111,7 @@ def keyset_page(
             raise BadCursor("the cursor is damaged")
         values = [_typed(qs, name, raw) for name, raw in zip(names, keys, strict=True)]
         qs = qs.filter(_after(qs, order, names, values))
-    rows = list(qs[: limit + 1])
+    rows = fetch(qs, limit + 1) if fetch is not None else list(qs[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = (

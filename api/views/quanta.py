@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from ninja import Field, Query, Router, Schema
 
@@ -25,7 +26,7 @@ from api.schemas import (
 from api.views.common import atomic_call, created, dump, page_size
 from quanta.importer import quanta_import
 from quanta.models import Quantum
-from quanta.selectors import quanta_browse, quantum_get
+from quanta.selectors import quanta_browse, quanta_search_in_order, quantum_get
 from quanta.services import QuantumChanges, quantum_close, quantum_create, quantum_update
 
 router = Router(tags=["quanta"])
@@ -71,28 +72,37 @@ def quanta_list_view(request: HttpRequest, filters: Query[QuantaFilters]) -> dic
     return {"items": page.items, "next_cursor": page.next_cursor}
 
 
+def _browse(filters: QuantaFilters, query: str = "") -> QuerySet[Quantum]:
+    return quanta_browse(
+        query=query,
+        status=filters.status,
+        label=filters.label,
+        priority=filters.priority,
+        kind=filters.kind,
+    )
+
+
 @router.get("/quanta/search", response={200: SearchPage, **ERRORS}, auth=read_auth)
 def quanta_search_view(request: HttpRequest, filters: Query[SearchFilters]) -> dict[str, Any]:
     """Full-text search over title, body and comments, with the same filters as the list. Each
     hit carries its rank; `order=rank` sorts by it, best match first."""
     limit = page_size(filters.limit)
     listing = listing_id("quanta-search", filters.model_dump(exclude={"cursor", "limit"}))
-    matches = quanta_browse(
-        query=filters.q,
-        status=filters.status,
-        label=filters.label,
-        priority=filters.priority,
-        kind=filters.kind,
-    )
     if filters.order == "priority":
-        # The list's index walked from the cursor, each row tested against the query: the
-        # rank is computed for the rows returned only.
+        # The listing walked from the cursor; quanta_search_in_order reads its rows against
+        # the query and ranks only the rows returned.
         page = keyset_page(
-            matches, listing=listing, order=ORDER, cursor=filters.cursor, limit=limit
+            _browse(filters),
+            listing=listing,
+            order=ORDER,
+            cursor=filters.cursor,
+            limit=limit,
+            fetch=lambda qs, n: quanta_search_in_order(quanta=qs, query=filters.q, count=n),
         )
         rows, next_cursor = page.items, page.next_cursor
     else:
         offset = offset_of(filters.cursor, listing=listing)
+        matches = _browse(filters, query=filters.q)
         rows = list(matches[offset : offset + limit + 1])
         more = len(rows) > limit
         rows = rows[:limit]

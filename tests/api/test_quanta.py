@@ -10,6 +10,7 @@ import pytest
 
 from api.models import IdempotentResponse
 from core.metrics import VALIDATION_FAILURES
+from quanta import selectors as quanta_selectors
 from quanta.models import Dependency, Quantum
 from tests.api.conftest import ApiClient, assert_problem
 from tests.factories import make_quantum
@@ -111,6 +112,37 @@ def test_it_searches_best_match_first_and_pages_the_hits(reader: ApiClient) -> N
         ]
         == other.pk
     )
+
+
+@pytest.mark.parametrize("window", [1, 2, 20])
+@pytest.mark.parametrize(
+    ("q", "label"), [("deploy", "ops"), ("rollback", None), ("rollback", "ops")]
+)
+def test_search_pages_with_a_filter_have_no_duplicates_or_gaps(
+    reader: ApiClient, monkeypatch: Any, window: int, q: str, label: str | None
+) -> None:
+    # Rows per page asked for that the search reads of the listing before it turns to the
+    # full-text index: 1 and 2 send the rare queries there, 20 answers them from the walk.
+    monkeypatch.setattr(quanta_selectors, "IN_ORDER_WINDOW_PER_ROW", window)
+    made = [
+        make_quantum(
+            f"deploy step {i}",
+            body="rollback plan" if i % 6 == 3 else "plain",
+            priority=(i * 7) % 5,
+            labels=["ops" if i % 3 == 0 else "dev"],
+        )
+        for i in range(24)
+    ]
+    expected = [
+        quantum.pk
+        for quantum in sorted(made, key=lambda m: (m.priority, m.created_at, m.pk))
+        if q in f"{quantum.title} {quantum.body}" and (label is None or label in quantum.labels)
+    ]
+    assert expected  # every case finds something
+    params = {"q": q, "limit": 2, **({"label": label} if label else {})}
+    pages = all_pages(reader, "/api/quanta/search", **params)
+    assert [pk for page in pages for pk in page] == expected
+    assert all(len(page) == 2 for page in pages[:-1])
 
 
 def test_it_refuses_a_search_it_cannot_parse(reader: ApiClient) -> None:

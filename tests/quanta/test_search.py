@@ -1,0 +1,126 @@
+"""Search's bounded query paths: in the list's order (a walk of the listing, or the full-text
+index when the query is rare in it) and best match first (every match ranked, or a broad
+query's newest matches); each path returns exactly the rows its definition names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from quanta import selectors
+from quanta.models import Quantum
+from quanta.services import search_refresh
+from tests.factories import make_quantum
+
+pytestmark = pytest.mark.django_db
+
+ORDER = ("priority", "created_at", "id")
+
+
+def backlog() -> list[Quantum]:
+    """24 quanta over three labels and five priorities: "common" in every title; in the bodies
+    "rare" (quanta 3, 9, 15 and 21, all labelled red), "teamwork" (every red one) and
+    "forgotten" (quanta 0 and 17)."""
+    made = []
+    for i in range(24):
+        label = ["red", "green", "blue"][i % 3]
+        words = [
+            "rare" if i % 6 == 3 else "plain",
+            "teamwork" if label == "red" else "",
+            "forgotten" if i in (0, 17) else "",
+        ]
+        made.append(
+            make_quantum(
+                f"common task {i}", body=" ".join(words), priority=(i * 7) % 5, labels=[label]
+            )
+        )
+    return made
+
+
+def expected_in_order(query: str, label: str | None = None) -> list[int]:
+    tsquery = SearchQuery(selectors.search_to_tsquery(query), search_type="raw", config="english")
+    qs = Quantum.objects.filter(search_vector=tsquery).order_by(*ORDER)
+    if label is not None:
+        qs = qs.filter(labels__contains=[label])
+    return list(qs.values_list("id", flat=True))
+
+
+def in_order(query: str, *, count: int, label: str | None = None) -> tuple[list[int], int]:
+    listing = selectors.quanta_browse(label=label).order_by(*ORDER)
+    with CaptureQueriesContext(connection) as queries:
+        rows = selectors.quanta_search_in_order(quanta=listing, query=query, count=count)
+    assert all(getattr(row, "rank") > 0 for row in rows)  # noqa: B009
+    return [row.pk for row in rows], len(queries.captured_queries)
+
+
+def test_it_walks_the_listing_when_the_query_is_common_in_it(monkeypatch: Any) -> None:
+    backlog()
+    monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 2)
+    found, queries = in_order("common", count=4)
+    assert found == expected_in_order("common")[:4]
+    assert queries == 1
+
+
+def test_it_turns_to_the_index_when_the_query_is_rare_in_the_listing(monkeypatch: Any) -> None:
+    backlog()
+    monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 2)
+    # The first 6 rows of the listing (priority 0, then 1) hold 2 of the 4 "rare" quanta.
+    found, queries = in_order("rare", count=3)
+    assert found == expected_in_order("rare")[:3]
+    assert queries == 2
+    # Red, in order: 0, 15, 3, 18, 21, ...; a window of 3 holds 2 of its "rare" quanta.
+    monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 1)
+    found, queries = in_order("rare", count=3, label="red")
+    assert found == expected_in_order("rare", label="red")[:3]
+    assert queries == 2
+
+
+def test_it_answers_from_the_walk_when_the_listing_ends_inside_the_window() -> None:
+    backlog()
+    found, queries = in_order("rare", count=10)
+    assert found == expected_in_order("rare")
+    assert queries == 1
+
+
+def ranked(query: str, among: list[int] | None = None) -> list[tuple[int, float]]:
+    tsquery = SearchQuery(selectors.search_to_tsquery(query), search_type="raw", config="english")
+    qs = Quantum.objects.filter(search_vector=tsquery)
+    if among is not None:
+        qs = qs.filter(pk__in=among)
+    qs = qs.annotate(rank=SearchRank(F("search_vector"), tsquery)).order_by(
+        "-rank", "priority", "id"
+    )
+    return [(q.pk, float(q.rank)) for q in qs]
+
+
+def hits(query: str, limit: int) -> list[tuple[int, float]]:
+    return [(h.quantum.pk, h.rank) for h in selectors.quanta_search(query=query, limit=limit)]
+
+
+def test_a_broad_query_is_ranked_over_its_newest_matches(settings: Any) -> None:
+    made = backlog()
+    # A body that outranks every other match of "common", made first: among the oldest.
+    Quantum.objects.filter(pk=made[0].pk).update(title="common common common")
+    search_refresh([made[0].pk])
+    settings.SEARCH_RANK_CANDIDATES = 4
+    newest = sorted((q.pk for q in made), reverse=True)[:4]
+    assert hits("common", limit=3) == ranked("common", among=newest)[:3]
+    assert made[0].pk not in [pk for pk, _ in hits("common", limit=3)]
+    # With room for every match, the best one overall comes first.
+    settings.SEARCH_RANK_CANDIDATES = 100
+    assert hits("common", limit=3) == ranked("common")[:3]
+    assert hits("common", limit=3)[0][0] == made[0].pk
+
+
+def test_a_query_rare_among_the_newest_is_ranked_over_every_match(settings: Any) -> None:
+    made = backlog()
+    settings.SEARCH_RANK_CANDIDATES = 2
+    # "forgotten": one match among the newest 20 (2 * SEARCH_BROAD_DENSITY), one older.
+    assert selectors.SEARCH_BROAD_DENSITY == 10
+    assert hits("forgotten", limit=2) == ranked("forgotten")
+    assert {pk for pk, _ in hits("forgotten", limit=2)} == {made[0].pk, made[17].pk}
