@@ -19,8 +19,10 @@ from django.conf import settings
 from bursts.errors import ExecutorMisconfigured
 from core import metrics
 
-OutcomeStatus = Literal["done", "error", "waiting", "cancelled"]
-OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled"})
+# "stale": this execution lost the run to another one (taken over on another host while it was
+# presumed dead; psychonauts/central.py): the row is the other execution's, nothing is recorded.
+OutcomeStatus = Literal["done", "error", "waiting", "cancelled", "stale"]
+OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled", "stale"})
 
 
 class OutcomeDict(TypedDict):

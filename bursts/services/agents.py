@@ -57,7 +57,11 @@ def _result(agent: AgentRun | None, status: SlotStatus) -> SlotResult:
 
 def _record(agent: AgentRun, outcome: Outcome) -> AgentRun:
     """Write the outcome unless the attempt already ended (the runtime wrote it, or the manager
-    cancelled it meanwhile: keep what is there)."""
+    cancelled it meanwhile: keep what is there). A stale execution records nothing: the run is
+    another execution's now."""
+    if outcome.status == "stale":
+        agent.refresh_from_db()
+        return agent
     if outcome.status == "waiting":
         if agent_run_slot_wait(agent_run_id=agent.pk):
             agent.status = AgentStatus.WAITING
