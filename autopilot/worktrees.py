@@ -9,12 +9,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from psychonauts.workspaces import file_lock_try, git_run, registry_lock, scratch_worktree
+from psychonauts.central import shared_lock_try
+from psychonauts.workspaces import git_run, registry_lock, repo_local, scratch_worktree
 
 
 def verify_lock(goal_id: int) -> AbstractContextManager[bool]:
-    """One verification of a goal at a time (without waiting: True when held)."""
-    return file_lock_try(f"goal-verify-{goal_id}")
+    """One verification of a goal at a time, on any host (without waiting: True when held)."""
+    return shared_lock_try(f"goal-verify-{goal_id}")
 
 
 def scratch_at(goal_id: int, sha: str) -> Path:
@@ -25,4 +26,4 @@ def scratch_at(goal_id: int, sha: str) -> Path:
 def scratch_remove(where: Path) -> None:
     """The scratch worktree gone (its folder and git's record of it)."""
     with registry_lock(shared=True):
-        git_run("worktree", "remove", "--force", str(where), cwd=Path(settings.ANNIHILATION_REPO))
+        git_run("worktree", "remove", "--force", str(where), cwd=repo_local())

@@ -30,12 +30,13 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
-from core.locks import RedisLock
+from core.locks import RedisLock, redis_lock_try
 from psychonauts.errors import WorkspaceError
 from psychonauts.workspaces import (
     _GIT_ENV as GIT_ENV,
@@ -43,6 +44,7 @@ from psychonauts.workspaces import (
 from psychonauts.workspaces import (
     branch_for,
     file_lock,
+    file_lock_try,
     git,
     git_run,
     repo_key,
@@ -207,6 +209,16 @@ def fetch(branches: Iterable[str]) -> dict[str, str]:
     return tips
 
 
+def fetch_or_last(branches: Iterable[str]) -> None:
+    """`fetch` for a reader that can live with the last fetched state when the central
+    repository is unreachable (a page, a review's look at a branch): logged, not raised.
+    Whatever moves a branch afterwards does it by compare-and-set against the real tip."""
+    try:
+        fetch(branches)
+    except WorkspaceError as exc:
+        logger.warning("central repository not fetched, reading the last fetch: %s", exc)
+
+
 # --- fences ---------------------------------------------------------------------------------
 @dataclass
 class Fence:
@@ -263,32 +275,45 @@ def worktree_sync(path: Path, *, quantum_id: int) -> None:
     that work was fenced out). Files a sibling agent of this host is still editing are kept:
     `merge --ff-only` and `reset --keep` refuse to overwrite them, and the worktree then stays
     where it is (the next commit is replayed on the central tip anyway)."""
+    if _sync(path, quantum_id, reset=False):
+        return
+    # Ahead of the central tip: a sibling of this host may be between its commit and its push
+    # (it holds the quantum's lock). Under the lock, only a refused push is left to undo.
+    with quantum_lock(quantum_id):
+        _sync(path, quantum_id, reset=True)
+
+
+def _sync(path: Path, quantum_id: int, *, reset: bool) -> bool:
+    """One look: False when the worktree is ahead of the tip and `reset` is off."""
     branch = branch_for(quantum_id)
     tip = fetch([branch]).get(branch, "")
     if not tip:
-        return
+        return True
     with file_lock(f"commit-{stripe(str(path.resolve()))}"):
         head = git("rev-parse", "HEAD", cwd=path)
         if head == tip:
-            return
+            return True
         behind = git_run("merge-base", "--is-ancestor", head, tip, cwd=path).returncode == 0
+        if not behind and not reset:
+            return False
         how = (
             ("merge", "--ff-only", "--quiet", tip)
             if behind
             else ("reset", "--keep", "--quiet", tip)
         )
         proc = git_run(*how, cwd=path)
-        if proc.returncode != 0:
-            logger.warning(
-                "worktree %s stays at %s (central %s): %s",
-                path, head[:10], tip[:10], proc.stderr.strip()[-300:],
-                extra={"quantum_id": quantum_id},
-            )  # fmt: skip
-        elif not behind:
-            logger.info(
-                "worktree %s reset to the central tip %s (local commits were fenced out)",
-                path, tip[:10], extra={"quantum_id": quantum_id},
-            )  # fmt: skip
+    if proc.returncode != 0:
+        logger.warning(
+            "worktree %s stays at %s (central %s): %s",
+            path, head[:10], tip[:10], proc.stderr.strip()[-300:],
+            extra={"quantum_id": quantum_id},
+        )  # fmt: skip
+    elif not behind:
+        logger.info(
+            "worktree %s reset to the central tip %s (local commits were fenced out)",
+            path, tip[:10], extra={"quantum_id": quantum_id},
+        )  # fmt: skip
+    return True
 
 
 # --- after a commit -------------------------------------------------------------------------
@@ -439,3 +464,28 @@ def quantum_lock(quantum_id: int) -> RedisLock:
         ttl_s=30.0,
         wait_s=float(getattr(settings, "ANNIHILATION_CENTRAL_LOCK_WAIT_S", 120.0)),
     )
+
+
+def branch_push(branch: str, sha: str, *, expected: str) -> bool:
+    """Move a central branch from `expected` to `sha` (compare-and-set, `--force-with-lease`):
+    False when it is no longer at `expected`. The tracking ref follows (git's push does it)."""
+    repo = repo_local()
+    proc = _network_run(
+        *("push", "--porcelain", f"--force-with-lease=refs/heads/{branch}:{expected}"),
+        *(REMOTE, f"{sha}:refs/heads/{branch}"),
+        cwd=repo,
+    )
+    if proc.returncode == 0:
+        return True
+    if any(line.startswith("!") for line in proc.stdout.splitlines()):
+        return False
+    raise WorkspaceError(f"git push of {branch} failed in {repo}: {proc.stderr.strip()[-600:]}")
+
+
+def shared_lock_try(name: str, *, ttl_s: float = 60.0) -> AbstractContextManager[bool]:
+    """One holder of `name` among all the hosts that work on the repository, without waiting
+    (True when held): a Redis lock (renewed while held) for a central repository, this host's
+    file lock `name` for a local one."""
+    if repo_url():
+        return redis_lock_try(f"repo:{repo_key()}:{name}", ttl_s=ttl_s)
+    return file_lock_try(name)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from django.conf import settings
 from django.db.models import QuerySet
 
 from bursts.models import AgentRun
 from core.models import Event
 from core.redaction import redact
+from psychonauts.central import base_branch, fetch_or_last, tracking
 from psychonauts.models import DiaryEntry, ToolCall
-from psychonauts.workspaces import branch_for, git_run
+from psychonauts.workspaces import branch_for, git_run, repo_local, repo_url
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
@@ -36,12 +34,18 @@ def agent_diary(*, agent_run_id: int) -> QuerySet[DiaryEntry]:
 
 
 def worktree_diff(*, quantum_id: int) -> str:
-    """What the quantum's branch changed against the repository's HEAD ("" when nothing),
-    redacted: the branch keeps what the agent wrote, the page shows no secret of it."""
-    repo = Path(settings.ANNIHILATION_REPO)
+    """What the quantum's branch changed against the repository's HEAD ("" when nothing; for a
+    central repository: against its base branch, both fetched), redacted: the branch keeps
+    what the agent wrote, the page shows no secret of it."""
+    repo = repo_local()
     if not (repo / ".git").exists():
         return ""
-    result = git_run("diff", "--no-color", f"HEAD...{branch_for(quantum_id)}", cwd=repo, timeout=10)
+    base, branch = "HEAD", branch_for(quantum_id)
+    if repo_url():  # a central repository: its base and the branch as they are there now
+        base = base_branch()
+        fetch_or_last([base, branch])
+        base, branch = tracking(base), tracking(branch)
+    result = git_run("diff", "--no-color", f"{base}...{branch}", cwd=repo, timeout=10)
     if result.returncode != 0:
         return ""  # no branch yet: the agent has not touched the workspace
     return redact(result.stdout[:DIFF_LIMIT])

@@ -14,7 +14,6 @@ two starts at once are serialised by a transaction-level advisory lock.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -27,10 +26,10 @@ from core.celery import app
 from core.events import publish
 from psychonauts.errors import WorkspaceError
 from psychonauts.services.runs import agent_run_create
-from psychonauts.workspaces import git
+from psychonauts.workspaces import git, repo_local
 from quanta.models import Quantum, QuantumKind, QuantumStatus
 from quanta.services import quantum_create, quantum_defer
-from tether.services.changes import target_branch
+from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +92,14 @@ def _anchor() -> Quantum:
 
 
 def _repository_summary() -> str:
-    repo = Path(settings.ANNIHILATION_REPO)
+    repo = repo_local()
     if not (repo / ".git").exists():
         return "No target repository is configured."
     try:
         branch = target_branch()
-        files = git("ls-tree", "--name-only", "-r", "--full-tree", branch, cwd=repo).splitlines()
-        log = git("log", "--oneline", "--no-decorate", f"-{RECENT}", branch, cwd=repo)
+        tip = sha_of(branch) or branch  # a central repository's branch: fetched, by its sha
+        files = git("ls-tree", "--name-only", "-r", "--full-tree", tip, cwd=repo).splitlines()
+        log = git("log", "--oneline", "--no-decorate", f"-{RECENT}", tip, cwd=repo)
     except WorkspaceError as exc:
         return f"The target repository could not be read: {exc}"
     listed = "\n".join(f"- {name}" for name in files[:FILES_LISTED])

@@ -36,6 +36,7 @@ from psychonauts.verify import verify_commands_run
 from psychonauts.workspaces import (
     file_lock_try,
     repo_key,
+    repo_local,
     scratch_worktree,
 )
 from quanta.models import Quantum
@@ -204,7 +205,7 @@ def base_check_claim(s: Snapshot) -> bool:
 
 
 def _repo() -> Path:
-    return Path(settings.ANNIHILATION_REPO)
+    return repo_local()
 
 
 def _scratch_at(sha: str) -> Path:

@@ -58,10 +58,11 @@ from autopilot.scanners.tree import (
 )
 from core.events import publish
 from core.redaction import redact
+from psychonauts.central import shared_lock_try
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
-from psychonauts.workspaces import file_lock_try, repo_key
+from psychonauts.workspaces import repo_key, repo_local
 from quanta.errors import QuantaError
 from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus
@@ -115,7 +116,7 @@ class ScanReport:
 
 
 def _repo() -> Path:
-    return Path(settings.ANNIHILATION_REPO)
+    return repo_local()
 
 
 def scratch_path() -> Path:
@@ -535,7 +536,7 @@ def scan_file(
 def scan_run() -> ScanReport:
     """One improving pass over the target branch's tip (busy when another pass runs)."""
     report = ScanReport()
-    with file_lock_try(f"scan-{repo_key()}") as held:  # one pass at a time
+    with shared_lock_try(f"scan-{repo_key()}") as held:  # one pass at a time, on any host
         if not held:
             report.busy = True
             return report

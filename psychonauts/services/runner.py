@@ -616,12 +616,11 @@ class Runner:
     def stale(self, reason: str) -> Outcome:
         """This execution lost its agent to another one (taken over on another host while this
         one was presumed dead): its commit did not land, and the run's end is the other
-        execution's to record. The outcome is what the row holds now."""
-        registry.registry_remove(self.run.pk)
+        execution's to record (bursts records nothing of a `stale` outcome), its entry in the
+        registry of running agents too."""
         self.emit("stale", reason=reason)
         self.flush_events()
-        self.run.refresh_from_db(fields=["status", "result", "error"])
-        return run_outcome(self.run)
+        return Outcome("stale", error=reason)
 
     def finish(self, status: str, *, result: str = "", error: str = "") -> Outcome:
         """End the run with `status` (done or error), unless someone else ended it first."""

@@ -230,3 +230,24 @@ def test_local_mode_neither_clones_nor_pushes(hosts_settings: object, tmp_path: 
     assert git("rev-parse", branch_for(8), cwd=repo) == sha
     assert not clone_path().exists()
     assert fence.sha == ""  # no fence taken
+
+
+def test_a_worktree_with_commits_the_central_branch_lacks_is_reset_to_it(
+    make_host: MakeHost, file_central: Central
+) -> None:
+    a, b = make_host("a", file_central), make_host("b", file_central)
+    first = _land(a, 9, "q9-planner", {"PLAN.md": "plan\n"})
+    with a.active():  # a commit that never got out (its push was refused)
+        tree = workspace_ensure(quantum_id=9)
+        _write(tree, "lost.py", "LOST = 1\n")
+        git("add", "-A", cwd=tree)
+        git("commit", "-q", "-m", "refused", cwd=tree)
+        _write(tree, "sibling.txt", "a sibling's edit in progress\n")
+    second = _land(b, 9, "q9-coder", {"code.py": "CODE = 1\n"})
+    assert git("rev-parse", f"{second}^", cwd=file_central.bare) == first
+    with a.active():
+        tree = workspace_ensure(quantum_id=9)
+        assert git("rev-parse", "HEAD", cwd=tree) == second
+        assert not (tree / "lost.py").exists()
+        assert (tree / "code.py").exists()
+        assert (tree / "sibling.txt").read_text() == "a sibling's edit in progress\n"

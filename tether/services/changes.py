@@ -18,13 +18,16 @@ from bursts.models import QuantumRun
 from core.celery import app
 from core.events import publish
 from core.redaction import redact
+from psychonauts.central import base_branch, fetch_or_last, tracking
 from psychonauts.verify import VerifyReport
 from psychonauts.workspaces import (
     branch_for,
     git,
     git_run,
     registry_lock,
+    repo_local,
     repo_lock,
+    repo_url,
     workspace_left_out,
     worktree_path,
 )
@@ -63,7 +66,9 @@ LEFT_OUT_LIMIT = 200
 
 
 def _repo() -> Path:
-    return Path(settings.ANNIHILATION_REPO)
+    """The repository git runs in: the target itself, or this host's clone of the central one
+    (whose branches are read as fetched: `sha_of`, `tracking`)."""
+    return repo_local()
 
 
 def merge_lock() -> AbstractContextManager[None]:
@@ -72,17 +77,24 @@ def merge_lock() -> AbstractContextManager[None]:
 
 
 def sha_of(ref: str) -> str:
-    """The commit a ref names, or "" when it names none."""
-    proc = git_run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=_repo())
+    """The commit a branch names, or "" when it names none. A central repository's branch is
+    fetched first (its last fetch read when the central repository is unreachable)."""
+    if repo_url():
+        fetch_or_last([ref])
+    proc = git_run("rev-parse", "--verify", "--quiet", f"{tracking(ref)}^{{commit}}", cwd=_repo())
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def target_branch() -> str:
-    """TETHER_TARGET_BRANCH, or the branch the target repository has checked out."""
+    """TETHER_TARGET_BRANCH, or the branch the target repository has checked out (a central
+    repository: its HEAD branch)."""
+    if repo_url():
+        return base_branch()
     return settings.TETHER_TARGET_BRANCH or git("symbolic-ref", "--short", "HEAD", cwd=_repo())
 
 
 def _files(base: str, head: str) -> list[FileChange]:
+    base = tracking(base)
     counts: dict[str, tuple[int, int]] = {}
     for line in git(
         "diff", "--no-renames", "--numstat", f"{base}...{head}", cwd=_repo()
@@ -146,9 +158,12 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
     if not head:
         return None  # shared-tree mode, or the agents changed nothing
     base = target_branch()
-    if not sha_of(base) or git("rev-list", "--count", f"{base}..{head}", cwd=_repo()) == "0":
+    if (
+        not sha_of(base)
+        or git("rev-list", "--count", f"{tracking(base)}..{head}", cwd=_repo()) == "0"
+    ):
         return None
-    diff = git("diff", f"{base}...{head}", cwd=_repo())
+    diff = git("diff", f"{tracking(base)}...{head}", cwd=_repo())
     files = _files(base, head)
     left_out = workspace_left_out(worktree_path(run.quantum_id), limit=LEFT_OUT_LIMIT)
     verdict = risk_assess(files=files, diff=diff)

@@ -2,7 +2,8 @@
 on the merged result before the target moves.
 
 One consumer at a time: `merge_queue_run` takes a lock file without waiting (fcntl: the lock
-goes with the process, so a worker that dies frees it) and, holding it, takes entries in
+goes with the process, so a worker that dies frees it; with a central repository a Redis lock
+instead, one consumer among all hosts, which a dead worker frees when its TTL runs out) and, holding it, takes entries in
 approval order until the queue is empty. Any number of workers may be kicked at once; all but
 one return at once. After letting the lock go the consumer looks once more, so an entry
 approved while it was finishing is never left waiting for the next kick (beat's `tether.sweep`
@@ -32,14 +33,16 @@ from pathlib import Path
 
 from django.conf import settings
 
+from psychonauts.central import branch_push, shared_lock_try
 from psychonauts.errors import WorkspaceError
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
-    file_lock_try,
     git,
     git_run,
     repo_key,
+    repo_local,
+    repo_url,
     scratch_worktree,
 )
 from quanta.models import Quantum
@@ -92,7 +95,7 @@ class QueueReport:
 
 
 def _repo() -> Path:
-    return Path(settings.ANNIHILATION_REPO)
+    return repo_local()
 
 
 def scratch_path() -> Path:
@@ -144,7 +147,10 @@ def _verify(where: Path, review: ChangeReview) -> VerifyReport:
 
 def _target_move(target: str, old: str, merge_sha: str) -> bool:
     """Move the target from `old` to the merge (compare-and-set). False when it is no longer at
-    `old`; QueueBlocked when its checkout refuses (local changes in the way)."""
+    `old`; QueueBlocked when its checkout refuses (local changes in the way). A central
+    repository: pushed there, `--force-with-lease` naming `old`."""
+    if repo_url():
+        return branch_push(target, merge_sha, expected=old)
     checkout = worktree_of(target)
     if checkout is None:
         proc = git_run("update-ref", f"refs/heads/{target}", merge_sha, old, cwd=_repo())
@@ -229,7 +235,8 @@ def merge_queue_run(*, limit: int | None = None) -> QueueReport:
     report = QueueReport()
     done = 0
     while True:
-        with file_lock_try(f"merge-queue-{repo_key()}") as held:
+        # One consumer among all hosts (a central repository: a Redis lock; see docs/hosts.md).
+        with shared_lock_try(f"merge-queue-{repo_key()}", ttl_s=60.0) as held:
             if not held:
                 report.busy = True
                 return report

@@ -34,7 +34,7 @@ from core.cli import SafeCommand, seconds, shorten, table
 from psychonauts.errors import WorkspaceError
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import sandbox_status
-from psychonauts.workspaces import branch_for, demo_repo_ensure, git
+from psychonauts.workspaces import branch_for, demo_repo_ensure, git, repo_local, repo_url
 from quanta.errors import QuantaError
 from quanta.importer import quanta_import
 from quanta.models import Quantum
@@ -126,7 +126,8 @@ class Command(SafeCommand):
         w = self.stdout.write
         roles_sync_defaults()
         pipelines_ensure_defaults()
-        repo = demo_repo_ensure(Path(settings.ANNIHILATION_REPO))
+        # A central repository (a URL) is used as it is; a local path gets the demo's own.
+        repo = repo_local() if repo_url() else demo_repo_ensure(Path(settings.ANNIHILATION_REPO))
         env = {**LEARNING_ENV, **(AUTOPILOT_ENV if autopilot else {})}
         provider = settings.PSYCHONAUTS_PROVIDER or "scripted (per role)"
         if settings.ANTHROPIC_API_KEY and not settings.PSYCHONAUTS_PROVIDER:

@@ -1,0 +1,178 @@
+"""Agents and the Tether on a central repository: a real agent run's commit pushed from one
+host, a stale execution's outcome left to its successor, an approved change merged there."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bursts.models import AgentRun, AgentStatus
+from core.locks import RedisLock
+from core.models import Event
+from psychonauts.central import branch_push, fence_ref
+from psychonauts.roles import roles_sync_defaults
+from psychonauts.services import agent_run_create, agent_run_execute
+from psychonauts.workspaces import branch_for, git, repo_key, repo_local
+from quanta.models import Quantum
+from quanta.services import quantum_create
+from tests.hosts.conftest import Central, Host
+from tests.tether.test_changes import finished_run
+from tether.models import ChangeStatus
+from tether.services import change_approve, change_review_create
+from tether.services.merge_queue import merge_queue_run
+
+pytestmark = pytest.mark.django_db
+
+MakeHost = Callable[[str, Central], Host]
+
+WRITES = """
+name: central-writes
+match: {labels: [central-writes]}
+turns:
+  - tools:
+      - write_file: {path: "from-{agent_id}.txt", content: "written by {agent_id}\\n"}
+  - sleep: %(sleep)s
+    text: "Done."
+"""
+
+
+@pytest.fixture
+def agent_settings(hosts_settings: Any, tmp_path: Path) -> Any:
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    hosts_settings.PSYCHONAUTS_SCRIPT_DIRS = [*hosts_settings.PSYCHONAUTS_SCRIPT_DIRS, folder]
+    hosts_settings.PSYCHONAUTS_PROVIDER = ""
+    hosts_settings.PSYCHONAUTS_RETRY_BASE_S = 0.01
+    hosts_settings.PSYCHONAUTS_TEXT_FLUSH_S = 0.0
+    roles_sync_defaults()
+    return hosts_settings
+
+
+def _script(settings: Any, sleep: float) -> None:
+    folder = Path(settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-writes.yaml").write_text(WRITES % {"sleep": sleep}, encoding="utf-8")
+
+
+def _quantum() -> Quantum:
+    return quantum_create(title="Write a file", labels=["central-writes"])
+
+
+def test_an_agent_run_on_one_host_lands_its_commit_centrally_and_the_next_sees_it(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    _script(agent_settings, 0)
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = _quantum()
+    first = agent_run_create(quantum_id=quantum.pk, role="coder")
+    with a.active():
+        outcome = agent_run_execute(agent_run_id=first.pk)
+    assert outcome.status == "done", outcome.error
+    second = agent_run_create(quantum_id=quantum.pk, role="coder")
+    with b.active():
+        outcome = agent_run_execute(agent_run_id=second.pk)
+    assert outcome.status == "done", outcome.error
+    branch = branch_for(quantum.pk)
+    names = git("ls-tree", "--name-only", branch, cwd=daemon_central.bare).split()
+    assert {f"from-{first.agent_id}.txt", f"from-{second.agent_id}.txt"} <= set(names)
+    subjects = daemon_central.log(branch)
+    for run in (first, second):
+        assert subjects.count(f"q-{quantum.pk}: {run.agent_id} (coder)") == 1
+    # What each run reported as its commit is what the central branch holds.
+    commits = [
+        e.payload["sha"]
+        for e in Event.objects.filter(topic__startswith="agent:", type="commit").order_by("id")
+    ]
+    assert commits[-1] == daemon_central.tip(branch)
+
+
+def test_a_run_taken_over_elsewhere_pushes_nothing_and_records_no_end(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    _script(agent_settings, 1.5)
+    a = make_host("a", daemon_central)
+    quantum = _quantum()
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    ref = fence_ref(run.agent_id)
+
+    def take_over() -> None:
+        """Another host's execution of the same agent: it moves the fence once A holds it."""
+        deadline = time.monotonic() + 20
+        while not daemon_central.tip(ref) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        blob = subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            input="host b's execution\n",
+            cwd=daemon_central.bare,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        git("update-ref", ref, blob, cwd=daemon_central.bare)
+
+    thief = threading.Thread(target=take_over)
+    thief.start()
+    with a.active():
+        outcome = agent_run_execute(agent_run_id=run.pk)
+    thief.join()
+    assert outcome.status == "stale"
+    assert AgentRun.objects.get(pk=run.pk).status == AgentStatus.RUNNING
+    assert not daemon_central.tip(branch_for(quantum.pk))  # nothing of it landed
+    stale = Event.objects.filter(topic=f"agent:{run.agent_id}", type="stale").get()
+    assert "another execution holds the agent" in stale.payload["reason"]
+    assert not Event.objects.filter(topic=f"agent:{run.agent_id}", type__in=["done", "error"])
+
+
+def test_an_approved_change_is_merged_into_the_central_target(
+    hosts_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    hosts_settings.TETHER_AUTO_MERGE_LOW_RISK = False
+    hosts_settings.TETHER_VERIFY_COMMANDS = []
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="A greeting")
+    with a.active():
+        run = finished_run(quantum, {"hello.txt": "hello\n"})
+    before = daemon_central.tip("main")
+    with b.active():  # reviewed, approved and merged on a host that never ran the quantum
+        review = change_review_create(quantum_run_id=run.pk)
+        assert review is not None and review.base == "main"
+        assert review.head_sha == daemon_central.tip(branch_for(quantum.pk))
+        change_approve(change_id=review.pk, by="op")
+        report = merge_queue_run()
+    assert report.merged == [review.pk]
+    review.refresh_from_db()
+    assert review.status == ChangeStatus.MERGED
+    assert daemon_central.tip("main") == review.merge_sha
+    assert git("rev-parse", f"{review.merge_sha}^1", cwd=daemon_central.bare) == before
+    assert git("show", "main:hello.txt", cwd=daemon_central.bare) == "hello"
+
+
+def test_a_target_push_naming_an_old_tip_is_refused(
+    hosts_settings: Any, make_host: MakeHost, file_central: Central
+) -> None:
+    a = make_host("a", file_central)
+    with a.active():
+        tip = file_central.tip("main")
+        clone = repo_local()
+        later = git("commit-tree", f"{tip}^{{tree}}", "-p", tip, "-m", "later", cwd=clone)
+        assert branch_push("moved", tip, expected="")  # a new branch: expected absent
+        assert not branch_push("moved", later, expected="f" * 40)  # not where it is
+        assert file_central.tip("moved") == tip
+        assert branch_push("moved", later, expected=tip)
+    assert file_central.tip("moved") == later
+
+
+def test_the_merge_queue_has_one_consumer_among_hosts(
+    db: None, hosts_settings: Any, make_host: MakeHost, file_central: Central
+) -> None:
+    a = make_host("a", file_central)
+    with a.active():
+        key = f"repo:{repo_key()}:merge-queue-{repo_key()}"
+        with RedisLock(key, wait_s=0):  # another host's consumer holds the queue
+            assert merge_queue_run().busy
+        assert not merge_queue_run().busy
