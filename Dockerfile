@@ -8,8 +8,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     ANNIHILATION_HOME=/data
 
-# git: agents work in git worktrees and the Tether merges their branches. The repository is
-# mounted from the host, owned by another user: git would refuse it as "dubious ownership".
+# git: agents work in git worktrees and the Tether merges their branches; the compose file's
+# `git` service serves the central repository. The repository it is seeded from is mounted from
+# the host, owned by another user: git would refuse it as "dubious ownership".
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git bubblewrap \
     && rm -rf /var/lib/apt/lists/* \
@@ -23,10 +24,12 @@ RUN pip install --no-cache-dir -e . \
     && DEBUG=false SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
        python manage.py collectstatic --noinput -v 0
 
-# Not root: UID should own the mounted repository (build with --build-arg UID=$(id -u)).
+# Not root: UID should be able to read the repository mounted as the seed (build with
+# --build-arg UID=$(id -u)). /srv/git: the central repository's volume, which a new named
+# volume takes with its owner from the image.
 ARG UID=1000
 RUN useradd --uid "$UID" --create-home annihilation \
-    && mkdir -p /data && chown annihilation /data
+    && mkdir -p /data /srv/git && chown annihilation /data /srv/git
 USER annihilation
 VOLUME /data
 EXPOSE 8000 5555

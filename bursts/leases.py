@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -129,7 +128,7 @@ class AgentLease:
         self.agent_run_id = agent_run_id
         self.wait_s = wait_s
         self.key = lease_key(agent_run_id)
-        self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
+        self.token = f"{settings.ANNIHILATION_HOST}:{uuid.uuid4().hex[:12]}"
         self.ttl_ms = int(settings.BURSTS_HEARTBEAT_TTL_S * 1000)
         self.held = False
         self.expire = False

@@ -6,6 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from core.workers import worker_host
 from quanta.models import Quantum
 
 
@@ -237,3 +238,8 @@ class AgentRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id}#{self.attempt} [{self.status}]"
+
+    @property
+    def host(self) -> str:
+        """The host its worker runs on (the worker's first part; "" before it starts)."""
+        return worker_host(self.worker)

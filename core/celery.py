@@ -10,6 +10,8 @@ from celery import Celery
 from celery.signals import task_postrun, worker_init, worker_process_init
 from django.db import connections
 
+from core import workers  # noqa: F401  (its receivers note each worker's host in Redis)
+
 app = Celery("annihilation")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

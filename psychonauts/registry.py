@@ -1,4 +1,5 @@
-"""The registry of running agents in Redis (id, phase, worker, heartbeat): hot state only.
+"""The registry of running agents in Redis (id, phase, worker and its host, heartbeat): hot
+state only.
 
 Postgres is the truth. If Redis loses the hash (flush, restart), the first reader finds the
 `built` marker gone and rebuilds the registry from the live AgentRun rows.
@@ -20,9 +21,10 @@ from django.conf import settings
 from django.utils import timezone
 from redis.typing import EncodableT, FieldT
 
-from bursts.models import AGENT_LIVE, AgentRun
+from bursts.models import AGENT_LIVE, AgentRun, AgentStatus
 from core.events import flush_live, run_later
 from core.redis import get_redis
+from core.workers import worker_host, workers_by_host
 
 KEY = "agents:registry"
 BUILT = "agents:registry:built"
@@ -35,7 +37,16 @@ class RegistryEntry(TypedDict):
     status: str
     phase: str
     worker: str
+    host: str  # the worker's host (ANNIHILATION_HOST); "" while pending
     heartbeat: str
+
+
+class HostLine(TypedDict):
+    """One host of the dashboard: the Celery workers heard from there, the agents it runs."""
+
+    host: str
+    workers: list[str]  # node names
+    agents_running: int
 
 
 def _entry(run: AgentRun) -> RegistryEntry:
@@ -47,6 +58,7 @@ def _entry(run: AgentRun) -> RegistryEntry:
         "status": run.status,
         "phase": run.phase,
         "worker": run.worker,
+        "host": worker_host(run.worker),
         "heartbeat": beat.isoformat(),
     }
 
@@ -120,7 +132,23 @@ def registry_list() -> list[RegistryEntry]:
     if not client.exists(BUILT):
         registry_rebuild()
     entries: list[RegistryEntry] = [json.loads(v) for v in client.hvals(KEY)]
+    for entry in entries:  # an entry a process of an earlier release wrote
+        entry.setdefault("host", worker_host(entry["worker"]))
     return sorted(entries, key=lambda e: e["agent_run_id"])
+
+
+def registry_hosts() -> list[HostLine]:
+    """Every host with a worker heard from lately or an agent running, by name: a host whose
+    workers went quiet while its agents still run shows them with no worker."""
+    workers = workers_by_host()
+    running: dict[str, int] = {}
+    for entry in registry_list():
+        if entry["status"] == AgentStatus.RUNNING and entry["host"]:
+            running[entry["host"]] = running.get(entry["host"], 0) + 1
+    return [
+        {"host": host, "workers": workers.get(host, []), "agents_running": running.get(host, 0)}
+        for host in sorted(workers.keys() | running.keys())
+    ]
 
 
 def registry_sync(run: AgentRun) -> None:

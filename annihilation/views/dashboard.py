@@ -21,6 +21,7 @@ from core.live import live_attrs, live_page
 from core.models import Event
 from core.redis import get_redis
 from operations.selectors import operations_card
+from psychonauts.registry import registry_hosts
 from psychonauts.sandbox import sandbox_status
 from tether.selectors import tether_counts
 
@@ -78,6 +79,7 @@ def dashboard_render(
         "annihilation/dashboard.html",
         {
             "summary": dashboard_summary(),
+            "hosts": registry_hosts(),
             "tether_counts": tether_counts(),
             "events": events_recent(),
             "sandbox": sandbox_status(),
@@ -99,7 +101,7 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     # Counters are re-read, not patched from the payload: they stay right even if an event
     # was dropped, and one grouped query per block is cheap.
     if event["topic"] == "burst:events":
-        return {"summary": dashboard_summary()}
+        return {"summary": dashboard_summary(), "hosts": registry_hosts()}
     if event["topic"].startswith("tether:"):
         return {"tether_counts": tether_counts()}
     if event["topic"].startswith("autopilot:"):

@@ -8,7 +8,6 @@ is left alone, and a failed attempt with retries left gets a new attempt row.
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Literal, TypedDict
 
 from django.utils import timezone
@@ -27,6 +26,7 @@ from bursts.services.agent_runs import (
     agent_runs_cancel_pending,
 )
 from bursts.services.stages import agent_context, prior_results_context, stage_spec
+from core.workers import worker_name
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _slot_fast(
         # the compare-and-set of the general path, without its three look-ups.
         agent_id = agent_run_start_dispatched(
             agent_run_id=agent_run_id,
-            worker=socket.gethostname(),
+            worker=worker_name(),
             now=timezone.now(),
             context=context,
         )
@@ -220,13 +220,11 @@ def slot_run(
                 started = agent_run_start(
                     agent_run_id=agent.pk,
                     context=agent_context(agent, spec["mode"]),
-                    worker=socket.gethostname(),
+                    worker=worker_name(),
                     now=now,
                 )
             else:  # resuming an attempt whose worker died
-                started = agent_run_take_over(
-                    agent_run_id=agent.pk, worker=socket.gethostname(), now=now
-                )
+                started = agent_run_take_over(agent_run_id=agent.pk, worker=worker_name(), now=now)
             if not started:
                 continue  # cancelled (or finished) while we took the lease: look again
             outcome = execute_agent(agent.pk)

@@ -9,9 +9,6 @@ tool call recorded as completed is never executed again.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -21,6 +18,7 @@ from bursts.executor import Outcome
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.events import publish
 from core.redaction import redact
+from core.workers import worker_name
 from psychonauts import registry
 from psychonauts.checkpoint import run_claim, run_read
 from psychonauts.endpoints import (
@@ -53,10 +51,6 @@ from quanta.complexity import complexity_classify
 from quanta.models import Complexity, QuantumKind
 
 logger = logging.getLogger(__name__)
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from celery.utils.nodenames import default_nodename, host_format
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_SERVICES = ("migrate", "web", "worker", "beat", "flower")
+CENTRAL_URL = "git://git/repo.git"
 
 
 def procfile() -> dict[str, str]:
@@ -31,7 +36,7 @@ def compose_services() -> dict[str, Any]:
 
 def test_compose_runs_the_procfile_processes_with_the_same_commands():
     services = compose_services()
-    assert {"postgres", "redis", *APP_SERVICES} <= services.keys()
+    assert {"postgres", "redis", "git", *APP_SERVICES} <= services.keys()
     for name, command in procfile().items():
         assert name in services, f"compose has no service {name!r}"
         # In a container a process must listen on every interface to be reachable at all; its
@@ -43,18 +48,49 @@ def test_compose_runs_the_procfile_processes_with_the_same_commands():
             assert port.startswith("127.0.0.1:"), (name, port)
 
 
-def test_the_app_services_share_the_image_the_data_and_the_migrated_database():
+def test_the_app_services_share_the_image_the_central_repository_and_the_migrated_database():
     services = compose_services()
     for name in APP_SERVICES:
         service = services[name]
         assert service["build"] == "." and service["image"] == "annihilation", name
-        assert "home:/data" in service["volumes"], name
-        assert service["environment"]["ANNIHILATION_REPO"] == "/repo", name
+        assert service["environment"]["ANNIHILATION_REPO"] == CENTRAL_URL, name
+        assert service["depends_on"]["git"] == {"condition": "service_healthy"}, name
+        assert not any(v.endswith(":/repo") for v in service["volumes"]), name
         if name != "migrate":
             assert service["depends_on"]["migrate"] == {
                 "condition": "service_completed_successfully"
             }, name
     assert services["migrate"]["command"] == "python manage.py migrate --noinput"
+
+
+def test_each_worker_replica_is_a_host_with_its_own_data():
+    """`--scale worker=3`: the replicas share no data folder (each has the anonymous volume of
+    the Dockerfile's VOLUME /data: its own clone and worktrees), the other services share
+    `home`; each replica's Celery node name is its container's hostname, its default host."""
+    services = compose_services()
+    worker = services["worker"]
+    assert worker["volumes"] == []
+    assert "VOLUME /data" in (ROOT / "Dockerfile").read_text()
+    assert "ANNIHILATION_HOST" not in worker["environment"]  # the container's name, per replica
+    assert "-n worker@%h " in worker["command"]
+    for name in set(APP_SERVICES) - {"worker"}:
+        assert "home:/data" in services[name]["volumes"], name
+
+
+def test_the_git_service_serves_the_central_repository_seeded_once_from_repo():
+    services = compose_services()
+    git_service = services["git"]
+    assert git_service["image"] == "annihilation"
+    assert "central:/srv/git" in git_service["volumes"]
+    seed = "${REPO:?set REPO to the git repository the agents work on}:/seed:ro"
+    assert seed in git_service["volumes"]
+    assert "central" in yaml.safe_load((ROOT / "docker-compose.yml").read_text())["volumes"]
+    script = git_service["command"][2]
+    assert git_service["command"][:2] == ["sh", "-c"]
+    assert "--enable=receive-pack" in script and "--base-path=/srv/git" in script
+    health = git_service["healthcheck"]["test"]
+    assert health[0] == "CMD" and health[-1] == "git://127.0.0.1/repo.git"
+    assert CENTRAL_URL == "git://git/repo.git"  # the service's name, the daemon's base path
 
 
 def test_the_dockerfile_installs_what_the_processes_need():
@@ -101,3 +137,84 @@ def test_flower_starts_through_the_command_that_requires_credentials():
     environment = compose_services()["flower"]["environment"]
     for name in ("ANNIHILATION_FLOWER_USER", "ANNIHILATION_FLOWER_PASSWORD"):
         assert environment[name] == f"${{{name}:?set {name}}}", name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(script: str, *, srv: Path, seed: Path, port: int) -> subprocess.Popen[bytes]:
+    """The git service's command, run here: its folders moved under the test's, its daemon on
+    the loopback (a container listens on every interface of its own)."""
+    script = script.replace("/srv/git", str(srv)).replace("/seed", str(seed))
+    script = script.replace("git daemon ", f"git daemon --listen=127.0.0.1 --port={port} ")
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 15
+    while subprocess.run(
+        ["git", "ls-remote", "--heads", f"git://127.0.0.1:{port}/repo.git"],
+        capture_output=True, check=False,
+    ).returncode:  # fmt: skip
+        assert proc.poll() is None, "the git service's command exited"
+        assert time.monotonic() < deadline, "the git service never answered its healthcheck"
+        time.sleep(0.1)
+    return proc
+
+
+def test_the_git_service_seeds_the_central_repository_once_and_takes_pushes(tmp_path: Path):
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    git("init", "-q", "-b", "main", cwd=seed)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "seed",
+        cwd=seed)  # fmt: skip
+    srv, port = tmp_path / "srv", _free_port()
+    srv.mkdir()
+    script = compose_services()["git"]["command"][2]
+    url = f"git://127.0.0.1:{port}/repo.git"
+    proc = _serve(script, srv=srv, seed=seed, port=port)
+    try:
+        host = tmp_path / "host"
+        git("clone", "-q", url, str(host), cwd=tmp_path)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+            "-m", "an agent's", cwd=host)  # fmt: skip
+        git("push", "-q", "origin", "HEAD:refs/heads/annihilation/q-1", cwd=host)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    # A restart keeps the volume's repository: the pushed branch stays, REPO is not read again.
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "later",
+        cwd=seed)  # fmt: skip
+    proc = _serve(script, srv=srv, seed=seed, port=port)
+    try:
+        heads = git("ls-remote", "--heads", url, cwd=tmp_path)
+        assert "refs/heads/annihilation/q-1" in heads
+        assert git("log", "--format=%s", "main", cwd=srv / "repo.git") == "seed"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+
+
+def _node_name(command: str, env: dict[str, str]) -> str:
+    """The Celery node name a Procfile line gives its worker: /bin/sh expands the line (as
+    honcho runs it), then Celery expands `%h` to the machine's name."""
+    argv = subprocess.run(
+        ["/bin/sh", "-c", f'set -- {command}; printf "%s\\n" "$@"'],
+        env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    return host_format(default_nodename(argv[argv.index("-n") + 1]))
+
+
+def test_the_procfile_worker_is_named_after_its_host():
+    """Several workers on one machine (network namespaces) each set ANNIHILATION_HOST: Flower
+    and the dashboard list one node per host; unset, the node is named after the machine, as
+    ANNIHILATION_HOST then is."""
+    command = procfile()["worker"]
+    assert _node_name(command, {"ANNIHILATION_HOST": "h2"}) == "worker@h2"
+    assert _node_name(command, {}) == f"worker@{socket.gethostname()}"
+    assert _node_name(command, {"ANNIHILATION_HOST": ""}) == f"worker@{socket.gethostname()}"

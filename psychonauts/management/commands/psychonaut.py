@@ -137,9 +137,9 @@ class Command(SafeCommand):
         self.stdout.write(f"sandbox {sandbox_status().describe()}")
         table(
             self.stdout,
-            ["run", "agent", "attempt", "status", "phase", "worker", "heartbeat"],
+            ["run", "agent", "attempt", "status", "phase", "host", "worker", "heartbeat"],
             [[e["agent_run_id"], e["agent_id"], e["attempt"], e["status"], e["phase"],
-              e["worker"], e["heartbeat"]] for e in entries],
+              e["host"], e["worker"], e["heartbeat"]] for e in entries],
         )  # fmt: skip
 
     def _sweep(self, options: dict[str, Any]) -> None:
