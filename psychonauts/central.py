@@ -38,6 +38,7 @@ from django.conf import settings
 
 from core.locks import RedisLock, redis_lock_try
 from psychonauts.errors import WorkspaceError
+from psychonauts.sandbox import workspace_own
 from psychonauts.workspaces import (
     _GIT_ENV as GIT_ENV,
 )
@@ -302,6 +303,10 @@ def _sync(path: Path, quantum_id: int, *, reset: bool) -> bool:
             else ("reset", "--keep", "--quiet", tip)
         )
         proc = git_run(*how, cwd=path)
+        if proc.returncode == 0:
+            # What git wrote is root's on a root worker: the quantum's sandboxed agents must
+            # be able to write in folders that arrived from another host.
+            workspace_own(path, quantum_id=quantum_id)
     if proc.returncode != 0:
         logger.warning(
             "worktree %s stays at %s (central %s): %s",
@@ -450,6 +455,8 @@ def _worktree_move(workspace: Path, sha: str, *, quantum_id: int) -> None:
     (`reset --keep`; when it refuses, the worktree stays and the next commit is replayed)."""
     with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
         proc = git_run("reset", "--keep", "--quiet", sha, cwd=workspace)
+        if proc.returncode == 0:
+            workspace_own(workspace, quantum_id=quantum_id)  # as in `_sync`
     if proc.returncode != 0:
         logger.warning(
             "worktree %s not moved to %s: %s", workspace, sha[:10], proc.stderr.strip()[-300:],

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from psychonauts.central import CentralConflict, Fence, StaleExecution, clone_path, fence_take
+from psychonauts.sandbox import sandbox_uid
 from psychonauts.workspaces import (
     branch_for,
     demo_repo_ensure,
@@ -251,3 +252,26 @@ def test_a_worktree_with_commits_the_central_branch_lacks_is_reset_to_it(
         assert not (tree / "lost.py").exists()
         assert (tree / "code.py").exists()
         assert (tree / "sibling.txt").read_text() == "a sibling's edit in progress\n"
+
+
+def test_folders_a_stage_fetches_are_the_quantum_sandbox_user_s(
+    make_host: MakeHost, file_central: Central, hosts_settings: object
+) -> None:
+    uid = sandbox_uid(11)
+    if uid is None:
+        pytest.skip("the sandbox users exist only for a root worker")
+    hosts_settings.SANDBOX_MODE = "on"  # type: ignore[attr-defined]
+    a, b = make_host("a", file_central), make_host("b", file_central)
+    with b.active():  # host B ran the quantum's first stage: its worktree is there
+        workspace_ensure(quantum_id=11)
+    _land(a, 11, "q11-coder", {"notes.md": "n\n"})
+    with a.active():
+        tree = workspace_ensure(quantum_id=11)
+        (tree / "notes").mkdir()
+        _write(tree / "notes", "plan.md", "plan\n")
+        workspace_commit(workspace=tree, quantum_id=11, agent_id="q11-coder", role="coder")
+    with b.active():  # the next stage on host B: the new folder arrives by fetch
+        tree = workspace_ensure(quantum_id=11)
+        assert (tree / "notes" / "plan.md").exists()
+        assert (tree / "notes").stat().st_uid == uid
+        assert (tree / "notes" / "plan.md").stat().st_uid == uid
