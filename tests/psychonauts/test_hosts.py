@@ -15,12 +15,15 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils.timezone import now
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from bursts.models import AgentRun, AgentStatus
 from bursts.services import wave_start
 from bursts.services.agent_runs import agent_run_start
 from core.access import operator_ensure
+from core.events import EventMessage
+from core.live import fragment_render
 from core.workers import worker_name, workers_by_host
 from psychonauts.registry import registry_hosts, registry_list, registry_rebuild
 from psychonauts.services import agent_run_execute
@@ -55,9 +58,7 @@ def test_it_names_the_host_of_each_agent_in_the_registry_the_cli_and_the_dashboa
     for host in ("h1", "h2"):
         settings.ANNIHILATION_HOST = host
         run = make_run("coder")
-        assert agent_run_start(
-            agent_run_id=run.pk, context="", worker=worker_name(), now=run.created_at
-        )
+        assert agent_run_start(agent_run_id=run.pk, context="", worker=worker_name(), now=now())
         started[host] = run.pk
     pending = make_run("reviewer")
 
@@ -80,10 +81,19 @@ def test_it_names_the_host_of_each_agent_in_the_registry_the_cli_and_the_dashboa
         {"host": "h1", "workers": [], "agents_running": 1},
         {"host": "h2", "workers": [], "agents_running": 1},
     ]
-    html = operator_client(client).get(reverse("dashboard")).content.decode()
-    for host in ("h1", "h2"):
-        row = html.split(f'<tr data-host="{host}">', 1)[1].split("</tr>", 1)[0]
-        assert 'data-agents="1"' in row and 'data-workers="0"' in row, row
+    page = operator_client(client).get(reverse("dashboard")).content.decode()
+    # A burst's event redraws the card live, with what is running now.
+    settings.ANNIHILATION_HOST = "h1"
+    assert agent_run_start(agent_run_id=pending.pk, context="", worker=worker_name(), now=now())
+    event: EventMessage = {
+        "id": 1, "topic": "burst:events", "type": "agent_started", "payload": {},
+        "created_at": now().isoformat(), "session_id": None,
+    }  # fmt: skip
+    fragment = fragment_render(event, page="dashboard", params={}, can_operate=False)
+    for html, running in ((page, {"h1": 1, "h2": 1}), (fragment, {"h1": 2, "h2": 1})):
+        for host, n in running.items():
+            row = html.split(f'<tr data-host="{host}">', 1)[1].split("</tr>", 1)[0]
+            assert f'data-agents="{n}"' in row and 'data-workers="0"' in row, row
 
 
 @pytest.mark.django_db
@@ -137,7 +147,7 @@ def test_workers_on_two_hosts_list_their_hosts_and_run_agents_there(
 
     pipeline("hosts", ("sequential", ["coder"]), default=True)
     for i in range(4):
-        quantum_create(title=f"q{i}", body="sleep coder 1.5")
+        quantum_create(title=f"q{i}", body="sleep coder 3")
     wave = wave_start()
     # One agent at a time per worker: two running at once are on both hosts.
     wait_for(lambda: AgentRun.objects.filter(status=AgentStatus.RUNNING).count() == 2, timeout=20)
