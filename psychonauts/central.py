@@ -379,11 +379,15 @@ def _push(
         return True, ""
     # Porcelain: "!<TAB>src:dst<TAB>[rejected] (stale info)" for the lease that failed; the other
     # ref of the atomic push says "(atomic push failed)".
-    for line in proc.stdout.splitlines():
-        if line.startswith("!") and "(atomic push failed)" not in line:
-            return False, "fence" if fence is not None and line.split("\t")[1].endswith(
-                ":" + fence.ref
-            ) else "branch"
+    refused = [
+        line.split("\t")[1]
+        for line in proc.stdout.splitlines()
+        if line.startswith("!") and "(atomic push failed)" not in line
+    ]
+    if fence is not None and any(ref.endswith(":" + fence.ref) for ref in refused):
+        return False, "fence"  # whatever else was refused too: this execution is stale
+    if refused:
+        return False, "branch"
     raise WorkspaceError(f"git push failed in {repo}: {proc.stderr.strip()[-600:]}")
 
 
@@ -414,8 +418,10 @@ def commit_land(
     repo = repo_local()
     branch = branch_for(quantum_id)
     parent = git("rev-parse", f"{commit}^", cwd=workspace)
-    for _ in range(PUSH_RETRIES):
-        central = fetch([branch]).get(branch, "")
+    for attempt in range(PUSH_RETRIES):
+        # First as last fetched (the stage's start, or this host's last push): the lease is
+        # checked by the server, so a tip that moved meanwhile only costs a refusal and a fetch.
+        central = _tracked(repo, branch) if attempt == 0 else fetch([branch]).get(branch, "")
         sha = (
             commit
             if central in ("", parent)
@@ -437,7 +443,8 @@ def commit_land(
                 _worktree_move(workspace, sha, quantum_id=quantum_id)
             return sha
         if why == "fence":
-            back = central or fetch([base_branch()]).get(base_branch(), "")
+            tips = fetch([branch, base_branch()])
+            back = tips.get(branch) or tips.get(base_branch(), "")
             if back:
                 _worktree_move(workspace, back, quantum_id=quantum_id)
             raise StaleExecution(
@@ -448,6 +455,12 @@ def commit_land(
             "central %s moved under a push; replaying", branch, extra={"quantum_id": quantum_id}
         )
     raise WorkspaceError(f"central branch {branch} kept moving: nothing pushed")
+
+
+def _tracked(repo: Path, branch: str) -> str:
+    """The central branch's tip as this host last fetched or pushed it ("" when none)."""
+    proc = git_run("rev-parse", "--verify", "--quiet", tracking(branch), cwd=repo)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def _worktree_move(workspace: Path, sha: str, *, quantum_id: int) -> None:
