@@ -6,6 +6,7 @@ needs no configuration at all.
 
 from __future__ import annotations
 
+import re
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -668,8 +669,14 @@ HOOKS_SWEEP_GRACE_S = env_float("ANNIHILATION_HOOKS_SWEEP_GRACE_S", 60.0, minimu
 # --- hosts ---
 # Several worker hosts. ANNIHILATION_HOST names this process's host in the agent registry, the
 # dashboard and Flower: the machine's name unless set (hosts that share a machine name, such as
-# network namespaces or containers, set it).
+# network namespaces or containers, set it). No ":" nor whitespace: an agent run's worker is
+# "<host>:<pid>:<thread>".
 ANNIHILATION_HOST = env_str("ANNIHILATION_HOST", "") or socket.gethostname()
+if not re.fullmatch(r"[^\s:]{1,100}", ANNIHILATION_HOST):
+    raise ImproperlyConfigured(
+        f"ANNIHILATION_HOST={ANNIHILATION_HOST!r}: a host name of at most 100 characters, "
+        "without ':' or whitespace"
+    )
 # The central repository: when ANNIHILATION_REPO is a URL, each host works in its own clone of
 # it (made on first use), fetches a quantum's branch before a stage and pushes after each
 # agent's commit, fenced (docs/hosts.md). A local path: everything stays on this host.

@@ -235,3 +235,10 @@ def test_a_bad_database_url_is_named_without_its_password():
         in proc.stderr
     )
     assert "hunter2-secret" not in proc.stderr
+
+
+@pytest.mark.parametrize("host", ["h1:7", "two words", "x" * 101])
+def test_it_refuses_a_host_name_the_worker_field_cannot_carry(host):
+    result = run_settings({**os.environ, "ANNIHILATION_HOST": host}, "pass")
+    assert result.returncode != 0
+    assert "ANNIHILATION_HOST" in result.stderr and "without ':' or whitespace" in result.stderr
