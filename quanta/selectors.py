@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from core.errors import BadSearchQuery as CoreBadSearchQuery
 from core.search import search_to_tsquery as core_search_to_tsquery
@@ -263,9 +263,9 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
 
 
 # How many rows of a listing the in-order search reads, per row asked for, before it turns to
-# the full-text index (quanta_search_in_order). 20 per row: a query matching at least one
-# listed quantum in 20 is served by the walk (a 50-row page reads at most ~1,000 rows).
-IN_ORDER_WINDOW_PER_ROW = 20
+# the full-text index (quanta_search_in_order): a query matching at least one listed quantum in
+# 10 is served by the walk alone (a page of 50 reads at most 510 rows of the listing).
+IN_ORDER_WINDOW_PER_ROW = 10
 
 
 def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int) -> list[Quantum]:
@@ -288,21 +288,33 @@ def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int)
     The rank is computed for the rows returned only.
     """
     window = count * IN_ORDER_WINDOW_PER_ROW
-    by_l, by_w = _order_by_sql(quanta, "l"), _order_by_sql(quanta, "w")
+    by_w = _order_by_sql(quanta, "w")
     columns = ", ".join(
         f'w."{f.column}"' for f in Quantum._meta.concrete_fields if f.name != "search_vector"
     )
     config, tsquery = settings.SEARCH_CONFIG, search_to_tsquery(query)
-    listing, listing_params = quanta.defer(None)[:window].query.sql_with_params()
+    # The window carries its sort key and whether each row matches (tested in the scan, so the
+    # wide rows are not copied up the plan); the matching rows are read again by id.
+    order = [{"pk": "id", "-pk": "-id"}.get(str(o), str(o)) for o in quanta.query.order_by]
+    keys = [o.lstrip("-") for o in order]
+    by_l = ", ".join(
+        f'l."{k}"' + (" DESC" if o.startswith("-") else "")
+        for o, k in zip(order, keys, strict=True)
+    )
+    listing, listing_params = (
+        quanta.annotate(
+            hit=ExpressionWrapper(Q(search_vector=_search_query(query)), BooleanField())
+        ).values("id", *[k for k in keys if k != "id"], "hit")[:window]
+    ).query.sql_with_params()
     walk = Quantum.objects.raw(
         f"""
-        WITH q AS (SELECT to_tsquery(%s::regconfig, %s) AS q)
-        SELECT {columns}, ts_rank(w.search_vector, q.q) AS rank,
-               w.search_vector @@ q.q AS hit, w.position
+        SELECT {columns}, ts_rank(w.search_vector, to_tsquery(%s::regconfig, %s)) AS rank,
+               l.hit, l.position
           FROM (SELECT l.*, row_number() OVER (ORDER BY {by_l}) AS position
-                  FROM ({listing}) l) w, q
-         WHERE w.search_vector @@ q.q OR w.position = %s
-         ORDER BY {by_w}
+                  FROM ({listing}) l) l
+          JOIN {Quantum._meta.db_table} w ON w.id = l.id
+         WHERE l.hit OR l.position = %s
+         ORDER BY {by_l}
          LIMIT %s
         """,
         [config, tsquery, *listing_params, window, count],
