@@ -224,11 +224,17 @@ def fetch_or_last(branches: Iterable[str]) -> None:
 @dataclass
 class Fence:
     """One execution's hold on its agent in the central repository: the blob its fence ref must
-    point at for this execution's pushes to land. `sha` is "" until taken."""
+    point at for this execution's pushes to land. `sha` is "" until taken.
+
+    `look_back` (a resumed run): taking the fence first reads the one it replaces, and
+    `previous_host` is the host of the execution that held the agent before ("" when none)."""
 
     agent_id: str
     note: str = ""
+    look_back: bool = False
+    host: str = field(default_factory=lambda: _this_host())
     sha: str = field(default="")
+    previous_host: str = field(default="")
 
     @property
     def ref(self) -> str:
@@ -239,9 +245,14 @@ def fence_ref(agent_id: str) -> str:
     return FENCE_PREFIX + _SAFE_REF.sub("_", agent_id)
 
 
+def _this_host() -> str:
+    return str(getattr(settings, "ANNIHILATION_HOST", "") or socket.gethostname())
+
+
 def _fence_blob(repo: Path, fence: Fence) -> str:
-    """A new object unique to this moment of this execution (a blob: nothing checks it out)."""
-    text = f"{fence.agent_id} {fence.note} {socket.gethostname()} {uuid.uuid4().hex}\n"
+    """A new object unique to this moment of this execution (a blob: nothing checks it out),
+    naming its agent and host."""
+    text = f"agent {fence.agent_id}\nnote {fence.note}\nhost {fence.host}\nid {uuid.uuid4().hex}\n"
     proc = git_run("hash-object", "-w", "--stdin", cwd=repo, input=text)
     if proc.returncode != 0:
         raise WorkspaceError(f"git hash-object failed in {repo}: {proc.stderr.strip()}")
@@ -252,10 +263,29 @@ def fence_take(fence: Fence) -> str:
     """Make this execution the agent's holder centrally: its fence ref now points at a new blob
     (forced: the agent's lease and the run's start compare-and-set already chose this one)."""
     repo = repo_local()
+    if fence.look_back:
+        fence.previous_host = _fence_host(repo, fence)
     blob = _fence_blob(repo, fence)
     _network("push", "--quiet", "--force", REMOTE, f"{blob}:{fence.ref}", cwd=repo)
     fence.sha = blob
     return blob
+
+
+def _fence_host(repo: Path, fence: Fence) -> str:
+    """The host named by the agent's fence as it is centrally ("" when there is none)."""
+    seen = f"refs/annihilation/seen/{fence.ref.removeprefix(FENCE_PREFIX)}"
+    proc = _network_run(
+        *("fetch", "--quiet", "--no-tags", "--no-write-fetch-head"),
+        *(REMOTE, f"+{fence.ref}:{seen}"),
+        cwd=repo,
+    )
+    if proc.returncode != 0:
+        if "couldn't find remote ref" in proc.stderr:
+            return ""
+        raise WorkspaceError(f"git fetch of {fence.ref} failed: {proc.stderr.strip()[-600:]}")
+    text = git("cat-file", "-p", seen, cwd=repo)
+    found = re.search(r"^host (.*)$", text, re.MULTILINE)
+    return found.group(1).strip() if found else ""
 
 
 # --- stage start ----------------------------------------------------------------------------

@@ -33,6 +33,7 @@ answer.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,7 +335,9 @@ class ScriptedProvider:
             content.append(
                 {
                     "type": "tool_use",
-                    "id": f"toolu_s{index}_{j}",
+                    # Unique, as a model's are: a run that starts over (another host took it
+                    # over, psychonauts/central.py) plays the script's turns again.
+                    "id": f"toolu_s{index}_{j}_{uuid.uuid4().hex[:8]}",
                     "name": name,
                     "input": _substitute(args, run),
                 }

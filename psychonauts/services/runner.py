@@ -124,7 +124,14 @@ class Runner:
             self.wave = WaveBudget(wave_id, limit)
         # A central repository: this execution's hold on the agent there (taken with the
         # worktree; its pushes are refused once another execution takes the agent over).
-        self.fence = Fence(run.agent_id, note=f"attempt {run.attempt}") if repo_url() else None
+        self.fence = (
+            Fence(run.agent_id, note=f"attempt {run.attempt}", look_back=resumed)
+            if repo_url()
+            else None
+        )
+        # Turns before this index stay recorded but are not the model's conversation: the run
+        # started over (`started_elsewhere`).
+        self.offset = 0
         self._workspace: Future[Path] | Path = workspace_prepare(
             quantum_id=run.quantum_id, fence=self.fence
         )
@@ -244,9 +251,11 @@ class Runner:
             if self.resumed
             else []
         )
-        if turns and not turns[-1].complete:
+        if turns and self.started_elsewhere(turns[-1]):
+            self.offset = len(turns)
+        if len(turns) > self.offset and not turns[-1].complete:
             self.finish_tools(turns[-1])
-        if turns and turns[-1].complete and not turns[-1].tool_results:
+        if len(turns) > self.offset and turns[-1].complete and not turns[-1].tool_results:
             # The final answer was saved before a crash: end as it would have, or (a failed
             # verification) go on with the corrective message.
             outcome = self.done(turns[-1])
@@ -260,7 +269,7 @@ class Runner:
         tools = [t.spec() for t in self.tools]
         while True:
             index = len(turns)
-            if index >= self.role.max_turns:
+            if index - self.offset >= self.role.max_turns:
                 raise _Stop(f"max turns ({self.role.max_turns}) reached without a final answer")
             elapsed = (timezone.now() - started).total_seconds()
             if elapsed > self.role.timeout_s:
@@ -273,7 +282,7 @@ class Runner:
                     self.emit("cancelled", reason="cancelled by the burst manager")
                 self.flush_events()
                 return run_outcome(self.run)
-            messages = self.messages(turns)
+            messages = self.messages(turns[self.offset :])
             budget_check(
                 self.run,
                 spend=spend,
@@ -315,6 +324,27 @@ class Runner:
                     return outcome
                 continue  # verification failed: the agent fixes it in its next turn
             self.finish_tools(turn, calls, originals)
+
+    def started_elsewhere(self, last: AgentTurn) -> bool:
+        """A central repository, and this resumed run's earlier turns ran on another host that
+        has not pushed their effects: the files its tool calls wrote are in that host's worktree,
+        out of reach. The agent starts over here (its recorded turns stay, as history). Not when
+        its final answer was recorded (its commit is what counts) or it waited on the Tether
+        (the answer goes on where it was asked: a known limit, docs/hosts.md)."""
+        if self.fence is None or (last.complete and not last.tool_results):
+            return False
+        if any(b.get("name") == "ask_tether" for b in last.assistant):
+            return False
+        self.workspace  # noqa: B018 -- the fence, taken with the worktree, names the previous host
+        previous = self.fence.previous_host
+        if not previous or previous == self.fence.host:
+            return False
+        self.emit(
+            "restarted",
+            reason=f"resumed on {self.fence.host}; its earlier turns ran on {previous}, "
+            "whose uncommitted work is out of reach: the agent starts over",
+        )
+        return True
 
     def checkpoint(
         self, index: int, response: ProviderResponse

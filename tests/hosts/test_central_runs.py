@@ -3,7 +3,10 @@ host, a stale execution's outcome left to its successor, an approved change merg
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,17 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.db import connection
 
 from bursts.models import AgentRun, AgentStatus
 from core.locks import RedisLock
 from core.models import Event
 from psychonauts.central import branch_push, fence_ref
+from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.workspaces import branch_for, git, repo_key, repo_local
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.hosts.conftest import Central, Host
+from tests.polling import wait_for
 from tests.tether.test_changes import finished_run
 from tether.models import ChangeStatus
 from tether.services import change_approve, change_review_create
@@ -176,3 +183,70 @@ def test_the_merge_queue_has_one_consumer_among_hosts(
         with RedisLock(key, wait_s=0):  # another host's consumer holds the queue
             assert merge_queue_run().busy
         assert not merge_queue_run().busy
+
+
+KILLED = """
+name: central-killed
+match: {labels: [central-killed]}
+turns:
+  - tools:
+      - write_file: {path: "work-{agent_id}.txt", content: "the work\\n"}
+  - sleep: 4
+    text: "finished"
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_killed_on_one_host_starts_over_on_another_and_its_work_lands_once(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central, tmp_path: Path
+) -> None:
+    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-killed.yaml").write_text(KILLED, encoding="utf-8")
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="Work", labels=["central-killed"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": agent_settings.REDIS_URL,
+        "ANNIHILATION_HOME": str(a.home),
+        "ANNIHILATION_HOST": "a",
+        "ANNIHILATION_REPO": daemon_central.url,
+        "ANNIHILATION_SCRIPT_DIRS": str(folder),
+        "ANNIHILATION_PROVIDER": "",
+    }
+    host_a = subprocess.Popen(
+        [sys.executable, "manage.py", "psychonaut", "execute", str(run.pk)],
+        cwd=Path(settings.BASE_DIR),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:  # host A dies once the agent's file is written (uncommitted) in its worktree
+        wait_for(
+            lambda: ToolCall.objects.filter(agent_run=run, completed=True).exists(),
+            what="the first tool call on host A",
+            timeout=60,
+        )
+    finally:
+        os.killpg(host_a.pid, signal.SIGKILL)
+        host_a.wait()
+    assert (a.home / "worktrees" / f"q-{quantum.pk}" / f"work-{run.agent_id}.txt").exists()
+
+    with b.active():
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    branch = branch_for(quantum.pk)
+    assert git("show", f"{branch}:work-{run.agent_id}.txt", cwd=daemon_central.bare) == "the work"
+    assert daemon_central.log(branch).count(f"q-{quantum.pk}: {run.agent_id} (coder)") == 1
+    restarted = Event.objects.filter(topic=f"agent:{run.agent_id}", type="restarted").get()
+    assert "earlier turns ran on a" in restarted.payload["reason"]
+    # The first execution's turns stay recorded; the second's follow them.
+    assert list(AgentTurn.objects.filter(agent_run=run).values_list("index", flat=True)) == [
+        0,
+        1,
+        2,
+    ]
