@@ -63,23 +63,42 @@ AGENTS_PER_QUANTUM = 6
 WORKER_LOG = Path(os.environ.get("ANNIHILATION_HOME", ROOT / ".annihilation")) / "bench-workers.log"
 
 
+# `python -c PROFILED OUT celery ARGS`: Celery under cProfile timed by CPU (process_time), so
+# that waiting for a core on a busy machine does not count; the stats go to OUT at shutdown.
+PROFILED = """
+import cProfile, runpy, sys, time
+out, module = sys.argv.pop(1), sys.argv.pop(1)
+profiler = cProfile.Profile(time.process_time)
+profiler.enable()
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+finally:
+    profiler.disable()
+    profiler.dump_stats(out)
+"""
+
+
 @app.task(name="bench.noop", ignore_result=False)
 def noop(*args: object) -> None:
     return None
 
 
 def start_workers(
-    count: int, pool: str, imports: list[str] | None = None
+    count: int, pool: str, imports: list[str] | None = None, profile: str = ""
 ) -> list[subprocess.Popen[bytes]]:
-    """`count` workers that also import this module (its no-op task) and `imports`."""
+    """`count` workers that also import this module (its no-op task) and `imports`; with
+    `profile`, each under cProfile, writing `<profile>.<n>` when it stops."""
     extra = os.environ.get("PYTHONPATH", "")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}:{extra}"}
     procs = []
     WORKER_LOG.parent.mkdir(parents=True, exist_ok=True)
     log = WORKER_LOG.open("wb")
     for n in range(count):
+        cprofile = ["-c", PROFILED, f"{profile}.{n}"] if profile else ["-m"]
         cmd = [
-            sys.executable, "-m", "celery", "-A", "annihilation", "worker", "-P", pool,
+            sys.executable, *cprofile, "celery", "-A", "annihilation", "worker", "-P", pool,
             "-n", f"bench{n}-{os.getpid()}@%h", "-I", ",".join(["wave_overhead", *(imports or [])]), "-l", "error",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
@@ -118,8 +137,11 @@ def make_quanta(n: int, label: str) -> None:
     from quanta.models import Quantum
 
     Quantum.objects.bulk_create(
-        Quantum(title=f"bench {label} {i}", labels=[label], pipeline="bench-3stage")
-        for i in range(n)
+        (
+            Quantum(title=f"bench {label} {i}", labels=[label], pipeline="bench-3stage")
+            for i in range(n)
+        ),
+        batch_size=1000,  # a statement takes at most 65,535 parameters
     )
 
 
@@ -246,6 +268,13 @@ def main() -> None:
         " solo Celery worker runs one task at a time)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--profile",
+        metavar="PREFIX",
+        default="",
+        help="run the workers under cProfile (PREFIX.0, PREFIX.1, ... written when they stop)"
+        " and measure the manager's waves only",
+    )
     args = parser.parse_args()
     peers = list(PEERS if args.peers == [] else args.peers or [])
     missing = [p for p in peers if not installed(p)]
@@ -267,7 +296,7 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}", file=out)
     print(f"workers' log: {WORKER_LOG}", file=out)
     ensure_pipeline()
-    procs = start_workers(args.workers, args.pool)
+    procs = start_workers(args.workers, args.pool, profile=args.profile)
     pids = [p.pid for p in procs]
     figures: dict[str, dict[str, object]] = {}
     try:
@@ -285,10 +314,12 @@ def main() -> None:
         )
         for n in args.sizes:
             settle()
-            runs: dict[str, PeerRun] = {"raw_celery": run_raw(n, pids)}
-            settle()
+            runs: dict[str, PeerRun] = {}
+            if not args.profile:
+                runs["raw_celery"] = run_raw(n, pids)
+                settle()
             runs["manager"], first = run_wave(n, pids)
-            for peer in peers:
+            for peer in [] if args.profile else peers:
                 settle()
                 runs[peer] = run_peer(
                     peer, n, workers=args.workers, concurrency=args.peer_concurrency
@@ -300,7 +331,7 @@ def main() -> None:
                     f" {run.worker_ms:>15.2f} ms {run.stages_per_s / manager:>10.2f}x",
                     file=out,
                 )
-            raw = runs["raw_celery"].stages_per_s
+            raw = runs["raw_celery"].stages_per_s if "raw_celery" in runs else float("nan")
             print(
                 f"{n:>6} raw Celery / manager {raw / manager:.2f}x; first agent in the wave"
                 f" {first * 1000:.0f} ms; load {os.getloadavg()[0]:.2f}",

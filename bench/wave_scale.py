@@ -70,9 +70,15 @@ def bench_counts(state: Any) -> dict[str, int]:
     return dict(COUNTS)
 
 
-def worker_counts() -> dict[str, int]:
-    replies = wave_overhead.app.control.broadcast("bench_counts", reply=True, timeout=5) or []
-    total = {"statements": 0, "commits": 0, "workers": len(replies)}
+def worker_counts(expected: int) -> dict[str, int]:
+    """The statements and commits of all `expected` workers so far (asked until each answers)."""
+    for _ in range(10):
+        replies = wave_overhead.app.control.broadcast("bench_counts", reply=True, timeout=5)
+        if len(replies or []) >= expected:
+            break
+    else:
+        raise SystemExit(f"only {len(replies or [])} of {expected} workers gave their counts")
+    total = {"statements": 0, "commits": 0}
     for reply in replies:
         for counts in reply.values():
             total["statements"] += counts["statements"]
@@ -105,6 +111,8 @@ class DashboardSampler(threading.Thread):
         self.statements = 0
         self.failed = ""
         self.stopping = threading.Event()
+        self.ready = threading.Event()
+        self.go = threading.Event()
 
     def run(self) -> None:
         from django.contrib.auth.models import User
@@ -114,10 +122,14 @@ class DashboardSampler(threading.Thread):
         client = Client(HTTP_HOST="127.0.0.1")
         client.force_login(User.objects.get(username="bench-operator"))
         try:
+            client.get("/", secure=True)  # warm: templates, this thread's connection
+            self.ready.set()
+            self.go.wait()
             self.sample(client)
         except Exception as exc:  # reported with the wave's figures, which stand without it
             self.failed = repr(exc)
         finally:
+            self.ready.set()
             connection.close()
 
     def sample(self, client: Any) -> None:
@@ -146,7 +158,10 @@ def measure(n: int, pids: list[int]) -> dict[str, float]:
 
     label = f"scale-{os.getpid()}-{n}-{time.time_ns()}"
     wave_overhead.make_quanta(n, label)
-    before = worker_counts()
+    sampler = DashboardSampler()
+    sampler.start()
+    sampler.ready.wait()
+    before = worker_counts(len(pids))
     transactions0 = server_transactions()
     driver = {"wave_start": 0, "other": 0}
 
@@ -157,11 +172,10 @@ def measure(n: int, pids: list[int]) -> dict[str, float]:
 
         return count
 
-    sampler = DashboardSampler()
     cpu0, machine0, t0 = process_cpu(pids), Machine.now(), time.perf_counter()
     with connection.execute_wrapper(counter("wave_start")):
         wave = wave_start(labels=[label], started_by="bench")
-    sampler.start()
+    sampler.go.set()
     with connection.execute_wrapper(counter("other")):
         while (
             Wave.objects.filter(pk=wave.pk).values_list("status", flat=True)[0] not in WAVE_TERMINAL
@@ -178,7 +192,7 @@ def measure(n: int, pids: list[int]) -> dict[str, float]:
     stages = AgentRun.objects.filter(quantum_run__wave=wave, status="done").count()
     assert stages == n * wave_overhead.AGENTS_PER_QUANTUM, stages
     wave_overhead.settle(timeout=300)  # the reviews and reflection that follow the wave
-    after = worker_counts()
+    after = worker_counts(len(pids))
     # This process's statements outside wave_start (the polls, the dashboard's requests, the
     # two statistics reads) are not the manager's; each is at most one transaction.
     ours = driver["other"] + sampler.statements + 2
