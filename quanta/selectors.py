@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -262,10 +263,12 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
     return [SearchHit(quantum=q, rank=float(q.rank)) for q in rows]
 
 
-# How many rows of a listing the in-order search reads, per row asked for, before it turns to
-# the full-text index (quanta_search_in_order): a query matching at least one listed quantum in
-# 10 is served by the walk alone (a page of 50 reads at most 510 rows of the listing).
+# How far the in-order search walks a listing (quanta_search_in_order): first a window of
+# IN_ORDER_WINDOW_PER_ROW rows of the listing per row asked for; then, when the matches found
+# there say how far the rest are, one walk that far if it reads at most IN_ORDER_WALK_MAX_ROWS
+# rows of the table (~15 ms); else the full-text index.
 IN_ORDER_WINDOW_PER_ROW = 10
+IN_ORDER_WALK_MAX_ROWS = 20_000
 
 
 def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int) -> list[Quantum]:
@@ -275,87 +278,126 @@ def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int)
     Postgres cannot tell how many quanta a text query matches (it costs a phrase as its words
     ANDed, ~17x too many on a varied backlog, and a prefix by a fixed guess), so left to itself
     it walks the list's index testing every row for a rare phrase (74,000 rows read for one
-    page), or builds and sorts the whole bitmap of a common prefix. Two bounded steps instead:
+    page), or builds and sorts the whole bitmap of a common prefix. Bounded steps instead:
 
     1. the first `count * IN_ORDER_WINDOW_PER_ROW` rows of the listing, walked in its order
-       (the filters' own plan: their estimates are sound), each tested against the query; the
-       walk stops as soon as `count` match. The window's last row comes back even when it does
-       not match, which tells a full window from the end of the listing.
-    2. only when a full window holds fewer than `count` matches (the query is rare in this
-       listing): every match from the full-text index (`MATERIALIZED`, so the planner cannot
-       turn it back into an ordered walk), sorted.
+       (the filters' own plan: their estimates are sound) and tested against the query; the
+       walk stops as soon as `count` match.
+    2. when that window is full but short of matches, the matches it held tell how far the
+       walk would have to go, and the planner's estimate of the listing's size how many rows
+       of the table that walk reads (a filter keeping one quantum in seven reads seven): if
+       at most `IN_ORDER_WALK_MAX_ROWS`, one walk twice that far (a few matches are a rough
+       measure), within that bound.
+    3. else, or if that walk falls short too: every match from the full-text index, its sort
+       key only (`MATERIALIZED`, so the planner cannot turn it back into an ordered walk),
+       sorted; the page's rows read by id.
 
-    The rank is computed for the rows returned only.
+    A walk costs a row of the listing's index and table per row read; the index costs a row of
+    the table per match, so it wins only where the query is rare. The rank is computed for the
+    rows returned only.
     """
+    walk = _InOrderWalk(quanta, query, count)
     window = count * IN_ORDER_WINDOW_PER_ROW
-    by_w = _order_by_sql(quanta, "w")
-    columns = ", ".join(
-        f'w."{f.column}"' for f in Quantum._meta.concrete_fields if f.name != "search_vector"
-    )
-    config, tsquery = settings.SEARCH_CONFIG, search_to_tsquery(query)
-    # The window carries its sort key and whether each row matches (tested in the scan, so the
-    # wide rows are not copied up the plan); the matching rows are read again by id.
-    order = [{"pk": "id", "-pk": "-id"}.get(str(o), str(o)) for o in quanta.query.order_by]
-    keys = [o.lstrip("-") for o in order]
-    by_l = ", ".join(
-        f'l."{k}"' + (" DESC" if o.startswith("-") else "")
-        for o, k in zip(order, keys, strict=True)
-    )
-    listing, listing_params = (
-        quanta.annotate(
-            hit=ExpressionWrapper(Q(search_vector=_search_query(query)), BooleanField())
-        ).values("id", *[k for k in keys if k != "id"], "hit")[:window]
-    ).query.sql_with_params()
-    walk = Quantum.objects.raw(
-        f"""
-        SELECT {columns}, ts_rank(w.search_vector, to_tsquery(%s::regconfig, %s)) AS rank,
-               l.hit, l.position
-          FROM (SELECT l.*, row_number() OVER (ORDER BY {by_l}) AS position
-                  FROM ({listing}) l) l
-          JOIN {Quantum._meta.db_table} w ON w.id = l.id
-         WHERE l.hit OR l.position = %s
-         ORDER BY {by_l}
-         LIMIT %s
-        """,
-        [config, tsquery, *listing_params, window, count],
-    )
-    rows = list(walk)
-    hits = [row for row in rows if row.hit]  # type: ignore[attr-defined]
-    window_full = any(row.position == window for row in rows)  # type: ignore[attr-defined]
-    if len(hits) == count or not window_full:
+    hits, full = walk.first(window)
+    if len(hits) == count or not full:
         return hits
-    matches, matches_params = (
-        quanta.defer(None).order_by().filter(search_vector=_search_query(query)).query
-    ).sql_with_params()
-    return list(
-        Quantum.objects.raw(
-            f"""
-            WITH q AS (SELECT to_tsquery(%s::regconfig, %s) AS q),
-                 w AS MATERIALIZED ({matches})
-            SELECT {columns}, ts_rank(w.search_vector, q.q) AS rank
-              FROM w, q
-             ORDER BY {by_w}
-             LIMIT %s
-            """,
-            [config, tsquery, *matches_params, count],
+    if hits:
+        needed = count * window // len(hits)
+        per_row = walk.table_rows_per_listed_row()
+        if needed * per_row <= IN_ORDER_WALK_MAX_ROWS:
+            hits, full = walk.first(int(min(2 * needed, IN_ORDER_WALK_MAX_ROWS / per_row)))
+            if len(hits) == count or not full:
+                return hits
+    return walk.from_index()
+
+
+class _InOrderWalk:
+    """The statements of quanta_search_in_order over one listing and query."""
+
+    def __init__(self, quanta: QuerySet[Quantum], query: str, count: int) -> None:
+        self.quanta, self.count = quanta, count
+        self.search = _search_query(query)
+        self.tsquery = [settings.SEARCH_CONFIG, search_to_tsquery(query)]
+        self.columns = ", ".join(
+            f'w."{f.column}"' for f in Quantum._meta.concrete_fields if f.name != "search_vector"
         )
-    )
+        order = [{"pk": "id", "-pk": "-id"}.get(str(o), str(o)) for o in quanta.query.order_by]
+        if not order:
+            raise ValueError("the search needs the listing's order")
+        self.order = order
+        self.keys = [o.lstrip("-") for o in order]
 
+    def by(self, alias: str) -> str:
+        """The listing's order over `alias`, a relation with the keys' names as columns."""
+        return ", ".join(
+            f'{alias}."{k}"' + (" DESC" if o.startswith("-") else "")
+            for o, k in zip(self.order, self.keys, strict=True)
+        )
 
-def _order_by_sql(quanta: QuerySet[Quantum], alias: str) -> str:
-    """The queryset's order (field names, "-" for descending) as SQL over `alias`'s columns."""
-    order = [str(o) for o in quanta.query.order_by]
-    if not order:
-        raise ValueError("the search needs the listing's order")
-    terms = []
-    for o in order:
-        name = o.lstrip("-")
-        field = Quantum._meta.pk if name == "pk" else Quantum._meta.get_field(name)
-        column = getattr(field, "column", None)
-        if not column:
-            raise ValueError(f"cannot order the search by {o!r}")
-        terms.append(f'{alias}."{column}"' + (" DESC" if o.startswith("-") else ""))
-    return ", ".join(terms)
+    def table_rows_per_listed_row(self) -> float:
+        """How many rows of the table a walk reads per row of the listing, by the planner's
+        estimates (the listing's filters are plain columns: its statistics hold)."""
+        sql, params = self.quanta.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            (plan,) = cursor.fetchone() or ([{"Plan": {"Plan Rows": 1}}],)
+            cursor.execute(
+                "SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+                [Quantum._meta.db_table],
+            )
+            (table,) = cursor.fetchone() or (1,)
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        return max(1.0, float(table) / max(1.0, float(plan[0]["Plan"]["Plan Rows"])))
+
+    def first(self, window: int) -> tuple[list[Quantum], bool]:
+        """The matches among the listing's first `window` rows (at most `count`), and whether
+        the listing has that many rows. The window carries the sort key and whether each row
+        matches (tested in the scan, so wide rows are not copied up the plan); its last row
+        comes back even when it does not match, which tells a full window from the end."""
+        listing, params = (
+            self.quanta.annotate(
+                hit=ExpressionWrapper(Q(search_vector=self.search), BooleanField())
+            ).values("id", *[k for k in self.keys if k != "id"], "hit")[:window]
+        ).query.sql_with_params()
+        rows = list(
+            Quantum.objects.raw(
+                f"""
+                SELECT {self.columns},
+                       ts_rank(w.search_vector, to_tsquery(%s::regconfig, %s)) AS rank,
+                       l.hit, l.position
+                  FROM (SELECT l.*, row_number() OVER (ORDER BY {self.by("l")}) AS position
+                          FROM ({listing}) l) l
+                  JOIN {Quantum._meta.db_table} w ON w.id = l.id
+                 WHERE l.hit OR l.position = %s
+                 ORDER BY {self.by("l")}
+                 LIMIT %s
+                """,
+                [*self.tsquery, *params, window, self.count],
+            )
+        )
+        hits = [row for row in rows if row.hit]  # type: ignore[attr-defined]
+        return hits, any(row.position == window for row in rows)  # type: ignore[attr-defined]
+
+    def from_index(self) -> list[Quantum]:
+        """The first `count` matches of the listing, found through the full-text index."""
+        matches, params = (
+            self.quanta.order_by()
+            .filter(search_vector=self.search)
+            .values("id", *[k for k in self.keys if k != "id"])
+        ).query.sql_with_params()
+        return list(
+            Quantum.objects.raw(
+                f"""
+                WITH l AS MATERIALIZED ({matches}),
+                     page AS (SELECT l.* FROM l ORDER BY {self.by("l")} LIMIT %s)
+                SELECT {self.columns},
+                       ts_rank(w.search_vector, to_tsquery(%s::regconfig, %s)) AS rank
+                  FROM page JOIN {Quantum._meta.db_table} w ON w.id = page.id
+                 ORDER BY {self.by("page")}
+                """,
+                [*params, self.count, *self.tsquery],
+            )
+        )
 
 
 def _search_query(query: str) -> SearchQuery:

@@ -50,41 +50,58 @@ def expected_in_order(query: str, label: str | None = None) -> list[int]:
     return list(qs.values_list("id", flat=True))
 
 
-def in_order(query: str, *, count: int, label: str | None = None) -> tuple[list[int], int]:
+def in_order(query: str, *, count: int, label: str | None = None) -> tuple[list[int], list[str]]:
+    """The ids found, and the steps taken: "walk" per walk of the listing, "index" for the
+    full-text index."""
     listing = selectors.quanta_browse(label=label).order_by(*ORDER)
     with CaptureQueriesContext(connection) as queries:
         rows = selectors.quanta_search_in_order(quanta=listing, query=query, count=count)
     assert all(getattr(row, "rank") > 0 for row in rows)  # noqa: B009
-    return [row.pk for row in rows], len(queries.captured_queries)
+    steps = [
+        "index" if "MATERIALIZED" in q["sql"] else "walk"
+        for q in queries.captured_queries
+        if "row_number()" in q["sql"] or "MATERIALIZED" in q["sql"]
+    ]
+    return [row.pk for row in rows], steps
 
 
 def test_it_walks_the_listing_when_the_query_is_common_in_it(monkeypatch: Any) -> None:
     backlog()
     monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 2)
-    found, queries = in_order("common", count=4)
+    found, steps = in_order("common", count=4)
     assert found == expected_in_order("common")[:4]
-    assert queries == 1
+    assert steps == ["walk"]
+
+
+def test_it_walks_on_when_the_window_shows_the_matches_are_near(monkeypatch: Any) -> None:
+    backlog()
+    # Red, in order: 0, 15, 3, 18, 6, 21, 9, 12; "rare": 15, 3, 21, 9. A window of 3 holds 2:
+    # 3 matches are expected within 3 * 3 / 2 = 4 rows, walked twice as far (8 rows).
+    monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 1)
+    found, steps = in_order("rare", count=3, label="red")
+    assert found == expected_in_order("rare", label="red")[:3]
+    assert steps == ["walk", "walk"]
+    # A walk that far reads more of the table than allowed: the index instead.
+    monkeypatch.setattr(selectors, "IN_ORDER_WALK_MAX_ROWS", 3)
+    found, steps = in_order("rare", count=3, label="red")
+    assert found == expected_in_order("rare", label="red")[:3]
+    assert steps == ["walk", "index"]
 
 
 def test_it_turns_to_the_index_when_the_query_is_rare_in_the_listing(monkeypatch: Any) -> None:
     backlog()
-    monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 2)
-    # The first 6 rows of the listing (priority 0, then 1) hold 2 of the 4 "rare" quanta.
-    found, queries = in_order("rare", count=3)
-    assert found == expected_in_order("rare")[:3]
-    assert queries == 2
-    # Red, in order: 0, 15, 3, 18, 21, ...; a window of 3 holds 2 of its "rare" quanta.
     monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 1)
-    found, queries = in_order("rare", count=3, label="red")
-    assert found == expected_in_order("rare", label="red")[:3]
-    assert queries == 2
+    # The first 3 rows of the listing (0, 5, 10: priority 0) hold none of the "rare" quanta.
+    found, steps = in_order("rare", count=3)
+    assert found == expected_in_order("rare")[:3]
+    assert steps == ["walk", "index"]
 
 
 def test_it_answers_from_the_walk_when_the_listing_ends_inside_the_window() -> None:
     backlog()
-    found, queries = in_order("rare", count=10)
+    found, steps = in_order("rare", count=10)
     assert found == expected_in_order("rare")
-    assert queries == 1
+    assert steps == ["walk"]
 
 
 def ranked(query: str, among: list[int] | None = None) -> list[tuple[int, float]]:
