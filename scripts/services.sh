@@ -5,9 +5,12 @@
 #   scripts/services.sh start|stop|status
 #
 # Reads ANNIHILATION_HOME, PG_PORT and REDIS_PORT (the Makefile sets them: one set for the demo,
-# another for the tests, so the two never collide). Safe to run twice: a running server is left
-# alone. Installs postgresql and redis-server from the system packages when they are missing and
-# this user may (root, or password-less sudo); otherwise says what to install and stops.
+# another for the tests, so the two never collide). SERVICES_LISTEN adds an address both servers
+# listen on besides loopback, and SERVICES_TRUST_NET a network (CIDR) Postgres trusts besides
+# loopback (scripts/cluster.sh: hosts on a bridge); both unset: loopback only. Safe to run twice:
+# a running server is left alone. Installs postgresql and redis-server from the system packages
+# when they are missing and this user may (root, or password-less sudo); otherwise says what to
+# install and stops.
 set -euo pipefail
 # runuser, pg_ctl helpers and apt live in sbin folders a plain user PATH may leave out.
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -17,6 +20,9 @@ HOME_DIR=${ANNIHILATION_HOME:?ANNIHILATION_HOME must be set}
 PG_PORT=${PG_PORT:?PG_PORT must be set}
 REDIS_PORT=${REDIS_PORT:?REDIS_PORT must be set}
 PG_DB=${PG_DB:-annihilation}
+LISTEN=${SERVICES_LISTEN:-}
+TRUST_NET=${SERVICES_TRUST_NET:-}
+PG_LISTEN=127.0.0.1${LISTEN:+,$LISTEN}
 
 say() { printf '%s\n' "services: $*" >&2; }
 die() { printf '%s\n' "services: error: $*" >&2; exit 1; }
@@ -90,10 +96,13 @@ start_pg() {
         say "initialising a Postgres cluster in $PG_DATA"
         as_pg "$BIN/initdb" --no-sync -D "$PG_DATA" -U postgres --auth=trust -E UTF8 >/dev/null
     fi
+    if [ -n "$TRUST_NET" ] && ! grep -q "^host all all $TRUST_NET trust\$" "$PG_DATA/pg_hba.conf"; then
+        echo "host all all $TRUST_NET trust" | as_pg tee -a "$PG_DATA/pg_hba.conf" >/dev/null
+    fi
     as_pg "$BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 30 \
-        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        -o "-c listen_addresses=$PG_LISTEN -p $PG_PORT -k $PG_DATA -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
         start >/dev/null || die "postgres did not start; see $PG_DATA/server.log"
-    say "postgres running on 127.0.0.1:$PG_PORT"
+    say "postgres running on $PG_LISTEN:$PG_PORT"
 }
 
 ensure_db() {
@@ -106,11 +115,13 @@ start_redis() {
     if redis_running; then say "redis already running on 127.0.0.1:$REDIS_PORT"; return 0; fi
     port_busy "$REDIS_PORT" && die "port $REDIS_PORT is in use by another program; set REDIS_PORT to a free port (and REDIS_URL to match)"
     mkdir -p "$REDIS_DIR"
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" --daemonize yes \
+    # Another address than loopback: its clients (a bridge's hosts) are let in without a password.
+    # shellcheck disable=SC2086 # LISTEN is one address or nothing
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 $LISTEN ${LISTEN:+--protected-mode no} --dir "$REDIS_DIR" --daemonize yes \
         --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" --save "" --appendonly no >/dev/null
     for _ in $(seq 50); do redis_running && break; sleep 0.1; done
     redis_running || die "redis did not start; see $REDIS_DIR/redis.log"
-    say "redis running on 127.0.0.1:$REDIS_PORT"
+    say "redis running on 127.0.0.1${LISTEN:+ $LISTEN}:$REDIS_PORT"
 }
 
 stop_all() {
