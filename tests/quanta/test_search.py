@@ -78,9 +78,16 @@ def test_it_walks_on_when_the_window_shows_the_matches_are_near(monkeypatch: Any
     # Red, in order: 0, 15, 3, 18, 6, 21, 9, 12; "rare": 15, 3, 21, 9. A window of 3 holds 2:
     # 3 matches are expected within 3 * 3 / 2 = 4 rows, walked twice as far (8 rows).
     monkeypatch.setattr(selectors, "IN_ORDER_WINDOW_PER_ROW", 1)
+    monkeypatch.setattr(selectors, "IN_ORDER_INDEX_ROW_COST", 1000)  # the walk is cheaper
     found, steps = in_order("rare", count=3, label="red")
     assert found == expected_in_order("rare", label="red")[:3]
     assert steps == ["walk", "walk"]
+    # The index is cheaper (each row it hands over costs nothing): the index.
+    monkeypatch.setattr(selectors, "IN_ORDER_INDEX_ROW_COST", 0)
+    found, steps = in_order("rare", count=3, label="red")
+    assert found == expected_in_order("rare", label="red")[:3]
+    assert steps == ["walk", "index"]
+    monkeypatch.setattr(selectors, "IN_ORDER_INDEX_ROW_COST", 1000)
     # A walk that far reads more of the table than allowed: the index instead.
     monkeypatch.setattr(selectors, "IN_ORDER_WALK_MAX_ROWS", 3)
     found, steps = in_order("rare", count=3, label="red")
