@@ -186,6 +186,13 @@ class Cluster:
             time.sleep(0.5)
         raise AssertionError(f"hosts not answering: {sorted(wanted - answered)}")
 
+    def hosts_restore(self) -> None:
+        """Every host on the network with its worker answering (after a kill or a cut)."""
+        for host in self.hosts:
+            self.sh("heal", host)
+            self.sh("start", host)
+        self.hosts_answering()
+
     def logs_tail(self, lines: int = 30) -> str:
         parts = []
         for log in sorted((self.home / "logs").glob("*.log")):
