@@ -220,6 +220,19 @@ def fetch_or_last(branches: Iterable[str]) -> None:
         logger.warning("central repository not fetched, reading the last fetch: %s", exc)
 
 
+def central_file(path: str, *, limit: int) -> bytes:
+    """A file of the central base branch as this host last fetched it (at most `limit` bytes;
+    b"" when absent): no network, for a reader on an agent's path."""
+    repo = repo_local()
+    proc = subprocess.run(
+        ["git", "-c", "safe.directory=*", "cat-file", "blob", f"{tracking(base_branch())}:{path}"],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+    )
+    return proc.stdout[:limit] if proc.returncode == 0 else b""
+
+
 # --- fences ---------------------------------------------------------------------------------
 @dataclass
 class Fence:

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import connection
 
 from bursts.models import AgentRun
+from psychonauts.central import central_file
+from psychonauts.workspaces import repo_url
 from reflection.models import PlaybookRule, RuleMaturity
 
 # How much a rule's maturity weighs in its score: a candidate is injected with a low weight.
@@ -129,14 +131,17 @@ def rules_for(run: AgentRun, *, limit: int | None = None) -> list[ScoredRule]:
 def agents_md() -> str:
     """The target repository's AGENTS.md (human conventions, never scored): a regular file,
     text only, at most AGENTS_MD_MAX_BYTES (cut there); "" when absent or not text."""
-    path = Path(settings.ANNIHILATION_REPO) / "AGENTS.md"
-    try:
-        if path.is_symlink() or not path.is_file():
+    if repo_url():  # a central repository: the file on its base branch, as last fetched
+        data = central_file("AGENTS.md", limit=AGENTS_MD_MAX_BYTES + 1)
+    else:
+        path = Path(settings.ANNIHILATION_REPO) / "AGENTS.md"
+        try:
+            if path.is_symlink() or not path.is_file():
+                return ""
+            with path.open("rb") as f:
+                data = f.read(AGENTS_MD_MAX_BYTES + 1)
+        except OSError:
             return ""
-        with path.open("rb") as f:
-            data = f.read(AGENTS_MD_MAX_BYTES + 1)
-    except OSError:
-        return ""
     if b"\x00" in data:
         return ""
     cut = len(data) > AGENTS_MD_MAX_BYTES

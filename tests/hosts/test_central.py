@@ -22,6 +22,7 @@ from psychonauts.workspaces import (
     workspace_prepare,
     workspace_ready,
 )
+from reflection.injection import agents_md
 from tests.hosts.conftest import Central, Host
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,3 +276,21 @@ def test_folders_a_stage_fetches_are_the_quantum_sandbox_user_s(
         assert (tree / "notes" / "plan.md").exists()
         assert (tree / "notes").stat().st_uid == uid
         assert (tree / "notes" / "plan.md").stat().st_uid == uid
+
+
+def test_agents_md_is_read_from_the_central_base_branch(
+    make_host: MakeHost, file_central: Central, tmp_path: Path
+) -> None:
+    host = make_host("a", file_central)
+    with host.active():
+        workspace_ensure(quantum_id=14)  # the host's clone, from before the file
+        assert agents_md() == ""
+    work = tmp_path / "elsewhere"
+    git("clone", "-q", file_central.url, str(work), cwd=tmp_path)
+    _write(work, "AGENTS.md", "Run the tests before you commit.\n")
+    git("add", "AGENTS.md", cwd=work)
+    git("commit", "-q", "-m", "conventions", cwd=work)
+    git("push", "-q", "origin", "HEAD:main", cwd=work)
+    with host.active():
+        workspace_ensure(quantum_id=13)  # the next stage's fetch brings the base
+        assert agents_md() == "Run the tests before you commit."
