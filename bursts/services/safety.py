@@ -87,9 +87,14 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
             and agent.heartbeat_at > now - ttl
         ):
             return
+    # An agent that started and then went silent (no lease, no heartbeat within the TTL) died
+    # with its worker or host: its stage goes again now. Otherwise the stage's tasks may still
+    # be waiting in the queue behind other work: they get the dispatch grace first.
+    died = any(a.status == AgentStatus.RUNNING for a in agents)
     activity = [run.dispatched_at] + [a.finished_at for a in agents]
     last = max((t for t in activity if t is not None), default=None)
-    if last is not None and last > now - timedelta(seconds=settings.BURSTS_DISPATCH_GRACE_S):
+    grace = timedelta(seconds=settings.BURSTS_DISPATCH_GRACE_S)
+    if not died and last is not None and last > now - grace:
         return
     # Compare-and-set on dispatched_at: two safety nets never re-send the same stage twice.
     if not quantum_run_redispatch(run_id=run.pk, dispatched_at=run.dispatched_at, now=now):

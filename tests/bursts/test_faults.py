@@ -123,6 +123,32 @@ def test_the_safety_net_steps_an_ended_stage_only_when_its_callback_is_late(
     app.control.purge()
 
 
+def test_the_safety_net_resends_at_once_a_stage_whose_started_agent_died(
+    fast_settings: Any,
+) -> None:
+    """Within the dispatch grace a stage none of whose agents started is left to its queue; one
+    whose started agent lost its lease and heartbeat (its worker or host died) goes again now."""
+    fast_settings.BURSTS_DISPATCH_GRACE_S = 3600
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    q = quantum_create(title="dies")
+    wave_start()
+    app.control.purge()  # no worker: the test plays the stage's part
+    run = QuantumRun.objects.get(quantum=q)
+    coder = AgentRun.objects.filter(quantum_run=run, stage_index=0)
+
+    assert safety_net().redispatched == []  # pending, dispatched just now: still queued
+
+    fresh = timezone.now()
+    coder.update(status=AgentStatus.RUNNING, started_at=fresh, heartbeat_at=fresh)
+    assert safety_net().redispatched == []  # alive (its heartbeat is recent)
+
+    silent = timezone.now() - timedelta(seconds=2 * fast_settings.BURSTS_HEARTBEAT_TTL_S)
+    coder.update(heartbeat_at=silent)
+    assert safety_net().redispatched == [run.pk]
+    assert Event.objects.filter(type="stage_redispatched", payload__run_id=run.pk).count() == 1
+    app.control.purge()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
