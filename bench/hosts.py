@@ -65,6 +65,7 @@ class Round(TypedDict):
     per_s: float
     lost: int
     cpu_s_per_agent: float  # the machine's busy CPU (all processes) during the round / agents
+    cluster_cpu_s_per_agent: float  # the cluster's own processes' CPU during the round / agents
 
 
 def cpu_busy_s() -> float:
@@ -72,6 +73,41 @@ def cpu_busy_s() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle, iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float]:
+    """(parent pid, CPU seconds of the process and its reaped children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_cpu_s(home: Path) -> float:
+    """CPU seconds of the cluster's processes (workers, beat, git daemon, Postgres, Redis) and
+    every descendant: a child that ended is in its parent's reaped-children time."""
+    roots = set()
+    for pidfile in [*(home / "run").glob("*.pid"), *(home / "services").rglob("*.pid")]:
+        first = pidfile.read_text().split("\n", 1)[0].strip()
+        if first.isdigit():
+            roots.add(int(first))
+    for pg in Path("/var/tmp").glob("annihilation-pg-*/postmaster.pid"):
+        if str(home) in (pg.parent / "postmaster.opts").read_text(errors="replace"):
+            roots.add(int(pg.read_text().split("\n", 1)[0]))
+    procs: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                procs[int(entry.name)] = _stat(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+    total = 0.0
+    for pid, (_, cpu) in procs.items():
+        ancestor = pid
+        while ancestor in procs and ancestor not in roots and ancestor > 1:
+            ancestor = procs[ancestor][0]
+        if ancestor in roots:
+            total += cpu
+    return total
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 300) -> str:
@@ -126,7 +162,7 @@ def one_round(env: dict[str, str], tmp: Path, n: int, agents: int) -> Round:
     )
     manage(env, "quanta", "import", str(backlog))
     with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
-        busy = cpu_busy_s()
+        busy, own = cpu_busy_s(), cluster_cpu_s(Path(env["CLUSTER_HOME"]))
         started = time.monotonic()
         wave_id = json.loads(manage(env, "start_wave", "--label", tag, "--json"))["wave_id"]
         deadline = started + 30 + 10 * agents
@@ -137,8 +173,14 @@ def one_round(env: dict[str, str], tmp: Path, n: int, agents: int) -> Round:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        seconds = time.monotonic() - started
-        cpu = cpu_busy_s() - busy
+        # The wave's own span (its row's start to its end): what the hosts did, without the
+        # start-up of the `manage.py start_wave` process.
+        span = conn.execute(
+            "SELECT extract(epoch FROM finished_at - started_at) FROM bursts_wave WHERE id = %s",
+            [wave_id],
+        ).fetchone()
+        seconds = float(span[0]) if span and span[0] is not None else time.monotonic() - started
+        cpu, cluster = cpu_busy_s() - busy, cluster_cpu_s(Path(env["CLUSTER_HOME"])) - own
         closed = conn.execute(
             "SELECT count(*) FROM quanta_quantum WHERE labels @> ARRAY[%s]::varchar[] "
             "AND status = 'closed'",
@@ -152,6 +194,7 @@ def one_round(env: dict[str, str], tmp: Path, n: int, agents: int) -> Round:
         per_s=round(done / seconds, 2),
         lost=agents - done,
         cpu_s_per_agent=round(cpu / agents, 3),
+        cluster_cpu_s_per_agent=round(cluster / agents, 3),
     )
 
 
@@ -195,7 +238,8 @@ def main() -> None:
                 print(
                     f"{n} host(s) x -c {args.concurrency}: {r['agents']} agents in "
                     f"{r['seconds']:.1f} s = {r['per_s']:.1f} agents/s, lost {r['lost']}; "
-                    f"machine CPU {r['cpu_s_per_agent']:.2f} s per agent ({os.cpu_count()} cores)",
+                    f"CPU per agent {r['cluster_cpu_s_per_agent']:.2f} s (cluster), "
+                    f"{r['cpu_s_per_agent']:.2f} s (machine, {os.cpu_count()} cores)",
                     flush=True,
                 )
     finally:
