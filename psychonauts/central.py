@@ -346,15 +346,17 @@ def _sync(path: Path, quantum_id: int, *, reset: bool) -> bool:
             else ("reset", "--keep", "--quiet", tip)
         )
         proc = git_run(*how, cwd=path)
-        if proc.returncode == 0:
-            # What git wrote is root's on a root worker: the quantum's sandboxed agents must
-            # be able to write in folders that arrived from another host.
-            workspace_own(path, quantum_id=quantum_id)
-    if proc.returncode != 0:
+        refused = proc.stderr.strip()[-300:] if proc.returncode != 0 else ""
+        if refused:
+            _set_aside(path, tip, quantum_id=quantum_id)
+        # What git wrote is root's on a root worker: the quantum's sandboxed agents must be
+        # able to write in folders that arrived from another host.
+        workspace_own(path, quantum_id=quantum_id)
+    if refused:
         logger.warning(
-            "worktree %s stays at %s (central %s): %s",
-            path, head[:10], tip[:10], proc.stderr.strip()[-300:],
-            extra={"quantum_id": quantum_id},
+            "worktree %s: local changes in the way of the central tip %s set aside in git's "
+            "stash (`git stash list` in the worktree): %s",
+            path, tip[:10], refused, extra={"quantum_id": quantum_id},
         )  # fmt: skip
     elif not behind:
         logger.info(
@@ -362,6 +364,21 @@ def _sync(path: Path, quantum_id: int, *, reset: bool) -> bool:
             path, tip[:10], extra={"quantum_id": quantum_id},
         )  # fmt: skip
     return True
+
+
+def _set_aside(path: Path, tip: str, *, quantum_id: int) -> None:
+    """Changes that keep the worktree from its central tip (most often what an execution that
+    was cut off or killed left uncommitted; its agent ran again elsewhere) go to git's stash,
+    kept for an operator rather than deleted, and the worktree goes to the tip: the next agent
+    works on what the central branch holds. The stash is one list for all worktrees of the
+    clone: entries are only ever added, under a lock of this host."""
+    with file_lock(f"stash-{repo_key()}"):
+        git(
+            *("stash", "push", "--include-untracked", "--quiet"),
+            *("-m", f"annihilation q-{quantum_id}: set aside to reach {tip[:10]}"),
+            cwd=path,
+        )
+    git("reset", "--hard", "--quiet", tip, cwd=path)
 
 
 # --- after a commit -------------------------------------------------------------------------
@@ -500,6 +517,17 @@ def commit_land(
     raise WorkspaceError(f"central branch {branch} kept moving: nothing pushed")
 
 
+def agent_landed(quantum_id: int, subject: str) -> bool:
+    """Whether a commit with this subject (an agent's, workspaces.commit_message) is on the
+    quantum's central branch as last fetched."""
+    proc = git_run(
+        *("log", "-1", "--format=%H", "--fixed-strings", f"--grep={subject}"),
+        tracking(branch_for(quantum_id)),
+        cwd=repo_local(),
+    )
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
 def _tracked(repo: Path, branch: str) -> str:
     """The central branch's tip as this host last fetched or pushed it ("" when none)."""
     proc = git_run("rev-parse", "--verify", "--quiet", tracking(branch), cwd=repo)
@@ -521,10 +549,12 @@ def _worktree_move(workspace: Path, sha: str, *, quantum_id: int) -> None:
 
 
 def quantum_lock(quantum_id: int) -> RedisLock:
-    """The quantum's pushes, one at a time across hosts (fan-out siblings may run anywhere)."""
+    """The quantum's pushes, one at a time across hosts (fan-out siblings may run anywhere).
+    Its TTL is the agent lease's: a host lost while holding it delays the quantum's re-run no
+    longer than its lost leases do (the holder renews it every third of the TTL)."""
     return RedisLock(
         f"central:commit:{repo_key()}:{quantum_id}",
-        ttl_s=30.0,
+        ttl_s=float(getattr(settings, "BURSTS_HEARTBEAT_TTL_S", 30.0)),
         wait_s=float(getattr(settings, "ANNIHILATION_CENTRAL_LOCK_WAIT_S", 120.0)),
     )
 

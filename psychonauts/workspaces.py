@@ -538,13 +538,14 @@ def workspace_commit(
                 fence=fence,
                 commit=sha,
                 author=f"psychonaut {agent_id}",
-                message=_commit_message(quantum_id, agent_id, role),
+                message=commit_message(quantum_id, agent_id, role),
             )
     except LockUnavailable as exc:
         raise WorkspaceError(f"q-{quantum_id}: no push: {exc}") from exc
 
 
-def _commit_message(quantum_id: int, agent_id: str, role: str) -> str:
+def commit_message(quantum_id: int, agent_id: str, role: str) -> str:
+    """The subject of an agent's commit (how its commit is found on a branch)."""
     return f"q-{quantum_id}: {agent_id} ({role})"
 
 
@@ -561,7 +562,7 @@ def _commit(workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
                 "core.abbrev=40",
                 "commit",
                 "-m",
-                _commit_message(quantum_id, agent_id, role),
+                commit_message(quantum_id, agent_id, role),
                 cwd=workspace,
                 author=f"psychonaut {agent_id}",
             )

@@ -19,7 +19,7 @@ from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
 from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry
-from psychonauts.central import Fence, StaleExecution
+from psychonauts.central import Fence, StaleExecution, agent_landed
 from psychonauts.checkpoint import (
     TurnCompletion,
     TurnRecord,
@@ -64,6 +64,7 @@ from psychonauts.tools import VERDICT_TOOL, ToolContext, ToolResult, tool_execut
 from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
+    commit_message,
     git,
     repo_url,
     workspace_commit,
@@ -329,15 +330,17 @@ class Runner:
         """A central repository, and this resumed run's earlier turns ran on another host that
         has not pushed their effects: the files its tool calls wrote are in that host's worktree,
         out of reach. The agent starts over here (its recorded turns stay, as history). Not when
-        its final answer was recorded (its commit is what counts) or it waited on the Tether
+        its final answer was recorded and its commit landed, nor when it waited on the Tether
         (the answer goes on where it was asked: a known limit, docs/hosts.md)."""
-        if self.fence is None or (last.complete and not last.tool_results):
-            return False
-        if any(b.get("name") == "ask_tether" for b in last.assistant):
+        if self.fence is None or any(b.get("name") == "ask_tether" for b in last.assistant):
             return False
         self.workspace  # noqa: B018 -- the fence, taken with the worktree, names the previous host
         previous = self.fence.previous_host
         if not previous or previous == self.fence.host:
+            return False
+        run = self.run
+        subject = commit_message(run.quantum_id, run.agent_id, run.role)
+        if last.complete and not last.tool_results and agent_landed(run.quantum_id, subject):
             return False
         self.emit(
             "restarted",

@@ -80,6 +80,7 @@ def test_it_refuses_garbage_at_start_up(value: str, complaint: str) -> None:
 
 
 def _write(tree: Path, name: str, text: str) -> None:
+    (tree / name).parent.mkdir(parents=True, exist_ok=True)
     (tree / name).write_text(text, encoding="utf-8")
 
 
@@ -294,3 +295,21 @@ def test_agents_md_is_read_from_the_central_base_branch(
     with host.active():
         workspace_ensure(quantum_id=13)  # the next stage's fetch brings the base
         assert agents_md() == "Run the tests before you commit."
+
+
+def test_leftovers_in_the_way_of_the_central_tip_are_set_aside_not_worked_on(
+    make_host: MakeHost, file_central: Central
+) -> None:
+    a, b = make_host("a", file_central), make_host("b", file_central)
+    with a.active():  # an execution cut off on host A left its files uncommitted
+        tree = workspace_ensure(quantum_id=15)
+        (tree / "seen").mkdir()
+        _write(tree / "seen", "coder.txt", "host A's stale attempt\n")
+    tip = _land(b, 15, "q15-coder", {"seen/coder.txt": "host B's run\n"})  # it ran again there
+    with a.active():
+        tree = workspace_ensure(quantum_id=15)
+        assert git("rev-parse", "HEAD", cwd=tree) == tip
+        assert (tree / "seen" / "coder.txt").read_text() == "host B's run\n"
+        assert git("status", "--porcelain", cwd=tree) == ""
+        kept = git("stash", "list", cwd=tree)
+        assert f"annihilation q-15: set aside to reach {tip[:10]}" in kept

@@ -196,24 +196,20 @@ turns:
 """
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_run_killed_on_one_host_starts_over_on_another_and_its_work_lands_once(
-    agent_settings: Any, make_host: MakeHost, daemon_central: Central, tmp_path: Path
+def _execute_on_host_a_until(
+    run: AgentRun, a: Host, central: Central, scripts: Path, until: Callable[[], bool]
 ) -> None:
-    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
-    (folder / "central-killed.yaml").write_text(KILLED, encoding="utf-8")
-    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
-    quantum = quantum_create(title="Work", labels=["central-killed"])
-    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    """Host A executes the run in a process of its own, SIGKILLed (with what it started) once
+    `until()` holds."""
     db = connection.settings_dict
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": agent_settings.REDIS_URL,
+        "REDIS_URL": settings.REDIS_URL,
         "ANNIHILATION_HOME": str(a.home),
         "ANNIHILATION_HOST": "a",
-        "ANNIHILATION_REPO": daemon_central.url,
-        "ANNIHILATION_SCRIPT_DIRS": str(folder),
+        "ANNIHILATION_REPO": central.url,
+        "ANNIHILATION_SCRIPT_DIRS": str(scripts),
         "ANNIHILATION_PROVIDER": "",
     }
     host_a = subprocess.Popen(
@@ -224,15 +220,27 @@ def test_a_run_killed_on_one_host_starts_over_on_another_and_its_work_lands_once
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    try:  # host A dies once the agent's file is written (uncommitted) in its worktree
-        wait_for(
-            lambda: ToolCall.objects.filter(agent_run=run, completed=True).exists(),
-            what="the first tool call on host A",
-            timeout=60,
-        )
+    try:
+        wait_for(until, what="host A far enough", timeout=60)
     finally:
         os.killpg(host_a.pid, signal.SIGKILL)
         host_a.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_killed_on_one_host_starts_over_on_another_and_its_work_lands_once(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-killed.yaml").write_text(KILLED, encoding="utf-8")
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="Work", labels=["central-killed"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    # Host A dies once the agent's file is written (uncommitted) in its worktree.
+    _execute_on_host_a_until(
+        run, a, daemon_central, folder,
+        lambda: ToolCall.objects.filter(agent_run=run, completed=True).exists(),
+    )  # fmt: skip
     assert (a.home / "worktrees" / f"q-{quantum.pk}" / f"work-{run.agent_id}.txt").exists()
 
     with b.active():
@@ -250,3 +258,30 @@ def test_a_run_killed_on_one_host_starts_over_on_another_and_its_work_lands_once
         1,
         2,
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_killed_between_its_final_answer_and_its_push_starts_over_elsewhere(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-killed.yaml").write_text(KILLED.replace("sleep: 4", "sleep: 0"))
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="Work", labels=["central-killed"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    with a.active():  # another holder of the quantum's push lock keeps host A's commit waiting
+        name = f"central:commit:{repo_key()}:{quantum.pk}"
+    with RedisLock(name, ttl_s=60, wait_s=0):
+        _execute_on_host_a_until(
+            run, a, daemon_central, folder,
+            lambda: AgentTurn.objects.filter(agent_run=run, index=1, complete=True).exists(),
+        )  # fmt: skip
+    assert not daemon_central.tip(branch_for(quantum.pk))
+
+    with b.active():
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    branch = branch_for(quantum.pk)
+    assert git("show", f"{branch}:work-{run.agent_id}.txt", cwd=daemon_central.bare) == "the work"
+    assert daemon_central.log(branch).count(f"q-{quantum.pk}: {run.agent_id} (coder)") == 1
