@@ -17,7 +17,6 @@ LockUnavailable; a holder whose key vanished takes it back unless someone else h
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 from types import TracebackType
 
 import redis
+from django.conf import settings
 
 from core.errors import AnnihilationError
 from core.redis import get_redis
@@ -60,7 +60,7 @@ class RedisLock:
         self.ttl_ms = max(100, int(ttl_s * 1000))
         self.wait_s = wait_s
         self.poll_s = poll_s
-        self.token = f"{socket.gethostname()}:{uuid.uuid4().hex[:16]}"
+        self.token = f"{settings.ANNIHILATION_HOST}:{uuid.uuid4().hex[:16]}"
         self.held = False
         self.fencing = 0
         self._lost = threading.Event()

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -259,7 +258,7 @@ def fence_ref(agent_id: str) -> str:
 
 
 def _this_host() -> str:
-    return str(getattr(settings, "ANNIHILATION_HOST", "") or socket.gethostname())
+    return str(settings.ANNIHILATION_HOST)
 
 
 def _fence_blob(repo: Path, fence: Fence) -> str:
