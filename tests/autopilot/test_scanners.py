@@ -276,7 +276,9 @@ def test_it_files_one_quantum_per_file_and_scanner(repo: Path, scan_settings: An
     assert "Resolve 2 TODO/FIXME comments in latin.py" in quanta
     rows = Finding.objects.filter(quantum=todo_q)
     assert rows.count() == 2 and all(r.filed_at is not None for r in rows)
-    types = list(Event.objects.filter(topic="autopilot:scan").values_list("type", flat=True))
+    types = list(
+        Event.objects.filter(topic="autopilot:scan").order_by("id").values_list("type", flat=True)
+    )
     assert types[0] == "started" and types[-1] == "finished" and types.count("filed") == 4
 
 
