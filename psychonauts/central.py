@@ -17,6 +17,11 @@ execution wrote last. An execution taken over by another host (presumed dead, co
 the fence moved: its push is refused whole, its commit dropped (StaleExecution), and a replay
 of its push fails the same way. Pushes of one quantum are serialised across hosts by a Redis
 lock (core/locks.py); git's compare-and-set is what protects the branch if that lock fails.
+
+An agent that waits (on the Tether, on a budget) may be resumed on any host: before it lets go,
+its uncommitted work is pushed as a commit to `refs/annihilation/wip/<agent>` and its fence
+names that commit (`wip_save`); the execution that resumes it on another host reads the fence
+and applies that work to its worktree (`wip_restore`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -43,6 +49,7 @@ from psychonauts.workspaces import (
 )
 from psychonauts.workspaces import (
     branch_for,
+    excludes_file,
     file_lock,
     file_lock_try,
     git,
@@ -57,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 REMOTE = "origin"
 FENCE_PREFIX = "refs/annihilation/fence/"
+WIP_PREFIX = "refs/annihilation/wip/"
 # How many times a push whose branch moved under it (another host pushed between our fetch
 # and our push, e.g. after the quantum's lock expired) is replayed on the new tip.
 PUSH_RETRIES = 5
@@ -238,8 +246,10 @@ class Fence:
     """One execution's hold on its agent in the central repository: the blob its fence ref must
     point at for this execution's pushes to land. `sha` is "" until taken.
 
-    `look_back` (a resumed run): taking the fence first reads the one it replaces, and
-    `previous_host` is the host of the execution that held the agent before ("" when none)."""
+    `look_back` (a resumed run): taking the fence first reads the one it replaces:
+    `previous_host` is the host of the execution that held the agent before ("" when none), and
+    `previous_wip` the commit of uncommitted work it set aside when it let the agent wait ("" when
+    it did not: it was cut off mid-work)."""
 
     agent_id: str
     note: str = ""
@@ -247,6 +257,7 @@ class Fence:
     host: str = field(default_factory=lambda: _this_host())
     sha: str = field(default="")
     previous_host: str = field(default="")
+    previous_wip: str = field(default="")
 
     @property
     def ref(self) -> str:
@@ -261,10 +272,16 @@ def _this_host() -> str:
     return str(settings.ANNIHILATION_HOST)
 
 
-def _fence_blob(repo: Path, fence: Fence) -> str:
+def wip_ref(agent_id: str) -> str:
+    return WIP_PREFIX + _SAFE_REF.sub("_", agent_id)
+
+
+def _fence_blob(repo: Path, fence: Fence, *, wip: str = "") -> str:
     """A new object unique to this moment of this execution (a blob: nothing checks it out),
-    naming its agent and host."""
+    naming its agent and host, and the work it set aside when it lets the agent wait."""
     text = f"agent {fence.agent_id}\nnote {fence.note}\nhost {fence.host}\nid {uuid.uuid4().hex}\n"
+    if wip:
+        text += f"wip {wip}\n"
     proc = git_run("hash-object", "-w", "--stdin", cwd=repo, input=text)
     if proc.returncode != 0:
         raise WorkspaceError(f"git hash-object failed in {repo}: {proc.stderr.strip()}")
@@ -276,15 +293,16 @@ def fence_take(fence: Fence) -> str:
     (forced: the agent's lease and the run's start compare-and-set already chose this one)."""
     repo = repo_local()
     if fence.look_back:
-        fence.previous_host = _fence_host(repo, fence)
+        fence.previous_host, fence.previous_wip = _fence_previous(repo, fence)
     blob = _fence_blob(repo, fence)
     _network("push", "--quiet", "--force", REMOTE, f"{blob}:{fence.ref}", cwd=repo)
     fence.sha = blob
     return blob
 
 
-def _fence_host(repo: Path, fence: Fence) -> str:
-    """The host named by the agent's fence as it is centrally ("" when there is none)."""
+def _fence_previous(repo: Path, fence: Fence) -> tuple[str, str]:
+    """The host and the set-aside work named by the agent's fence as it is centrally ("" for
+    what it does not name)."""
     seen = f"refs/annihilation/seen/{fence.ref.removeprefix(FENCE_PREFIX)}"
     proc = _network_run(
         *("fetch", "--quiet", "--no-tags", "--no-write-fetch-head"),
@@ -293,11 +311,12 @@ def _fence_host(repo: Path, fence: Fence) -> str:
     )
     if proc.returncode != 0:
         if "couldn't find remote ref" in proc.stderr:
-            return ""
+            return "", ""
         raise WorkspaceError(f"git fetch of {fence.ref} failed: {proc.stderr.strip()[-600:]}")
     text = git("cat-file", "-p", seen, cwd=repo)
-    found = re.search(r"^host (.*)$", text, re.MULTILINE)
-    return found.group(1).strip() if found else ""
+    host = re.search(r"^host (.*)$", text, re.MULTILINE)
+    wip = re.search(r"^wip ([0-9a-f]{40,64})$", text, re.MULTILINE)
+    return (host.group(1).strip() if host else "", wip.group(1) if wip else "")
 
 
 # --- stage start ----------------------------------------------------------------------------
@@ -514,6 +533,84 @@ def commit_land(
             "central %s moved under a push; replaying", branch, extra={"quantum_id": quantum_id}
         )
     raise WorkspaceError(f"central branch {branch} kept moving: nothing pushed")
+
+
+# --- an agent that waits -------------------------------------------------------------------
+def wip_save(*, workspace: Path, fence: Fence) -> str:
+    """Before an execution lets its agent wait (the Tether, a budget): the worktree's uncommitted
+    work (changed and new files, the commit's excludes left out) as a commit on HEAD, pushed to
+    the agent's wip ref in one atomic push that moves the fence on to a blob naming it. Returns
+    the commit. StaleExecution: the fence moved (nothing pushed)."""
+    repo = repo_local()
+    head = git("rev-parse", "HEAD", cwd=workspace)
+    exclude = f"core.excludesFile={excludes_file(workspace)}"
+    with tempfile.TemporaryDirectory(prefix="annihilation-wip-") as aside:
+        # A private index: the worktree's own (and its agent's files) stay as they are.
+        env = {**os.environ, **GIT_ENV, "GIT_INDEX_FILE": str(Path(aside) / "index")}
+        for args in (("read-tree", head), ("-c", exclude, "add", "-A"), ("write-tree",)):
+            proc = git_run(*args, cwd=workspace, env=env)
+            if proc.returncode != 0:
+                raise WorkspaceError(f"git {args[0]} failed in {workspace}: {proc.stderr.strip()}")
+        tree = proc.stdout.strip()
+    proc = git_run(
+        "commit-tree", tree, "-p", head, "-m", f"work of {fence.agent_id} set aside while it waits",
+        cwd=workspace,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git commit-tree failed in {workspace}: {proc.stderr.strip()}")
+    wip = proc.stdout.strip()
+    new_fence = _fence_blob(repo, fence, wip=wip)
+    proc = _network_run(
+        *("push", "--porcelain", "--atomic", f"--force-with-lease={fence.ref}:{fence.sha}"),
+        *(REMOTE, f"+{wip}:{wip_ref(fence.agent_id)}", f"{new_fence}:{fence.ref}"),
+        cwd=repo,
+    )
+    if proc.returncode != 0:
+        if any(line.startswith("!") and fence.ref in line for line in proc.stdout.splitlines()):
+            raise StaleExecution(
+                f"{fence.agent_id}: another execution holds the agent now (its fence moved in "
+                "the central repository); its work was not set aside"
+            )
+        raise WorkspaceError(f"git push failed in {repo}: {proc.stderr.strip()[-600:]}")
+    fence.sha = new_fence
+    return wip
+
+
+def wip_restore(*, workspace: Path, quantum_id: int, fence: Fence) -> bool:
+    """The work the previous execution set aside when its agent began to wait (the fence it
+    left names it), applied to this worktree as uncommitted changes on the branch as it is now
+    (a three-way pick: a sibling may have pushed meanwhile). False when it set none aside.
+    CentralConflict when it does not apply; the worktree is left as it was."""
+    if not fence.previous_wip:
+        return False
+    repo = repo_local()
+    seen = f"refs/annihilation/seen-wip/{wip_ref(fence.agent_id).removeprefix(WIP_PREFIX)}"
+    _network(
+        *("fetch", "--quiet", "--no-tags", "--no-write-fetch-head"),
+        *(REMOTE, f"+{wip_ref(fence.agent_id)}:{seen}"),
+        cwd=repo,
+    )
+    wip = git("rev-parse", seen, cwd=repo)
+    if wip != fence.previous_wip:
+        raise CentralConflict(
+            f"{fence.agent_id}: the set-aside work is {wip[:10]}, its fence names "
+            f"{fence.previous_wip[:10]}"
+        )
+    if git("rev-parse", f"{wip}^{{tree}}", cwd=repo) == git(
+        "rev-parse", f"{wip}^^{{tree}}", cwd=repo
+    ):
+        return True  # nothing was uncommitted
+    with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
+        proc = git_run("cherry-pick", "--no-commit", wip, cwd=workspace)
+        if proc.returncode != 0:
+            git_run("cherry-pick", "--abort", cwd=workspace)
+            raise CentralConflict(
+                f"{fence.agent_id}: its work set aside on {fence.previous_host} ({wip[:10]}) "
+                f"does not apply here: {proc.stderr.strip()[-300:]}"
+            )
+        git("reset", "--quiet", cwd=workspace)  # unstaged, as the agent left it
+    workspace_own(workspace, quantum_id=quantum_id)
+    return True
 
 
 def agent_landed(quantum_id: int, subject: str) -> bool:

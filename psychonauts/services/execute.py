@@ -253,6 +253,8 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
         endpoint_success(*route.health_key)
         return outcome
     except SuspendRun as exc:
+        if runner is not None and (stale := runner.set_aside()) is not None:
+            return stale
         agent_run_suspend(agent_run_id=run.pk)
         run.refresh_from_db()
         registry.registry_sync(run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -19,7 +20,14 @@ from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
 from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry
-from psychonauts.central import Fence, StaleExecution, agent_landed
+from psychonauts.central import (
+    CentralConflict,
+    Fence,
+    StaleExecution,
+    agent_landed,
+    wip_restore,
+    wip_save,
+)
 from psychonauts.checkpoint import (
     TurnCompletion,
     TurnRecord,
@@ -30,7 +38,7 @@ from psychonauts.checkpoint import (
     turn_open,
     turn_record,
 )
-from psychonauts.errors import PsychonautError
+from psychonauts.errors import PsychonautError, WorkspaceError
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.providers.base import (
     Message,
@@ -73,6 +81,8 @@ from psychonauts.workspaces import (
 )
 from quanta.models import AuthorKind
 from quanta.services import comment_add
+
+logger = logging.getLogger(__name__)
 
 # A caller watching a run (the CLI): called with each event's type and payload, except `text`,
 # whose pieces it sees as ("delta", {"text": ...}) while the model writes.
@@ -327,27 +337,61 @@ class Runner:
             self.finish_tools(turn, calls, originals)
 
     def started_elsewhere(self, last: AgentTurn) -> bool:
-        """A central repository, and this resumed run's earlier turns ran on another host that
-        has not pushed their effects: the files its tool calls wrote are in that host's worktree,
-        out of reach. The agent starts over here (its recorded turns stay, as history). Not when
-        its final answer was recorded and its commit landed, nor when it waited on the Tether
-        (the answer goes on where it was asked: a known limit, docs/hosts.md)."""
-        if self.fence is None or any(b.get("name") == "ask_tether" for b in last.assistant):
+        """A central repository, and this resumed run's earlier turns ran on another host. When
+        that execution let the agent wait (the Tether, a budget), it set the agent's uncommitted
+        work aside centrally: it is applied here and the agent goes on. When it was cut off
+        mid-work, the files its tool calls wrote are in that host's worktree, out of reach: the
+        agent starts over here (its recorded turns stay, as history), unless its final answer
+        was recorded and its commit landed. Starting over too when the set-aside work does not
+        apply to the branch as it is now."""
+        if self.fence is None:
             return False
         self.workspace  # noqa: B018 -- the fence, taken with the worktree, names the previous host
         previous = self.fence.previous_host
         if not previous or previous == self.fence.host:
             return False
-        run = self.run
-        subject = commit_message(run.quantum_id, run.agent_id, run.role)
-        if last.complete and not last.tool_results and agent_landed(run.quantum_id, subject):
-            return False
+        why = "whose uncommitted work is out of reach"
+        if self.fence.previous_wip:
+            try:
+                wip_restore(
+                    workspace=self.workspace, quantum_id=self.run.quantum_id, fence=self.fence
+                )
+            except CentralConflict as exc:
+                why = str(exc)
+            else:
+                self.emit("restored", host=previous, wip=self.fence.previous_wip)
+                return False
+        else:
+            run = self.run
+            subject = commit_message(run.quantum_id, run.agent_id, run.role)
+            if last.complete and not last.tool_results and agent_landed(run.quantum_id, subject):
+                return False
         self.emit(
             "restarted",
             reason=f"resumed on {self.fence.host}; its earlier turns ran on {previous}, "
-            "whose uncommitted work is out of reach: the agent starts over",
+            f"{why}: the agent starts over",
         )
         return True
+
+    def set_aside(self) -> Outcome | None:
+        """The agent is about to wait (holding no worker): with a central repository its
+        uncommitted work is set aside there, for whichever host resumes it. A stale outcome when
+        another execution holds the agent; a failure to reach the central repository is logged
+        and the agent waits anyway (resumed on another host, it then starts over)."""
+        if self.fence is None:
+            return None
+        try:
+            wip = wip_save(workspace=self.workspace, fence=self.fence)
+        except StaleExecution as exc:
+            return self.stale(str(exc))
+        except WorkspaceError as exc:
+            logger.warning(
+                "agent %s: its work could not be set aside: %s", self.run.agent_id, exc,
+                extra={"agent_run_id": self.run.pk},
+            )  # fmt: skip
+            return None
+        self.emit("set_aside", wip=wip)
+        return None
 
     def checkpoint(
         self, index: int, response: ProviderResponse

@@ -285,3 +285,95 @@ def test_a_run_killed_between_its_final_answer_and_its_push_starts_over_elsewher
     branch = branch_for(quantum.pk)
     assert git("show", f"{branch}:work-{run.agent_id}.txt", cwd=daemon_central.bare) == "the work"
     assert daemon_central.log(branch).count(f"q-{quantum.pk}: {run.agent_id} (coder)") == 1
+
+
+ASKS = """
+name: central-asks
+match: {labels: [central-asks]}
+turns:
+  - tools:
+      - write_file: {path: "before-{agent_id}.txt", content: "written before the question\\n"}
+  - tools:
+      - ask_tether: {question: "Keep the old API?", assumption: "keep it", timeout_s: 600}
+  - tools:
+      - write_file: {path: "after-{agent_id}.txt", content: "written after the answer\\n"}
+  - text: "Done."
+"""
+
+
+def test_an_agent_answered_on_another_host_goes_on_with_the_work_it_did_before_asking(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    from core.celery import app
+    from psychonauts.central import wip_ref
+    from tether.models import Reaching
+    from tether.services import reaching_answer
+
+    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-asks.yaml").write_text(ASKS, encoding="utf-8")
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="Ask first", labels=["central-asks"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    topic = f"agent:{run.agent_id}"
+
+    with a.active():
+        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+    aside = Event.objects.get(topic=topic, type="set_aside").payload["wip"]
+    assert daemon_central.tip(wip_ref(run.agent_id)) == aside
+    assert not daemon_central.tip(branch_for(quantum.pk))  # set aside, not committed
+
+    reaching = Reaching.objects.get(agent_run=run, status="pending")
+    assert reaching_answer(reaching_id=reaching.pk, text="drop it").resumed
+    app.control.purge()  # no worker here: host b's execution below is the resumed one
+    with b.active():
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    branch = branch_for(quantum.pk)
+    names = set(git("ls-tree", "--name-only", branch, cwd=daemon_central.bare).split())
+    assert {f"before-{run.agent_id}.txt", f"after-{run.agent_id}.txt"} <= names
+    assert daemon_central.log(branch).count(f"q-{quantum.pk}: {run.agent_id} (coder)") == 1
+    restored = Event.objects.get(topic=topic, type="restored").payload
+    assert restored == {**restored, "host": "a", "wip": aside}
+    assert not Event.objects.filter(topic=topic, type="restarted").exists()
+
+
+def test_an_agent_whose_set_aside_work_does_not_apply_starts_over(
+    agent_settings: Any, make_host: MakeHost, daemon_central: Central
+) -> None:
+    """A sibling pushed a conflicting change to the same file while the agent waited."""
+    from core.celery import app
+    from tether.models import Reaching
+    from tether.services import reaching_answer
+
+    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-asks.yaml").write_text(ASKS, encoding="utf-8")
+    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
+    quantum = quantum_create(title="Ask first", labels=["central-asks"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    with a.active():
+        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+        clone = repo_local()
+        base = git("rev-parse", "origin/main", cwd=clone)
+        blob = subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"], input="a sibling's version\n",
+            cwd=clone, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        tree = subprocess.run(
+            ["git", "mktree"], input=f"100644 blob {blob}\tbefore-{run.agent_id}.txt\n",
+            cwd=clone, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        sibling = git("commit-tree", tree, "-p", base, "-m", "a sibling", cwd=clone)
+        assert branch_push(branch_for(quantum.pk), sibling, expected="")
+
+    reaching = Reaching.objects.get(agent_run=run, status="pending")
+    reaching_answer(reaching_id=reaching.pk, text="drop it")
+    app.control.purge()
+    with b.active():
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    restarted = Event.objects.get(topic=f"agent:{run.agent_id}", type="restarted")
+    assert "does not apply here" in restarted.payload["reason"]
+    # Its conversation begins again: it writes its file again and asks again.
+    assert outcome.status == "waiting", outcome.error
+    assert Reaching.objects.filter(agent_run=run, status="pending").count() == 1
