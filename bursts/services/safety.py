@@ -2,9 +2,10 @@
 
 - a stage whose agents all ended but whose run did not advance within the heartbeat TTL (a lost
   chord callback) -> step;
-- a stage with no sign of life: no lease in Redis, no recent heartbeat in Postgres, nothing
-  dispatched or finished within the grace (a dead worker, a message lost with Redis) ->
-  sent to Celery again; the stage tasks' leases make the duplicate harmless;
+- a stage with no sign of life: no lease in Redis, no recent heartbeat in Postgres, and an
+  agent that had started (a dead worker or host) or nothing dispatched or finished within the
+  grace (a message lost with Redis) -> sent to Celery again; the stage tasks' leases make the
+  duplicate harmless;
 - an agent past its stage timeout -> cancelled (it stops at its next turn; the stage fails);
 - a wave whose burst drained without anyone noticing -> advanced.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send_unsafe
@@ -50,10 +52,13 @@ def _remaining(run: QuantumRun) -> tuple[int, ...]:
     return tuple(not_done)
 
 
-def _check_run(run: QuantumRun, report: SafetyReport) -> None:
+def _check_run(
+    run: QuantumRun, agents: list[AgentRun], leased: set[int], report: SafetyReport
+) -> None:
+    """`agents`: the rows of the run's current stage; `leased`: the agent runs whose lease in
+    Redis is held (both read once for the whole wave)."""
     now = timezone.now()
     ttl = timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
-    agents = list(AgentRun.objects.filter(quantum_run=run, stage_index=run.current_stage))
     if stage_evaluate(run, agents).status != StageStatus.IN_PROGRESS:
         # The stage ended: the task of its last agent (a chain's last link, a chord callback)
         # steps the run, after a wait in the queue when workers are busy. Only a step that has
@@ -77,7 +82,6 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
                 agent_run_id=agent.pk, error=f"timed out after {spec['timeout_s']} s", now=now
             ):
                 report.timed_out.append(agent.pk)
-    leased = lease_alive([a.pk for a in agents if a.status == AgentStatus.RUNNING])
     for agent in agents:
         if agent.status == AgentStatus.WAITING or agent.pk in leased:
             return
@@ -118,12 +122,28 @@ def _check_run(run: QuantumRun, report: SafetyReport) -> None:
 
 
 def safety_net() -> SafetyReport:
+    """Each running wave in three reads however many runs it has (its running runs, the agents
+    of their current stages, their leases in one MGET); only what needs action costs more."""
     report = SafetyReport()
     for wave_id in waves_running_ids():
         report.waves += 1
-        for run in QuantumRun.objects.filter(wave_id=wave_id, status=RunStatus.RUNNING):
+        runs = list(QuantumRun.objects.filter(wave_id=wave_id, status=RunStatus.RUNNING))
+        stages: dict[int, list[AgentRun]] = {run.pk: [] for run in runs}
+        current = AgentRun.objects.filter(
+            quantum_run__wave_id=wave_id,
+            quantum_run__status=RunStatus.RUNNING,
+            stage_index=F("quantum_run__current_stage"),
+        )
+        for agent in current:
+            if agent.quantum_run_id in stages:  # a run that started after the first read waits
+                stages[agent.quantum_run_id].append(agent)
+        live = [
+            a.pk for agents in stages.values() for a in agents if a.status == AgentStatus.RUNNING
+        ]
+        leased = lease_alive(live)
+        for run in runs:
             try:
-                _check_run(run, report)
+                _check_run(run, stages[run.pk], leased, report)
             except Exception:
                 logger.exception("safety net: run %s", run.pk)
         wave_advance(wave_id=wave_id)

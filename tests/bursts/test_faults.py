@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from annihilation.celery import app
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
-from bursts.services import safety_net, wave_start
+from bursts.services import safety_net, wave_cancel, wave_start
 from core.models import Event
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
@@ -147,6 +147,28 @@ def test_the_safety_net_resends_at_once_a_stage_whose_started_agent_died(
     assert safety_net().redispatched == [run.pk]
     assert Event.objects.filter(type="stage_redispatched", payload__run_id=run.pk).count() == 1
     app.control.purge()
+
+
+def test_the_safety_net_reads_a_wave_in_as_many_statements_whatever_its_size(
+    fast_settings: Any,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fast_settings.BURSTS_DISPATCH_GRACE_S = 3600
+    pipeline("one", ("sequential", ["coder"]), ("fan_out", ["reviewer", "tester"]), default=True)
+    statements = []
+    for size in (2, 20):
+        for n in range(size):
+            quantum_create(title=f"q{size}-{n}")
+        wave = wave_start()
+        app.control.purge()  # no worker: every stage waits within its grace
+        with CaptureQueriesContext(connection) as queries:
+            report = safety_net()
+        assert report.waves == 1 and report.redispatched == [] and report.advanced == []
+        statements.append(len(queries))
+        wave_cancel(wave_id=wave.pk, reason="next size")
+    assert statements[0] == statements[1], statements
 
 
 def free_port() -> int:
