@@ -250,6 +250,9 @@ LOGIN_URL = "/admin/login/"
 
 # Full-text search language for quanta and events (a Postgres text search configuration).
 SEARCH_CONFIG = env_str("ANNIHILATION_SEARCH_CONFIG", "english")
+# `quanta search` (best match first) ranks a broad query (one in ten of the newest quanta match
+# it) over this many of its newest matches, every match of any other.
+SEARCH_RANK_CANDIDATES = env_int("ANNIHILATION_SEARCH_RANK_CANDIDATES", 1000, minimum=1)
 
 # Burst manager defaults (the bursts app reads them).
 WAVE_MAX_BURSTS = env_int("ANNIHILATION_WAVE_MAX_BURSTS", 100, minimum=1)

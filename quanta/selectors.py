@@ -209,8 +209,7 @@ class SearchHit:
 
 
 # quanta_search: a query matching at least one quantum in SEARCH_BROAD_DENSITY of the newest is
-# broad; it is ranked over its SEARCH_RANK_CANDIDATES newest matches.
-SEARCH_RANK_CANDIDATES = 1000
+# broad; it is ranked over its settings.SEARCH_RANK_CANDIDATES newest matches.
 SEARCH_BROAD_DENSITY = 10
 
 
@@ -225,7 +224,7 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
     enough match and never longer than `SEARCH_RANK_CANDIDATES * SEARCH_BROAD_DENSITY` rows,
     reading the table's pages in the order they were written (~0.4 us a row).
     """
-    candidates = max(getattr(settings, "SEARCH_RANK_CANDIDATES", SEARCH_RANK_CANDIDATES), limit)
+    candidates = max(int(settings.SEARCH_RANK_CANDIDATES), limit)
     config, tsquery = settings.SEARCH_CONFIG, search_to_tsquery(query)
     listing, listing_params = (
         Quantum.objects.order_by("-id")[: candidates * SEARCH_BROAD_DENSITY]
