@@ -18,9 +18,10 @@ from django.conf import settings
 from django.db import connection
 
 from bursts.models import AgentRun, AgentStatus
+from core.celery import app
 from core.locks import RedisLock
 from core.models import Event
-from psychonauts.central import branch_push, fence_ref
+from psychonauts.central import branch_push, fence_ref, wip_ref
 from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create, agent_run_execute
@@ -30,8 +31,8 @@ from quanta.services import quantum_create
 from tests.hosts.conftest import Central, Host
 from tests.polling import wait_for
 from tests.tether.test_changes import finished_run
-from tether.models import ChangeStatus
-from tether.services import change_approve, change_review_create
+from tether.models import ChangeStatus, Reaching
+from tether.services import change_approve, change_review_create, reaching_answer
 from tether.services.merge_queue import merge_queue_run
 
 pytestmark = pytest.mark.django_db
@@ -301,32 +302,39 @@ turns:
 """
 
 
+def _asked_on_a(
+    settings: Any, make_host: MakeHost, central: Central
+) -> tuple[Host, Host, Quantum, AgentRun]:
+    """Hosts a and b, and an agent that wrote a file on a, then asked the Tether there."""
+    folder = Path(settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
+    (folder / "central-asks.yaml").write_text(ASKS, encoding="utf-8")
+    a, b = make_host("a", central), make_host("b", central)
+    quantum = quantum_create(title="Ask first", labels=["central-asks"])
+    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    with a.active():
+        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+    return a, b, quantum, run
+
+
+def _answered_on_b(run: AgentRun, b: Host) -> Any:
+    """The operator answers; host b's execution is the resumed one (no worker here)."""
+    reaching = Reaching.objects.get(agent_run=run, status="pending")
+    assert reaching_answer(reaching_id=reaching.pk, text="drop it").resumed
+    app.control.purge()
+    with b.active():
+        return agent_run_execute(agent_run_id=run.pk)
+
+
 def test_an_agent_answered_on_another_host_goes_on_with_the_work_it_did_before_asking(
     agent_settings: Any, make_host: MakeHost, daemon_central: Central
 ) -> None:
-    from core.celery import app
-    from psychonauts.central import wip_ref
-    from tether.models import Reaching
-    from tether.services import reaching_answer
-
-    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
-    (folder / "central-asks.yaml").write_text(ASKS, encoding="utf-8")
-    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
-    quantum = quantum_create(title="Ask first", labels=["central-asks"])
-    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    _, b, quantum, run = _asked_on_a(agent_settings, make_host, daemon_central)
     topic = f"agent:{run.agent_id}"
-
-    with a.active():
-        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
     aside = Event.objects.get(topic=topic, type="set_aside").payload["wip"]
     assert daemon_central.tip(wip_ref(run.agent_id)) == aside
     assert not daemon_central.tip(branch_for(quantum.pk))  # set aside, not committed
 
-    reaching = Reaching.objects.get(agent_run=run, status="pending")
-    assert reaching_answer(reaching_id=reaching.pk, text="drop it").resumed
-    app.control.purge()  # no worker here: host b's execution below is the resumed one
-    with b.active():
-        outcome = agent_run_execute(agent_run_id=run.pk)
+    outcome = _answered_on_b(run, b)
 
     assert outcome.status == "done", outcome.error
     branch = branch_for(quantum.pk)
@@ -342,17 +350,8 @@ def test_an_agent_whose_set_aside_work_does_not_apply_starts_over(
     agent_settings: Any, make_host: MakeHost, daemon_central: Central
 ) -> None:
     """A sibling pushed a conflicting change to the same file while the agent waited."""
-    from core.celery import app
-    from tether.models import Reaching
-    from tether.services import reaching_answer
-
-    folder = Path(agent_settings.PSYCHONAUTS_SCRIPT_DIRS[-1])
-    (folder / "central-asks.yaml").write_text(ASKS, encoding="utf-8")
-    a, b = make_host("a", daemon_central), make_host("b", daemon_central)
-    quantum = quantum_create(title="Ask first", labels=["central-asks"])
-    run = agent_run_create(quantum_id=quantum.pk, role="coder")
+    a, b, quantum, run = _asked_on_a(agent_settings, make_host, daemon_central)
     with a.active():
-        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
         clone = repo_local()
         base = git("rev-parse", "origin/main", cwd=clone)
         blob = subprocess.run(
@@ -366,11 +365,7 @@ def test_an_agent_whose_set_aside_work_does_not_apply_starts_over(
         sibling = git("commit-tree", tree, "-p", base, "-m", "a sibling", cwd=clone)
         assert branch_push(branch_for(quantum.pk), sibling, expected="")
 
-    reaching = Reaching.objects.get(agent_run=run, status="pending")
-    reaching_answer(reaching_id=reaching.pk, text="drop it")
-    app.control.purge()
-    with b.active():
-        outcome = agent_run_execute(agent_run_id=run.pk)
+    outcome = _answered_on_b(run, b)
 
     restarted = Event.objects.get(topic=f"agent:{run.agent_id}", type="restarted")
     assert "does not apply here" in restarted.payload["reason"]
