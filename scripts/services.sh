@@ -55,6 +55,8 @@ ensure_installed() {
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
     # The agent sandbox (psychonauts/sandbox.py).
     command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+    # The multi-host harness's network namespaces (scripts/cluster.sh, tests/hosts).
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     if [ ${#missing[@]} -gt 0 ]; then
         command -v apt-get >/dev/null 2>&1 || die "${missing[*]} missing and no apt-get here: install them, or point DATABASE_URL / REDIS_URL at running servers"
         install_packages "${missing[@]}"
