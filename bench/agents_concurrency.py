@@ -49,7 +49,7 @@ os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 os.environ.setdefault("DEBUG", "false")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # a strong one: DEBUG is off
 
-django_bench_db()  # sets DATABASE_URL for the worker subprocesses too
+django_bench_db("annihilation_bench_agents")  # sets DATABASE_URL for the worker subprocesses too
 
 from django.core.management import call_command  # noqa: E402
 

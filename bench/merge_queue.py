@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--files", type=int, default=1000)
     args = parser.parse_args()
-    django_bench_db()
+    django_bench_db("annihilation_bench_merge")
     import django
 
     django.setup()

@@ -97,7 +97,7 @@ def timed(fn: Callable[[], object], calls: int = CALLS) -> list[float]:
 
 
 def main() -> None:
-    django_bench_db()
+    django_bench_db("annihilation_bench_ready")
     from django.conf import settings
     from django.db import connection
 

@@ -48,7 +48,7 @@ os.environ["ANNIHILATION_PROVIDER"] = ""
 os.environ["ANNIHILATION_TEXT_FLUSH_S"] = "0.5"
 
 
-django_bench_db()  # sets DATABASE_URL for the worker subprocess too
+django_bench_db("annihilation_bench_tether")  # sets DATABASE_URL for the worker subprocess too
 
 from django.db import connection  # noqa: E402
 
