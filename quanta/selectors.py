@@ -211,6 +211,9 @@ class SearchHit:
 # quanta_search: a query matching at least one quantum in SEARCH_BROAD_DENSITY of the newest is
 # broad; it is ranked over its settings.SEARCH_RANK_CANDIDATES newest matches.
 SEARCH_BROAD_DENSITY = 10
+# quanta_search goes to the full-text index first when the planner expects fewer matches among
+# the newest quanta than this share of SEARCH_RANK_CANDIDATES (so the query is likely narrow).
+SEARCH_INDEX_FIRST_SHARE = 1.0
 
 
 def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
@@ -218,48 +221,120 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
 
     Every match is ranked, unless the query is broad: one matching at least one quantum in
     `SEARCH_BROAD_DENSITY` among the newest is ranked over its `SEARCH_RANK_CANDIDATES` newest
-    matches (the setting of that name, or at least `limit`). Ranking every match reads every
-    matching row, at random places in the table (a prefix matching 94,000 of 100,000 quanta
-    costs ~100 ms); the newest matches are a walk back along the primary key, stopped once
-    enough match and never longer than `SEARCH_RANK_CANDIDATES * SEARCH_BROAD_DENSITY` rows,
-    reading the table's pages in the order they were written (~0.4 us a row).
+    matches (the setting of that name, or at least `limit`). Two statements answer it:
+
+    - the walk: back along the primary key over the newest quanta (the window), testing each,
+      stopped once `SEARCH_RANK_CANDIDATES` match. Cheap for a broad query (a prefix matching
+      94,000 of 100,000 quanta stops after ~1,200 rows); a narrow one reads the whole window
+      and learns only that it is narrow.
+    - the index: every match from the full-text index, ranked; the same statement tells a
+      broad query from a narrow one (the matches at or above the window's first id) and keeps
+      the newest matches of a broad one, so it is exact on its own. Cheap for a narrow query;
+      a broad one reads every match (~250 ms for that prefix).
+
+    The planner's estimate of the matches picks the first: the index when it expects the query
+    narrow (fewer than `SEARCH_INDEX_FIRST_SHARE * SEARCH_RANK_CANDIDATES` matches in the
+    window), else the walk, then the index if the walk finds the query narrow. Postgres
+    estimates a word from its statistics and a phrase as its words ANDed (what the index hands
+    over), but a prefix by a fixed guess: a query with a prefix walks first. Both statements
+    rank and sort the sort key only (id, priority, rank) and read the page's rows by id.
     """
-    candidates = max(int(settings.SEARCH_RANK_CANDIDATES), limit)
-    config, tsquery = settings.SEARCH_CONFIG, search_to_tsquery(query)
-    listing, listing_params = (
-        Quantum.objects.order_by("-id")[: candidates * SEARCH_BROAD_DENSITY]
-    ).query.sql_with_params()
-    columns = ", ".join(
-        f'h."{f.column}"' for f in Quantum._meta.concrete_fields if f.name != "search_vector"
-    )
-    broad = list(
-        Quantum.objects.raw(
+    search = _RankedSearch(query, limit=limit)
+    if not search.expected_narrow():
+        hits = search.walk()
+        if hits is not None:
+            return hits
+    return search.from_index()
+
+
+class _RankedSearch:
+    """The statements of quanta_search over one query."""
+
+    def __init__(self, query: str, *, limit: int) -> None:
+        self.limit = limit
+        self.candidates = max(int(settings.SEARCH_RANK_CANDIDATES), limit)
+        self.window = self.candidates * SEARCH_BROAD_DENSITY
+        self.tsquery = search_to_tsquery(query)
+        self.config = settings.SEARCH_CONFIG
+        self.table = Quantum._meta.db_table
+        self.columns = ", ".join(
+            f'w."{f.column}"' for f in Quantum._meta.concrete_fields if f.name != "search_vector"
+        )
+
+    def expected_narrow(self) -> bool:
+        """Whether the planner expects fewer matches in the window than make a query broad
+        (its estimate of the rows of the window the query keeps)."""
+        if ":*" in self.tsquery:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                EXPLAIN (FORMAT JSON)
+                SELECT l.id FROM (SELECT id, search_vector FROM {self.table}
+                                   ORDER BY id DESC LIMIT %s) l
+                 WHERE l.search_vector @@ to_tsquery(%s::regconfig, %s)
+                """,
+                [self.window, self.config, self.tsquery],
+            )
+            (plan,) = cursor.fetchone() or ('[{"Plan": {"Plan Rows": 0}}]',)
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        return float(plan[0]["Plan"]["Plan Rows"]) < SEARCH_INDEX_FIRST_SHARE * self.candidates
+
+    def page(self, ranked: str, params: list[object]) -> list[SearchHit]:
+        """The best `limit` of `ranked` (a statement of id, priority, rank), read by id."""
+        rows = Quantum.objects.raw(
             f"""
             WITH q AS (SELECT to_tsquery(%s::regconfig, %s) AS q),
-                 hits AS MATERIALIZED (
-                     SELECT l.*, ts_rank(l.search_vector, q.q) AS rank
-                       FROM ({listing}) l, q
-                      WHERE l.search_vector @@ q.q
-                      ORDER BY l.id DESC
-                      LIMIT %s
-                 )
-            SELECT {columns}, h.rank, (SELECT count(*) FROM hits) AS candidates
-              FROM hits h
-             ORDER BY h.rank DESC, h.priority, h.id
-             LIMIT %s
+                 ranked AS MATERIALIZED ({ranked}),
+                 page AS (SELECT * FROM ranked ORDER BY rank DESC, priority, id LIMIT %s)
+            SELECT {self.columns}, page.rank, page.broad
+              FROM page JOIN {self.table} w ON w.id = page.id
+             ORDER BY page.rank DESC, page.priority, page.id
             """,
-            [config, tsquery, *listing_params, candidates, limit],
+            [self.config, self.tsquery, *params, self.limit],
         )
-    )
-    if broad and broad[0].candidates == candidates:  # type: ignore[attr-defined]
-        return [SearchHit(quantum=q, rank=float(q.rank)) for q in broad]  # type: ignore[attr-defined]
-    tsq = _search_query(query)
-    rows = (
-        Quantum.objects.filter(search_vector=tsq)
-        .annotate(rank=SearchRank(F("search_vector"), tsq))
-        .order_by("-rank", "priority", "id")[:limit]
-    )
-    return [SearchHit(quantum=q, rank=float(q.rank)) for q in rows]
+        return [SearchHit(quantum=q, rank=float(q.rank)) for q in rows]  # type: ignore[attr-defined]
+
+    def walk(self) -> list[SearchHit] | None:
+        """The best matches among the newest `candidates` matches in the window, or None when
+        the window holds fewer (the query is narrow)."""
+        hits = self.page(
+            f"""
+            SELECT h.*, count(*) OVER () = %s AS broad
+              FROM (SELECT l.id, l.priority, ts_rank(l.search_vector, q.q) AS rank
+                      FROM (SELECT id, priority, search_vector FROM {self.table}
+                             ORDER BY id DESC LIMIT %s) l, q
+                     WHERE l.search_vector @@ q.q
+                     ORDER BY l.id DESC
+                     LIMIT %s) h
+            """,
+            [self.candidates, self.window, self.candidates],
+        )
+        if hits and hits[0].quantum.broad:  # type: ignore[attr-defined]
+            return hits
+        return None
+
+    def from_index(self) -> list[SearchHit]:
+        """The best matches, from every match the full-text index hands over: all of them for
+        a narrow query, the newest `candidates` for a broad one."""
+        return self.page(
+            f"""
+            WITH m AS MATERIALIZED (
+                     SELECT s.id, s.priority, ts_rank(s.search_vector, q.q) AS rank
+                       FROM {self.table} s, q
+                      WHERE s.search_vector @@ q.q
+                 ),
+                 start AS (SELECT id FROM {self.table} ORDER BY id DESC OFFSET %s LIMIT 1),
+                 b AS (SELECT count(*) = %s AS broad
+                         FROM (SELECT 1 FROM m
+                                WHERE m.id >= coalesce((SELECT id FROM start), m.id)
+                                LIMIT %s) x)
+            SELECT m.*, b.broad FROM m, b WHERE NOT b.broad
+            UNION ALL
+            (SELECT m.*, b.broad FROM m, b WHERE b.broad ORDER BY m.id DESC LIMIT %s)
+            """,
+            [self.window - 1, self.candidates, self.candidates, self.candidates],
+        )
 
 
 # How far the in-order search walks a listing (quanta_search_in_order): first a window of

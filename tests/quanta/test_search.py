@@ -148,3 +148,98 @@ def test_a_query_rare_among_the_newest_is_ranked_over_every_match(settings: Any)
     assert selectors.SEARCH_BROAD_DENSITY == 10
     assert hits("forgotten", limit=2) == ranked("forgotten")
     assert {pk for pk, _ in hits("forgotten", limit=2)} == {made[0].pk, made[17].pk}
+
+
+def ranked_search(query: str, limit: int) -> tuple[list[tuple[int, float]], list[str]]:
+    """The hits, and the statements run: "estimate" (the planner's), "walk" (the newest
+    quanta), "index" (every match)."""
+    with CaptureQueriesContext(connection) as queries:
+        found = hits(query, limit)
+    steps = []
+    for q in queries.captured_queries:
+        if "EXPLAIN" in q["sql"]:
+            steps.append("estimate")
+        elif "count(*) OVER ()" in q["sql"]:
+            steps.append("walk")
+        elif "AS broad" in q["sql"]:
+            steps.append("index")
+    assert len(steps) == len(queries.captured_queries)
+    return found, steps
+
+
+def analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Quantum._meta.db_table}")
+
+
+def test_a_word_rare_among_the_newest_goes_to_the_index_only(settings: Any) -> None:
+    made = backlog()
+    analyze()
+    settings.SEARCH_RANK_CANDIDATES = 3  # the estimate: 2 of the newest 30 quanta (all 24)
+    found, steps = ranked_search("forgotten", limit=2)
+    assert found == ranked("forgotten")
+    assert {pk for pk, _ in found} == {made[0].pk, made[17].pk}
+    assert steps == ["estimate", "index"]
+
+
+def test_a_word_common_among_the_newest_is_answered_by_the_walk(settings: Any) -> None:
+    made = backlog()
+    analyze()
+    settings.SEARCH_RANK_CANDIDATES = 4
+    newest = sorted((q.pk for q in made), reverse=True)[:4]
+    found, steps = ranked_search("common", limit=3)
+    assert found == ranked("common", among=newest)[:3]
+    assert steps == ["estimate", "walk"]
+
+
+def test_a_prefix_walks_first_without_an_estimate(settings: Any) -> None:
+    made = backlog()
+    analyze()
+    settings.SEARCH_RANK_CANDIDATES = 4
+    newest = sorted((q.pk for q in made), reverse=True)[:4]
+    found, steps = ranked_search("comm*", limit=3)
+    assert found == ranked("comm*", among=newest)[:3]
+    assert steps == ["walk"]
+    # A prefix rare among the newest: the walk finds it narrow, then the index ranks every match.
+    found, steps = ranked_search("forgot*", limit=3)
+    assert found == ranked("forgot*")
+    assert steps == ["walk", "index"]
+
+
+def test_each_statement_is_exact_whatever_the_estimate(settings: Any, monkeypatch: Any) -> None:
+    made = backlog()
+    Quantum.objects.filter(pk=made[0].pk).update(title="common common common")
+    search_refresh([made[0].pk])
+    analyze()
+    settings.SEARCH_RANK_CANDIDATES = 4
+    newest = sorted((q.pk for q in made), reverse=True)[:4]
+    # Expected narrow, but broad: the index keeps the newest matches only.
+    monkeypatch.setattr(selectors, "SEARCH_INDEX_FIRST_SHARE", 1000.0)
+    found, steps = ranked_search("common", limit=3)
+    assert found == ranked("common", among=newest)[:3]
+    assert made[0].pk not in [pk for pk, _ in found]
+    assert steps == ["estimate", "index"]
+    # Expected broad, but narrow: the walk finds it so, and the index ranks every match.
+    monkeypatch.setattr(selectors, "SEARCH_INDEX_FIRST_SHARE", 0.0)
+    found, steps = ranked_search("forgotten", limit=3)
+    assert found == ranked("forgotten")
+    assert steps == ["estimate", "walk", "index"]
+    # A phrase, an exclusion, an alternative and no match, each by either statement.
+    for share in (0.0, 1000.0):
+        monkeypatch.setattr(selectors, "SEARCH_INDEX_FIRST_SHARE", share)
+        for query in ('"common task"', "common -teamwork", "rare OR forgotten", "nothing"):
+            assert ranked_search(query, limit=3)[0] == definition(query, limit=3, candidates=4)
+
+
+def definition(query: str, *, limit: int, candidates: int) -> list[tuple[int, float]]:
+    """quanta_search's answer by its definition: ranked over the newest `candidates` matches
+    when that many are among the newest `candidates * SEARCH_BROAD_DENSITY` quanta, else over
+    every match."""
+    tsquery = SearchQuery(selectors.search_to_tsquery(query), search_type="raw", config="english")
+    window = Quantum.objects.order_by("-id")[: candidates * selectors.SEARCH_BROAD_DENSITY]
+    newest = list(
+        Quantum.objects.filter(search_vector=tsquery, pk__in=window.values("id"))
+        .order_by("-id")
+        .values_list("id", flat=True)[:candidates]
+    )
+    return ranked(query, among=newest if len(newest) == candidates else None)[:limit]
