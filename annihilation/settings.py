@@ -205,6 +205,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:56379/0")
 CELERY_BROKER_URL = env_redis_url("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = env_redis_url("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+# kombu's Redis transport with one client per channel instead of one per message (core/broker.py);
+# a TLS or unix-socket broker keeps kombu's own.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "core.broker:Transport"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from django.db import models
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from django.db import connection, models
+from django.db.models import Field
+from django.db.models.fields import AutoFieldMixin
 
 
 def sql_names(model: type[models.Model], prefix: str = "") -> dict[str, str]:
@@ -13,3 +19,48 @@ def sql_names(model: type[models.Model], prefix: str = "") -> dict[str, str]:
         {f"{prefix}{f.attname}": f.column for f in model._meta.concrete_fields if f.column}
     )
     return names
+
+
+# A statement carries at most this many parameters (the protocol counts them in 16 bits).
+MAX_PARAMETERS = 65_535
+
+
+@cache
+def _insert_fields(model: type[models.Model]) -> tuple[list[Field[Any, Any]], str, str]:
+    fields = [
+        f
+        for f in model._meta.concrete_fields
+        if not isinstance(f, AutoFieldMixin) and not f.generated
+    ]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    head = f'INSERT INTO "{model._meta.db_table}" ({columns}) VALUES '
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return fields, head, row
+
+
+def rows_insert(model: type[models.Model], objs: Sequence[models.Model]) -> None:
+    """INSERT `objs` and set their primary keys, as `bulk_create` does for a model without
+    parents, at a fraction of its Python cost (it compiles its statement anew on each call): one
+    statement per MAX_PARAMETERS values. Every concrete field but an auto primary key and a
+    generated column is written, after its `pre_save` (auto_now_add stamps it) and
+    `get_db_prep_save`: a field's Python default applies, not its `db_default`."""
+    fields, head, row = _insert_fields(model)
+    pk = model._meta.pk
+    assert pk is not None
+    per_statement = MAX_PARAMETERS // len(fields)
+    with connection.cursor() as cursor:
+        for start in range(0, len(objs), per_statement):
+            batch = objs[start : start + per_statement]
+            sql = f'{head}{", ".join([row] * len(batch))} RETURNING "{pk.column}"'
+            cursor.execute(
+                sql,
+                [
+                    f.get_db_prep_save(f.pre_save(obj, True), connection)
+                    for obj in batch
+                    for f in fields
+                ],
+            )
+            for obj, (pk_value,) in zip(batch, cursor.fetchall(), strict=True):
+                obj.pk = pk_value
+                obj._state.adding = False
+                obj._state.db = connection.alias

@@ -20,7 +20,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 
 from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
-from core.sql import sql_names
+from core.sql import rows_insert, sql_names
 
 _A = sql_names(AgentRun)
 
@@ -30,7 +30,7 @@ _A = sql_names(AgentRun)
 
 def agent_runs_create(*, agents: list[AgentRun]) -> None:
     """Insert the attempts a stage begins with (their ids are set on the instances)."""
-    AgentRun.objects.bulk_create(agents)
+    rows_insert(AgentRun, agents)
 
 
 def agent_run_insert(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 from django.db import connection, transaction
 
@@ -96,13 +97,27 @@ def _step_run_attnames() -> tuple[str, ...]:
     )
 
 
+class StepAgent(NamedTuple):
+    """An agent row as a run step reads it (a model instance costs more to build than the
+    step's statement takes)."""
+
+    pk: int
+    agent_id: str
+    attempt: int
+    stage_index: int
+    position: int
+    status: str
+    error: str
+    result: str
+
+
 @dataclass(frozen=True)
 class _StepRun:
     """What a run step read: the run (its wave's status and its quantum's condition fields
     loaded), its agent rows so far, and whether its quantum ran before."""
 
     run: QuantumRun
-    agents: list[AgentRun]
+    agents: list[StepAgent]
     earlier: bool
 
 
@@ -129,20 +144,7 @@ def _run_locked(quantum_run_id: int) -> _StepRun | None:
         earlier,
         agent_rows,
     ) = row[len(_STEP_RUN_COLUMNS) :]
-    agents = [
-        AgentRun(
-            pk=pk,
-            quantum_run_id=run.pk,
-            agent_id=agent_id,
-            attempt=attempt,
-            stage_index=stage_index,
-            position=position,
-            status=status,
-            error=error,
-            result=result,
-        )
-        for pk, agent_id, attempt, stage_index, position, status, error, result in agent_rows
-    ]
+    agents = [StepAgent(*row) for row in agent_rows]
     run.wave = Wave(pk=run.wave_id, status=wave_status, continuous=wave_continuous)
     run.quantum = Quantum(
         pk=run.quantum_id,
