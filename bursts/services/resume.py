@@ -33,22 +33,22 @@ def agent_resume(*, agent_run_id: int) -> bool:
     now = timezone.now()
     if not agent_run_resume(agent_run_id=agent_run_id, now=now):
         return False
-    agent = AgentRun.objects.only("quantum_run_id", "stage_index", "position", "parent_id").get(
-        pk=agent_run_id
-    )
-    if agent.quantum_run_id is None or agent.parent_id is not None:
+    quantum_run_id, stage_index, position, parent_id = AgentRun.objects.values_list(
+        "quantum_run_id", "stage_index", "position", "parent_id"
+    ).get(pk=agent_run_id)
+    if quantum_run_id is None or parent_id is not None:
         transaction.on_commit(lambda: app.send_task(STANDALONE_TASK, args=(agent_run_id,)))
         return True
     run = QuantumRun.objects.only("status", "current_stage", "pipeline_snapshot").get(
-        pk=agent.quantum_run_id
+        pk=quantum_run_id
     )
-    if run.status != RunStatus.RUNNING or run.current_stage != agent.stage_index:
+    if run.status != RunStatus.RUNNING or run.current_stage != stage_index:
         return True  # the run ended meanwhile (cancelled): nothing to send
     quantum_run_dispatched(run_id=run.pk, now=now)
     spec = stage_spec(run)
     if spec["mode"] == StageMode.FAN_OUT:
-        positions: tuple[int, ...] = (agent.position,)
+        positions: tuple[int, ...] = (position,)
     else:
-        positions = tuple(range(agent.position, len(spec["agents"])))
-    stages_send([StageDispatch(run.pk, agent.stage_index, spec["mode"], positions)])
+        positions = tuple(range(position, len(spec["agents"])))
+    stages_send([StageDispatch(run.pk, stage_index, spec["mode"], positions)])
     return True

@@ -483,7 +483,6 @@ class Runner:
         redacted); resumed calls have only the stored ones.
         """
         if fresh is None:
-            self.phase(AgentPhase.TOOL_USE)
             calls = {
                 c.tool_use_id: c
                 for c in ToolCall.objects.filter(agent_run=self.run, turn_index=turn.index)
@@ -492,6 +491,10 @@ class Runner:
             calls = fresh
         uses: list[ToolUseBlock] = [b for b in turn.assistant if b.get("type") == "tool_use"]
         pending = [u["id"] for u in uses if u["id"] not in calls or not calls[u["id"]].completed]
+        if fresh is None and pending:
+            # A run resumed after its question was answered has every call completed: it goes
+            # straight on to its next turn, with no tool-use phase in between.
+            self.phase(AgentPhase.TOOL_USE)
         results: list[ToolResultBlock] = []
         unrecorded: ToolCall | None = None
         for use in uses:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from annihilation.celery import app
@@ -100,6 +101,35 @@ def test_it_frees_the_worker_while_waiting_and_resumes_with_the_answer(
     assert reachings_pending() == []
     with pytest.raises(AlreadyDecided):
         reaching_answer(reaching_id=reaching.pk, text="again")
+
+
+def test_it_answers_and_wakes_the_agent_in_five_statements(
+    tether_worker, scripts, make_run, make_quantum
+):
+    # An operator may answer a hundred questions a second: the answer is the reaching's
+    # compare-and-set (returning the row), its event, the tool call's result, the agent's
+    # waiting -> running and the read of where to send it.
+    ask_script(scripts, "counted")
+    run_id = start_agent(make_run, make_quantum, "counted")
+    reaching = pending_reaching(run_id)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = reaching_answer(reaching_id=reaching.pk, text="go on")
+
+    statements = [q["sql"] for q in queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert result.kind == "answered" and result.resumed
+    assert len(statements) == 5, statements
+    assert sum("tether_reaching" in sql for sql in statements) == 1
+    wait_for(lambda: agent_status(run_id) == AgentStatus.DONE, what="the agent to finish")
+    assert call_output(run_id) == "The Tether answered: go on"
+    answered = Reaching.objects.get(pk=reaching.pk)
+    assert (answered.status, answered.answer, answered.answered_by) == (
+        ReachingStatus.ANSWERED,
+        "go on",
+        "operator",
+    )
+    assert answered.answered_at is not None
+    assert Event.objects.get(type="question_answered").payload["reaching_id"] == reaching.pk
 
 
 def test_it_times_out_into_a_drift_and_resumes_on_the_assumption(
