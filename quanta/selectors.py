@@ -230,7 +230,7 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
     - the index: every match from the full-text index, ranked; the same statement tells a
       broad query from a narrow one (the matches at or above the window's first id) and keeps
       the newest matches of a broad one, so it is exact on its own. Cheap for a narrow query;
-      a broad one reads every match (~250 ms for that prefix).
+      a broad one reads and ranks every match (94,000 rows for that prefix).
 
     The planner's estimate of the matches picks the first: the index when it expects the query
     narrow (fewer than `SEARCH_INDEX_FIRST_SHARE * SEARCH_RANK_CANDIDATES` matches in the
