@@ -166,10 +166,11 @@ class IdleWork(TypedDict):
     queues: dict[str, int]
 
 
-def idle_work() -> IdleWork | None:
+def idle_work(*, depths: dict[str, int] | None = None) -> IdleWork | None:
     """Work waiting with nobody to do it (the dashboard's warning), or None. The workers are
-    asked (a cached answer) only when something waits."""
-    depths = queue_depths()
+    asked (a cached answer) only when something waits. `depths`: the queue depths when the
+    caller has just read them (the dashboard's summary has)."""
+    depths = queue_depths() if depths is None else depths
     if not any(depths.values()):
         return None  # nothing queued: whatever waits is not waiting for a worker
     pending = AgentRun.objects.filter(status=AgentStatus.PENDING).count()
@@ -181,9 +182,11 @@ def idle_work() -> IdleWork | None:
     return {"waiting": sum(idle.values()), "agents_pending": pending, "queues": idle}
 
 
-def operations_card() -> dict[str, object]:
-    """What templates/operations/_card.html needs (the dashboard includes it)."""
-    return {"alerts_firing": alerts_firing(), "idle_work": idle_work()}
+def operations_card(*, depths: dict[str, int | None] | None = None) -> dict[str, object]:
+    """What templates/operations/_card.html needs (the dashboard includes it); `depths` as
+    `celery_queue_depths` returns them, when the caller has them."""
+    known = None if depths is None else {name: n or 0 for name, n in depths.items()}
+    return {"alerts_firing": alerts_firing(), "idle_work": idle_work(depths=known)}
 
 
 # --- the Prometheus collector ------------------------------------------------------------

@@ -9,11 +9,13 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from annihilation.views.fragments import RowCache
 from autopilot.views.hub import HUB_TOPICS, card_context
 from bursts.forms import WaveStartForm
-from bursts.selectors import dashboard_summary
+from bursts.selectors import Dashboard, dashboard_summary
 from bursts.services import wave_start
 from core.access import operator_required, user_can_operate
 from core.events import EventMessage
@@ -56,8 +58,24 @@ def ui_context(request: HttpRequest) -> dict[str, Any]:
 
 
 def events_recent(*, limit: int = RECENT_EVENTS) -> list[Event]:
+    """The newest `limit` events of the dashboard's topics: each topic's newest `limit`, read
+    backwards along `event_topic_seq` (topic, id), then the newest of those (0.1 ms).
+
+    The topic comes from the outer list, so the planner costs each topic by its average share
+    of the table and takes the index; given `topic IN (...)` or one constant topic it walked the
+    primary key backwards instead, through every agent event since the topics' last (63 ms
+    past 200,000 of them)."""
+    table = Event._meta.db_table
     return list(
-        Event.objects.filter(topic__in=DASHBOARD_TOPICS).defer("search").order_by("-id")[:limit]
+        Event.objects.raw(
+            f"""SELECT e.id, e.session_id, e.topic, e.type, e.payload, e.created_at
+                FROM unnest(%s::text[]) AS t(topic)
+                CROSS JOIN LATERAL (
+                    SELECT * FROM {table} WHERE {table}.topic = t.topic ORDER BY id DESC LIMIT %s
+                ) AS e
+                ORDER BY e.id DESC LIMIT %s""",
+            [DASHBOARD_TOPICS, limit, limit],
+        )
     )
 
 
@@ -71,21 +89,42 @@ DASHBOARD_TOPICS = [
 ]
 
 
+# Rows rendered once per process and value (fragments.py): the live agents' table and the
+# recent events are most of the page's template work.
+AGENT_ROWS = RowCache("annihilation/_agent_row.html", size=2000)
+EVENT_ROWS = RowCache("annihilation/_event.html", size=200)
+
+
+def summary_context() -> dict[str, Any]:
+    """What templates/annihilation/_summary.html needs (the page, and its live redraws)."""
+    summary: Dashboard = dashboard_summary()
+    rows: list[SafeString] = [
+        AGENT_ROWS.render(tuple(a.values()), {"a": a}) for a in summary["live_agents"]
+    ]
+    return {"summary": summary, "live_rows": rows}
+
+
+def event_rows(events: list[Event]) -> list[SafeString]:
+    # An event is never changed: its id and time name its row.
+    return [EVENT_ROWS.render((e.pk, e.created_at), {"e": e}) for e in events]
+
+
 def dashboard_render(
     request: HttpRequest, *, start_form: WaveStartForm | None = None, status: int = 200
 ) -> HttpResponse:
+    summary = summary_context()
     return render(
         request,
         "annihilation/dashboard.html",
         {
-            "summary": dashboard_summary(),
+            **summary,
             "hosts": registry_hosts(),
             "tether_counts": tether_counts(),
-            "events": events_recent(),
+            "event_rows": event_rows(events_recent()),
             "sandbox": sandbox_status(),
             "start_form": start_form or WaveStartForm(),
             **card_context(),
-            **operations_card(),
+            **operations_card(depths=summary["summary"]["queues"]),
             **live_attrs(DASHBOARD_TOPICS, "dashboard"),
         },
         status=status,
@@ -101,7 +140,7 @@ def dashboard_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, 
     # Counters are re-read, not patched from the payload: they stay right even if an event
     # was dropped, and one grouped query per block is cheap.
     if event["topic"] == "burst:events":
-        return {"summary": dashboard_summary(), "hosts": registry_hosts()}
+        return {**summary_context(), "hosts": registry_hosts()}
     if event["topic"].startswith("tether:"):
         return {"tether_counts": tether_counts()}
     if event["topic"].startswith("autopilot:"):
