@@ -122,11 +122,19 @@ class AgentLease:
     """`with AgentLease(id) as lease: if lease.held: ...` — renewed until the block ends.
 
     `wait_s`: how long to keep trying when another holder has it (a resumed agent's task may
-    arrive while the worker it suspended on is still letting go of the lease)."""
+    arrive while the worker it suspended on is still letting go of the lease).
 
-    def __init__(self, agent_run_id: int, *, wait_s: float = 0.0) -> None:
+    `claimed`: the caller already won the attempt in the database (the start compare-and-set
+    moved it from pending to running, stamping worker and heartbeat_at), which is what keeps a
+    second executor out; the key is then set by the heartbeat's next beat (SET NX, as after a
+    Redis restart) rather than now, so an agent shorter than a beat costs no Redis round trip.
+    Until then the fresh heartbeat_at stands for the lease: the safety net needs both gone, and
+    a take-over needs a stale heartbeat."""
+
+    def __init__(self, agent_run_id: int, *, wait_s: float = 0.0, claimed: bool = False) -> None:
         self.agent_run_id = agent_run_id
         self.wait_s = wait_s
+        self.claimed = claimed
         self.key = lease_key(agent_run_id)
         self.token = f"{settings.ANNIHILATION_HOST}:{uuid.uuid4().hex[:12]}"
         self.ttl_ms = int(settings.BURSTS_HEARTBEAT_TTL_S * 1000)
@@ -143,6 +151,10 @@ class AgentLease:
 
     def __enter__(self) -> AgentLease:
         # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
+        if self.claimed:
+            self.held = True
+            _Heartbeat.get(self.ttl_ms).held[self.key] = (self.token, self.agent_run_id)
+            return self
         client, deadline = get_redis(), time.monotonic() + self.wait_s
         while True:
             self.held = bool(client.set(self.key, self.token, nx=True, px=self.ttl_ms))

@@ -13,10 +13,11 @@ column names come from the model's metadata.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce
 
 from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
@@ -144,12 +145,15 @@ def agent_run_start(*, agent_run_id: int, context: str, worker: str, now: dateti
 
 
 def agent_run_take_over(*, agent_run_id: int, worker: str, now: datetime) -> bool:
-    """A running attempt whose worker died (or that was resumed) now runs on `worker`; False if
-    it is no longer running."""
+    """A running attempt that was resumed (no worker) or whose executor is gone (heartbeat_at
+    older than the heartbeat TTL) now runs on `worker`; False if it is no longer running, or
+    its executor is alive: the lease of an attempt started by its dispatched task is set by
+    the executor's first heartbeat, and until then its fresh heartbeat_at is what says so."""
+    stale = now - timedelta(seconds=settings.BURSTS_HEARTBEAT_TTL_S)
     return (
-        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
-            heartbeat_at=now, worker=worker
-        )
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING)
+        .filter(Q(worker="") | Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=stale))
+        .update(heartbeat_at=now, worker=worker)
         == 1
     )
 

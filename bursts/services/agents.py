@@ -113,26 +113,25 @@ def _slot_fast(
     prior: SlotResult | None,
     agent_run_id: int,
 ) -> SlotResult | None:
-    with AgentLease(agent_run_id) as lease:
-        if not lease.held:
-            return None
-        # A fan-out agent or a chain's first link got its context when its stage began; a later
-        # link adds the earlier links of its own stage.
-        context = (
-            None
-            if prior is None
-            else prior_results_context(quantum_run_id, stage_index, before_position=position)
-        )
-        # Pending -> running in one statement that also checks the run is still at this stage:
-        # the compare-and-set of the general path, without its three look-ups.
-        agent_id = agent_run_start_dispatched(
-            agent_run_id=agent_run_id,
-            worker=worker_name(),
-            now=timezone.now(),
-            context=context,
-        )
-        if agent_id is None:
-            return None  # not that simple: the general path decides
+    # A fan-out agent or a chain's first link got its context when its stage began; a later
+    # link adds the earlier links of its own stage.
+    context = (
+        None
+        if prior is None
+        else prior_results_context(quantum_run_id, stage_index, before_position=position)
+    )
+    # Pending -> running in one statement that also checks the run is still at this stage: the
+    # compare-and-set of the general path, without its three look-ups. Winning it is the claim:
+    # the lease is then only registered with the heartbeat (AgentLease `claimed`).
+    agent_id = agent_run_start_dispatched(
+        agent_run_id=agent_run_id,
+        worker=worker_name(),
+        now=timezone.now(),
+        context=context,
+    )
+    if agent_id is None:
+        return None  # not that simple: the general path decides
+    with AgentLease(agent_run_id, claimed=True) as lease:
         agent = AgentRun(
             pk=agent_run_id,
             agent_id=agent_id,
@@ -226,6 +225,9 @@ def slot_run(
             else:  # resuming an attempt whose worker died
                 started = agent_run_take_over(agent_run_id=agent.pk, worker=worker_name(), now=now)
             if not started:
+                agent.refresh_from_db(fields=["status"])
+                if agent.status == AgentStatus.RUNNING:
+                    return _result(agent, "busy")  # its executor is alive (fresh heartbeat)
                 continue  # cancelled (or finished) while we took the lease: look again
             outcome = execute_agent(agent.pk)
             agent = _record(agent, outcome)
