@@ -19,8 +19,10 @@ import pytest
 from django.utils import timezone
 
 from annihilation.celery import app
+from bursts.leases import lease_alive
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
-from bursts.services import safety_net, wave_cancel, wave_start
+from bursts.services import safety_net, slot_run, wave_cancel, wave_start
+from bursts.services.agent_runs import agent_run_start_dispatched
 from core.models import Event
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
@@ -146,6 +148,38 @@ def test_the_safety_net_resends_at_once_a_stage_whose_started_agent_died(
     coder.update(heartbeat_at=silent)
     assert safety_net().redispatched == [run.pk]
     assert Event.objects.filter(type="stage_redispatched", payload__run_id=run.pk).count() == 1
+    app.control.purge()
+
+
+def test_a_second_delivery_takes_over_a_started_agent_only_once_its_heartbeat_lapsed(
+    fast_settings: Any,
+) -> None:
+    """A dispatched agent's start compare-and-set is its claim: its Redis lease comes with the
+    heartbeat's first beat. A second delivery of its task meanwhile finds it busy, and runs it
+    (takes it over) only once its heartbeat is older than the TTL: the executor is gone."""
+    fast_settings.BURSTS_DISPATCH_GRACE_S = 3600
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    q = quantum_create(title="claimed")
+    wave_start()
+    app.control.purge()  # no worker: the test plays both deliveries
+    run = QuantumRun.objects.get(quantum=q)
+    coder = AgentRun.objects.get(quantum_run=run, stage_index=0)
+    assert agent_run_start_dispatched(
+        agent_run_id=coder.pk, worker="elsewhere:1:1", now=timezone.now(), context=None
+    )
+    assert lease_alive([coder.pk]) == set()  # no key yet: the claim is the database row
+
+    again = slot_run(quantum_run_id=run.pk, stage_index=0, position=0, prior=None)
+    assert again["status"] == "busy"
+    coder.refresh_from_db()
+    assert (coder.status, coder.worker) == (AgentStatus.RUNNING, "elsewhere:1:1")
+
+    silent = timezone.now() - timedelta(seconds=2 * fast_settings.BURSTS_HEARTBEAT_TTL_S)
+    AgentRun.objects.filter(pk=coder.pk).update(heartbeat_at=silent)
+    taken = slot_run(quantum_run_id=run.pk, stage_index=0, position=0, prior=None)
+    assert taken["status"] == "done"
+    coder.refresh_from_db()
+    assert coder.status == AgentStatus.DONE and coder.worker != "elsewhere:1:1"
     app.control.purge()
 
 
