@@ -21,8 +21,8 @@ def sql_names(model: type[models.Model], prefix: str = "") -> dict[str, str]:
     return names
 
 
-# A statement carries at most this many parameters (the protocol counts them in 16 bits).
-MAX_PARAMETERS = 65_535
+# rows_insert's own statement up to this many rows; bulk_create's beyond.
+FEW = 32
 
 
 @cache
@@ -40,27 +40,25 @@ def _insert_fields(model: type[models.Model]) -> tuple[list[Field[Any, Any]], st
 
 def rows_insert(model: type[models.Model], objs: Sequence[models.Model]) -> None:
     """INSERT `objs` and set their primary keys, as `bulk_create` does for a model without
-    parents, at a fraction of its Python cost (it compiles its statement anew on each call): one
-    statement per MAX_PARAMETERS values. Every concrete field but an auto primary key and a
-    generated column is written, after its `pre_save` (auto_now_add stamps it) and
-    `get_db_prep_save`: a field's Python default applies, not its `db_default`."""
+    parents. A few rows (a stage's agents) go in one precompiled statement, at a fraction of
+    `bulk_create`'s Python cost (it compiles its statement anew on each call); more than FEW
+    go through `bulk_create`, whose UNNEST of one array per column is cheaper for thousands.
+    Every concrete field but an auto primary key and a generated column is written, after its
+    `pre_save` (auto_now_add stamps it) and `get_db_prep_save`: a field's Python default
+    applies, not its `db_default`."""
+    if len(objs) > FEW:
+        model._default_manager.bulk_create(objs)
+        return
     fields, head, row = _insert_fields(model)
     pk = model._meta.pk
     assert pk is not None
-    per_statement = MAX_PARAMETERS // len(fields)
     with connection.cursor() as cursor:
-        for start in range(0, len(objs), per_statement):
-            batch = objs[start : start + per_statement]
-            sql = f'{head}{", ".join([row] * len(batch))} RETURNING "{pk.column}"'
-            cursor.execute(
-                sql,
-                [
-                    f.get_db_prep_save(f.pre_save(obj, True), connection)
-                    for obj in batch
-                    for f in fields
-                ],
-            )
-            for obj, (pk_value,) in zip(batch, cursor.fetchall(), strict=True):
-                obj.pk = pk_value
-                obj._state.adding = False
-                obj._state.db = connection.alias
+        cursor.execute(
+            f'{head}{", ".join([row] * len(objs))} RETURNING "{pk.column}"',
+            [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields],
+        )
+        ids = cursor.fetchall()
+    for obj, (pk_value,) in zip(objs, ids, strict=True):
+        obj.pk = pk_value
+        obj._state.adding = False
+        obj._state.db = connection.alias
