@@ -4,13 +4,23 @@ settings' CELERY_* names. Workers start it as `celery -A annihilation worker`.""
 from __future__ import annotations
 
 import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, worker_init, worker_process_init
+from celery.concurrency import get_implementation
+from celery.signals import task_postrun, worker_init, worker_process_init, worker_ready
 from django.db import connections
+from psycopg_pool import PoolTimeout
 
 from core import workers  # noqa: F401  (its receivers note each worker's host in Redis)
+from core.redis import get_redis
+
+logger = logging.getLogger(__name__)
 
 app = Celery("annihilation")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -41,3 +51,105 @@ WORKER_GC_THRESHOLDS = (20_000, 20, 20)
 @worker_process_init.connect
 def _fewer_collections(**_: Any) -> None:
     gc.set_threshold(*WORKER_GC_THRESHOLDS)
+
+
+# --- warming up a threads worker ------------------------------------------------------------
+#
+# A threads worker's first tasks would each pay, all at once and under one GIL, for what the
+# process then keeps: a thread each, started by the consumer's own thread, which waits for every
+# new thread to run (and a hundred busy ones hold the GIL); the database pool growing one
+# connection at a time from its min_size while every thread waits for one; a Redis connection
+# per thread; and whatever the apps make once per process (`worker_warmup_register`). The
+# worker makes them before it takes its first task.
+
+WorkerWarmup = Callable[[int], object]
+_WARMUPS: list[WorkerWarmup] = []
+
+
+def worker_warmup_register(warmup: WorkerWarmup) -> None:
+    """Have `warmup(concurrency)` run when a threads worker starts, before its first task (an
+    upper app registers its own in AppConfig.ready)."""
+    if warmup not in _WARMUPS:
+        _WARMUPS.append(warmup)
+
+
+def pool_threads_start(executor: ThreadPoolExecutor, count: int) -> int:
+    """Start the executor's threads up to `count` now; returns how many it has. It starts a
+    thread only for work that finds none idle, so each is given a job that waits until all
+    are running."""
+    release = threading.Event()
+    jobs = [executor.submit(release.wait) for _ in range(count)]
+    release.set()
+    wait(jobs)
+    return len(executor._threads)  # no public count; Celery's own pool info reads it too
+
+
+def database_pools_fill(concurrency: int) -> int:
+    """Open each pooled database's connections up to `concurrency` (at most its max_size) and
+    hand them back idle; returns how many its pools hold. Unpooled databases are left alone
+    (each thread opens its own)."""
+    opened = 0
+    for alias in connections:
+        pool = getattr(connections[alias], "pool", None)
+        if pool is None:
+            continue
+        pool.open(wait=True, timeout=10)
+        stats = pool.get_stats()
+        in_use = stats["pool_size"] - stats["pool_available"]
+        taken = []
+        try:
+            # Taken together, so that the pool grows rather than handing back the same one.
+            for _ in range(min(concurrency, pool.max_size) - in_use):
+                taken.append(pool.getconn(timeout=10))
+        except PoolTimeout:
+            logger.warning("worker warm-up: the %s pool stopped growing", alias, exc_info=True)
+        finally:
+            for conn in taken:
+                pool.putconn(conn)
+        opened += pool.get_stats()["pool_size"]
+    return opened
+
+
+def redis_pool_fill(concurrency: int) -> int:
+    """Open `concurrency` connections in the process's Redis pool (`get_redis`) and hand them
+    back idle; returns how many are open."""
+    pool = get_redis().connection_pool
+    taken = []
+    try:
+        for _ in range(concurrency):
+            taken.append(pool.get_connection())
+    finally:
+        for conn in taken:
+            pool.release(conn)
+    return len(taken)
+
+
+def worker_warm_up(concurrency: int) -> None:
+    """Run every warm-up for a worker of `concurrency` threads. One that fails is logged and
+    skipped: the tasks will make what it did not, as they would without it."""
+    for warmup in (database_pools_fill, redis_pool_fill, *_WARMUPS):
+        started = time.monotonic()
+        try:
+            warmup(concurrency)
+        except Exception:
+            logger.warning("worker warm-up %s failed", warmup.__qualname__, exc_info=True)
+            continue
+        logger.info(
+            "worker warm-up %s took %.3f s",
+            warmup.__qualname__,
+            time.monotonic() - started,
+            extra={"warmup": warmup.__qualname__, "concurrency": concurrency},
+        )
+
+
+@worker_ready.connect
+def _warm_up_threads(sender: Any, **_: Any) -> None:
+    """A threads worker warms up (`worker_warm_up`) before its event loop takes a message."""
+    controller = getattr(sender, "controller", None)
+    if controller is None or controller.pool_cls is not get_implementation("threads"):
+        return
+    concurrency = int(controller.concurrency)
+    started = time.monotonic()
+    threads = pool_threads_start(controller.pool.executor, concurrency)
+    logger.info("worker warm-up: %d threads started in %.3f s", threads, time.monotonic() - started)
+    worker_warm_up(concurrency)

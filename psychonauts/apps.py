@@ -8,6 +8,7 @@ class PsychonautsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from core.celery import worker_warmup_register
         from psychonauts.selectors import role_names
         from psychonauts.verify import verify_command_problem
         from quanta.fields import verify_command_check_source
@@ -15,3 +16,10 @@ class PsychonautsConfig(AppConfig):
 
         role_names_source(role_names)
         verify_command_check_source(verify_command_problem)
+        worker_warmup_register(_agents_warm_up)
+
+
+def _agents_warm_up(concurrency: int) -> None:
+    from psychonauts.warmup import agents_warm_up
+
+    agents_warm_up(concurrency)

@@ -60,7 +60,7 @@ def shared_client() -> anthropic.Anthropic:
     """A client of the process's few per endpoint (CLIENT_SHARDS), shared by agent threads.
 
     Loading the TLS certificates costs ~25 ms of CPU: the process does it once, and its clients
-    share the context (the first burst after a worker starts made all 16 clients at once). A
+    share the context (a threads worker makes all 16 as it starts: `shared_clients_warm`). A
     client per agent would spend more CPU than the agents' turns. One client for all of them is
     no better: its pool looks at every connection it holds, probing each idle one's socket,
     whenever a request starts or ends, so a hundred threads on one pool made a hundred system
@@ -71,6 +71,25 @@ def shared_client() -> anthropic.Anthropic:
     shard = getattr(_thread, "shard", None)
     if shard is None:
         shard = _thread.shard = next(_shards) % CLIENT_SHARDS
+    return _shard_client(shard)
+
+
+def shared_clients_warm() -> int:
+    """Make every shard's client for the endpoint of the environment now, with the TLS context
+    and the HTTP stack's modules they load (~50 ms of CPU), rather than inside the first agents'
+    turns; returns how many were made. Nothing when ANTHROPIC_API_KEY is not set (the SDK
+    refuses to make a client without one; the runs' own calls will say so)."""
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        return 0
+    with _clients_lock:
+        before = len(_clients)
+    for shard in range(CLIENT_SHARDS):
+        _shard_client(shard)
+    with _clients_lock:
+        return len(_clients) - before
+
+
+def _shard_client(shard: int) -> anthropic.Anthropic:
     key = (
         os.environ.get("ANTHROPIC_BASE_URL", ""),
         os.environ.get("ANTHROPIC_API_KEY", ""),

@@ -287,3 +287,30 @@ def test_a_process_loads_tls_certificates_once_for_all_its_clients(monkeypatch):
     assert all(isinstance(t, httpx2.HTTPTransport) for t in transports)
     contexts = {id(cast(httpx2.HTTPTransport, t)._pool._ssl_context) for t in transports}
     assert contexts == {id(provider._tls_context())}
+
+
+def test_a_warmed_process_has_every_shard_client_before_its_first_agent(monkeypatch):
+    from psychonauts.providers import anthropic as provider
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://llm.test.invalid")
+    monkeypatch.setattr(provider, "_clients", {})
+    assert provider.shared_clients_warm() == provider.CLIENT_SHARDS
+    made = dict(provider._clients)
+
+    clients = []
+    thread = threading.Thread(target=lambda: clients.append(provider.shared_client()))
+    thread.start()
+    thread.join()
+    assert provider._clients == made  # the agent's thread took one of them
+    assert any(c is clients[0] for c in made.values())
+    assert provider.shared_clients_warm() == 0
+
+
+def test_without_a_key_no_client_is_made_ahead(monkeypatch):
+    from psychonauts.providers import anthropic as provider
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setattr(provider, "_clients", {})
+    assert provider.shared_clients_warm() == 0
+    assert provider._clients == {}
