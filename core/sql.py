@@ -46,6 +46,8 @@ def rows_insert(model: type[models.Model], objs: Sequence[models.Model]) -> None
     Every concrete field but an auto primary key and a generated column is written, after its
     `pre_save` (auto_now_add stamps it) and `get_db_prep_save`: a field's Python default
     applies, not its `db_default`."""
+    if not objs:
+        return
     if len(objs) > FEW:
         model._default_manager.bulk_create(objs)
         return

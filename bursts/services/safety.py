@@ -121,30 +121,46 @@ def _check_run(
     report.redispatched.append(run.pk)
 
 
+# The safety net reads a wave's running runs this many at a time.
+SAFETY_CHUNK = 1_000
+
+
+def _check_runs(runs: list[QuantumRun], report: SafetyReport) -> None:
+    stages: dict[int, list[AgentRun]] = {run.pk: [] for run in runs}
+    current = AgentRun.objects.filter(
+        quantum_run_id__in=list(stages),
+        quantum_run__status=RunStatus.RUNNING,
+        stage_index=F("quantum_run__current_stage"),
+    )
+    for agent in current:
+        stages[agent.quantum_run_id].append(agent)  # type: ignore[index]
+    live = [a.pk for agents in stages.values() for a in agents if a.status == AgentStatus.RUNNING]
+    leased = lease_alive(live)
+    for run in runs:
+        try:
+            _check_run(run, stages[run.pk], leased, report)
+        except Exception:
+            logger.exception("safety net: run %s", run.pk)
+
+
 def safety_net() -> SafetyReport:
-    """Each running wave in three reads however many runs it has (its running runs, the agents
-    of their current stages, their leases in one MGET); only what needs action costs more."""
+    """Each running wave in three reads per SAFETY_CHUNK running runs (the runs, the agents of
+    their current stages, their leases in one MGET): a tick's statements and memory do not grow
+    with the wave beyond that; only what needs action costs more."""
     report = SafetyReport()
     for wave_id in waves_running_ids():
         report.waves += 1
-        runs = list(QuantumRun.objects.filter(wave_id=wave_id, status=RunStatus.RUNNING))
-        stages: dict[int, list[AgentRun]] = {run.pk: [] for run in runs}
-        current = AgentRun.objects.filter(
-            quantum_run__wave_id=wave_id,
-            quantum_run__status=RunStatus.RUNNING,
-            stage_index=F("quantum_run__current_stage"),
-        )
-        for agent in current:
-            if agent.quantum_run_id in stages:  # a run that started after the first read waits
-                stages[agent.quantum_run_id].append(agent)
-        live = [
-            a.pk for agents in stages.values() for a in agents if a.status == AgentStatus.RUNNING
-        ]
-        leased = lease_alive(live)
-        for run in runs:
-            try:
-                _check_run(run, stages[run.pk], leased, report)
-            except Exception:
-                logger.exception("safety net: run %s", run.pk)
+        after = 0
+        while True:
+            runs = list(
+                QuantumRun.objects.filter(
+                    wave_id=wave_id, status=RunStatus.RUNNING, pk__gt=after
+                ).order_by("pk")[:SAFETY_CHUNK]
+            )
+            if runs:
+                after = runs[-1].pk
+                _check_runs(runs, report)
+            if len(runs) < SAFETY_CHUNK:
+                break
         wave_advance(wave_id=wave_id)
     return report

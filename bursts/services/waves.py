@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from bursts.canvas import tasks_revoke_unsafe
@@ -29,6 +30,7 @@ from bursts.models import (
     AgentStatus,
     Burst,
     BurstPhase,
+    QuantumRun,
     RunStatus,
     Wave,
     WaveStatus,
@@ -180,20 +182,33 @@ def _burst_next(wave: Wave) -> Burst:
 
 def _burst_drain(wave: Wave, burst: Burst) -> None:
     burst_phase_set(burst=burst, phase=BurstPhase.DRAINING)
-    runs_drain(wave=wave, runs=list(burst.runs.filter(drained_at__isnull=True)))
+    _drain(wave, burst.runs.filter(drained_at__isnull=True))
     burst_close(burst=burst)
 
 
 def _drain_finished(wave: Wave) -> None:
     """Drain every run of the wave that ended and was not drained yet."""
-    runs_drain(
-        wave=wave,
-        runs=list(
-            wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True).select_related(
-                "burst"
-            )
-        ),
-    )
+    _drain(wave, wave.runs.filter(status__in=RUN_TERMINAL, drained_at__isnull=True))
+
+
+# A drain reads its runs this many at a time, without their pipeline and stage records (which
+# it does not read), so a burst of 10,000 runs holds no more of them in memory than a burst of
+# 1,000.
+DRAIN_CHUNK = 1_000
+
+
+def _drain(wave: Wave, runs: QuerySet[QuantumRun]) -> None:
+    chunk: list[QuantumRun] = []
+    for run in (
+        runs.select_related("burst")
+        .defer("pipeline_snapshot", "stages")
+        .iterator(chunk_size=DRAIN_CHUNK)
+    ):
+        chunk.append(run)
+        if len(chunk) == DRAIN_CHUNK:
+            runs_drain(wave=wave, runs=chunk)
+            chunk = []
+    runs_drain(wave=wave, runs=chunk)
 
 
 # --- ending -------------------------------------------------------------------------------------

@@ -151,6 +151,36 @@ def test_the_safety_net_resends_at_once_a_stage_whose_started_agent_died(
     app.control.purge()
 
 
+def test_the_safety_net_and_the_drain_go_through_a_wave_in_chunks(
+    fast_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs beyond one chunk are checked and drained as the first ones are (the chunks bound
+    what a tick or a drain holds in memory, not what it covers)."""
+    from bursts.services import safety, waves
+
+    monkeypatch.setattr(safety, "SAFETY_CHUNK", 2)
+    monkeypatch.setattr(waves, "DRAIN_CHUNK", 2)
+    fast_settings.BURSTS_DISPATCH_GRACE_S = 3600
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    quanta = [quantum_create(title=f"chunk {n}") for n in range(5)]
+    wave = wave_start()
+    app.control.purge()  # no worker: the test plays the agents, whose steps were lost
+    long_ago = timezone.now() - timedelta(seconds=2 * fast_settings.BURSTS_HEARTBEAT_TTL_S)
+    AgentRun.objects.filter(quantum_run__wave=wave).update(
+        status=AgentStatus.DONE, started_at=long_ago, finished_at=long_ago
+    )
+    report = safety_net()
+    assert sorted(report.advanced) == sorted(
+        QuantumRun.objects.filter(wave=wave).values_list("pk", flat=True)
+    )
+    wave.refresh_from_db()
+    assert wave.status == WaveStatus.DONE
+    assert QuantumRun.objects.filter(wave=wave, drained_at__isnull=True).count() == 0
+    assert {q.status for q in Quantum.objects.filter(pk__in=[q.pk for q in quanta])} == {
+        QuantumStatus.CLOSED
+    }
+
+
 def test_a_second_delivery_takes_over_a_started_agent_only_once_its_heartbeat_lapsed(
     fast_settings: Any,
 ) -> None:
