@@ -7,17 +7,18 @@ transaction with the wave locked: keep it to a few rows, and defer slow work (gi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bursts.models import Burst, QuantumRun
 
-# f(run, quantum_outcome): a finished run was applied to its quantum. quantum_outcome is
-# "done" (closed), "error" (back to open), "blocked" (quarantined after N failures),
-# "cancelled" or "untouched" (someone changed the quantum meanwhile).
-RunDrained = Callable[["QuantumRun", str], None]
-ON_RUN_DRAINED: list[RunDrained] = []
+# f([(run, quantum_outcome), ...]): finished runs were applied to their quanta, a drain's
+# runs (up to a thousand) at once, so that a hook can act on them in set-wide statements.
+# quantum_outcome is "done" (closed), "error" (back to open), "blocked" (quarantined after N
+# failures), "cancelled" or "untouched" (someone changed the quantum meanwhile).
+RunsDrained = Callable[[Sequence[tuple["QuantumRun", str]]], None]
+ON_RUNS_DRAINED: list[RunsDrained] = []
 
 # f(burst): the burst just closed (phase done), called inside burst_close's transaction.
 BurstClosed = Callable[["Burst"], None]

@@ -14,14 +14,14 @@ class ReflectionConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from bursts.hooks import ON_RUN_DRAINED
+        from bursts.hooks import ON_RUNS_DRAINED
         from psychonauts.services.prompt import PROMPT_SECTIONS
-        from reflection.services.injection import on_run_drained, playbook_section
+        from reflection.services.injection import on_runs_drained, playbook_section
 
         if playbook_section not in PROMPT_SECTIONS:
             PROMPT_SECTIONS.append(playbook_section)
-        if on_run_drained not in ON_RUN_DRAINED:
-            ON_RUN_DRAINED.append(on_run_drained)
+        if on_runs_drained not in ON_RUNS_DRAINED:
+            ON_RUNS_DRAINED.append(on_runs_drained)
         from bursts.hooks import ON_BURST_CLOSED
 
         if _on_burst_closed not in ON_BURST_CLOSED:

@@ -8,12 +8,12 @@ class TetherConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from bursts.hooks import ON_RUN_DRAINED
+        from bursts.hooks import ON_RUNS_DRAINED
         from psychonauts.tools import tool_register
-        from tether.hooks import on_run_drained
+        from tether.hooks import on_runs_drained
         from tether.tools import ASK_TETHER, PROPOSE_PIPELINE_CHANGE
 
         tool_register(ASK_TETHER)
         tool_register(PROPOSE_PIPELINE_CHANGE)
-        if on_run_drained not in ON_RUN_DRAINED:
-            ON_RUN_DRAINED.append(on_run_drained)
+        if on_runs_drained not in ON_RUNS_DRAINED:
+            ON_RUNS_DRAINED.append(on_runs_drained)

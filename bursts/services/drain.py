@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from bursts.events import burst_events
-from bursts.hooks import ON_RUN_DRAINED
+from bursts.hooks import ON_RUNS_DRAINED
 from bursts.models import QuantumRun, RunStatus, Wave
 from bursts.services.quantum_runs import quantum_runs_mark_drained
 from quanta.errors import QuantaError
@@ -69,9 +69,9 @@ def runs_drain(*, wave: Wave, runs: Sequence[QuantumRun]) -> None:
             for run in runs
         ]
     )
-    for run in runs:
-        for hook in ON_RUN_DRAINED:
-            hook(run, outcomes[run.pk])
+    drained = [(run, outcomes[run.pk]) for run in runs]
+    for hook in ON_RUNS_DRAINED:
+        hook(drained)
 
 
 def _where(wave: Wave, run: QuantumRun) -> str:

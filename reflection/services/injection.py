@@ -5,6 +5,7 @@ rules and skills its agents were given."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 from django.conf import settings
@@ -102,25 +103,29 @@ SETTLE_RULES_SQL = f"""
 UPDATE {_U} u
 SET outcome = CASE a.status WHEN %(done)s THEN %(success)s ELSE %(failure)s END
 FROM {_A} a
-WHERE u.agent_run_id = a.id AND a.quantum_run_id = %(run)s AND u.outcome = %(pending)s
+WHERE u.agent_run_id = a.id AND a.quantum_run_id = ANY(%(runs)s) AND u.outcome = %(pending)s
   AND a.status IN (%(done)s, %(error)s)
 RETURNING u.rule_id, u.outcome = %(success)s
 """
 PENDING_SKILLS_SQL = f"""
 SELECT s.id, a.status = %(done)s
 FROM {_S} s JOIN {_A} a ON a.id = s.agent_run_id
-WHERE a.quantum_run_id = %(run)s AND s.outcome = %(pending)s
+WHERE a.quantum_run_id = ANY(%(runs)s) AND s.outcome = %(pending)s
   AND a.status IN (%(done)s, %(error)s)
 ORDER BY s.id
 """
 
 
-def on_run_drained(run: QuantumRun, quantum_outcome: str) -> None:
-    """bursts.hooks.ON_RUN_DRAINED: each finished agent of the drained run counts its outcome
+def on_runs_drained(drained: Sequence[tuple[QuantumRun, str]]) -> None:
+    """bursts.hooks.ON_RUNS_DRAINED: each finished agent of the drained runs counts its outcome
     once for every rule and skill it was given (inside the manager's transaction: one update
-    for the rule uses, one read for the skill uses, then the feedback per rule and skill)."""
+    for the rule uses and one read for the skill uses of all the runs, then the feedback per
+    rule and skill)."""
+    runs = [run.pk for run, _ in drained]
+    if not runs:
+        return
     params: dict[str, Any] = {
-        "run": run.pk,
+        "runs": runs,
         "done": AgentStatus.DONE,
         "error": AgentStatus.ERROR,
         "pending": SkillOutcome.PENDING,
@@ -139,9 +144,9 @@ def on_run_drained(run: QuantumRun, quantum_outcome: str) -> None:
         skill_outcome(use_id, bool(success))
     if settled or skills:
         logger.info(
-            "run %s: %d rule and %d skill outcomes",
-            run.pk,
+            "runs %s: %d rule and %d skill outcomes",
+            runs,
             len(settled),
             len(skills),
-            extra={"run_id": run.pk, "rules": len(settled), "skills": len(skills)},
+            extra={"run_ids": runs, "rules": len(settled), "skills": len(skills)},
         )

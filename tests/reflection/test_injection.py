@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bursts.hooks import ON_RUN_DRAINED
+from bursts.hooks import ON_RUNS_DRAINED
 from bursts.models import AgentRun, AgentStatus, Burst, QuantumRun, Wave
 from psychonauts.providers.base import ProviderRequest
 from psychonauts.providers.scripted import ScriptedProvider
@@ -19,7 +19,7 @@ from psychonauts.services.prompt import PROMPT_SECTIONS, agent_prompt
 from quanta.services import quantum_create
 from reflection.injection import AGENTS_MD_MAX_BYTES, agents_md, rules_for
 from reflection.models import PlaybookRule, RuleMaturity, RuleUse, Skill, SkillUse
-from reflection.services.injection import on_run_drained, playbook_section
+from reflection.services.injection import on_runs_drained, playbook_section
 from reflection.services.playbook import rule_create
 from reflection.services.skills import skill_choose, skill_create
 
@@ -48,7 +48,7 @@ def no_agents_md(tmp_path: Path, settings: Any) -> Path:
 
 def test_the_hooks_are_registered() -> None:
     assert playbook_section in PROMPT_SECTIONS
-    assert on_run_drained in ON_RUN_DRAINED
+    assert on_runs_drained in ON_RUNS_DRAINED
 
 
 def test_a_later_agents_provider_request_carries_the_injected_rule(repo: Path, monkeypatch):
@@ -180,8 +180,8 @@ def test_a_drained_run_attributes_outcomes_to_rules_and_skills_once(no_agents_md
         agent_prompt(agent)
         skill_choose(agent_run_id=agent.pk, role="coder", rng=random.Random(1))
 
-    on_run_drained(qrun, "done")
-    on_run_drained(qrun, "done")  # drained twice: counted once
+    on_runs_drained([(qrun, "done")])
+    on_runs_drained([(qrun, "done")])  # drained twice: counted once
 
     cache.refresh_from_db()
     assert (cache.helpful, cache.harmful) == (1, 1)

@@ -25,7 +25,7 @@ from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for
 from tests.worktrees import worktree_being_added
 from tether.errors import AlreadyDecided, BranchMoved
-from tether.hooks import on_run_drained
+from tether.hooks import on_runs_drained
 from tether.models import ChangeReview, ChangeStatus, Reaching
 from tether.selectors import change_detail, changes_list
 from tether.services import change_approve, change_reject, change_review_create, reaching_answer
@@ -225,8 +225,8 @@ def test_it_asks_the_operator_about_a_quarantined_quantum(db, make_quantum):
         )  # fmt: skip
     assert run is not None
 
-    on_run_drained(run, "blocked")
-    on_run_drained(run, "blocked")  # drained twice: still one question
+    on_runs_drained([(run, "blocked")])
+    on_runs_drained([(run, "blocked")])  # drained twice: still one question
 
     reaching = Reaching.objects.get(quantum=quantum)
     assert reaching.agent_run_id is None and reaching.priority == "high"
