@@ -243,3 +243,22 @@ def definition(query: str, *, limit: int, candidates: int) -> list[tuple[int, fl
         .values_list("id", flat=True)[:candidates]
     )
     return ranked(query, among=newest if len(newest) == candidates else None)[:limit]
+
+
+def test_its_statements_bind_no_parameters_for_a_generic_plan_to_forget(settings: Any) -> None:
+    # Prepared statements (DB_PREPARE_THRESHOLD) run with bound parameters may switch to a
+    # generic plan that knows neither the query nor the limits; the values are in the text.
+    backlog()
+    analyze()
+    settings.SEARCH_RANK_CANDIDATES = 3
+    for _ in range(8):
+        hits("common", limit=3)
+        hits("forgotten", limit=3)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT parameter_types FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%AS broad%%' OR statement LIKE '%%EXPLAIN%%'"
+        )
+        prepared = [types for (types,) in cursor.fetchall()]
+    assert len(prepared) >= 2
+    assert all(not types for types in prepared)
