@@ -154,6 +154,8 @@ def main() -> None:
                 time.sleep(pause)
             answered_at[run_id] = time.time()
             reaching_answer(reaching_id=reaching_id, text="yes, go on", by="bench")
+        # An answer that takes longer than the gap makes the rate offered lower than asked for.
+        offered = len(reachings) / max(time.monotonic() - began, 1e-9)
         wait_count(label, args.agents, "done", timeout=600)
         final_rss = rss_kb(worker.pid)
 
@@ -167,8 +169,8 @@ def main() -> None:
             resumed = [t for t in starts.get(run_id, []) if t >= t0 - 0.001]
             if resumed:
                 latencies.append(min(resumed) - t0)
-        print(f"answered {len(answered_at)} at {args.rate:.0f}/s; all done; worker RSS at the end "
-              f"{final_rss / 1024:.0f} MiB")  # fmt: skip
+        print(f"answered {len(answered_at)} at {args.rate:.0f}/s (offered: {offered:.0f}/s); all "
+              f"done; worker RSS at the end {final_rss / 1024:.0f} MiB")  # fmt: skip
         print(
             f"answer -> agent running again ({len(latencies)} agents): "
             f"p50 {pct(latencies, 50) * 1000:.0f} ms, p95 {pct(latencies, 95) * 1000:.0f} ms, "
