@@ -12,8 +12,9 @@ Uses the dev services (make bench) with a database of its own (annihilation_benc
 migrated and emptied), a temporary ANNIHILATION_HOME and its own queue. Each agent works in its
 quantum's worktree, as by default (`--workspace worktree`); `--workspace shared` puts all 1,000
 in one shared tree, whose single commit lock every finishing agent takes in turn (three git
-commands for an agent that changed nothing): the agents then finish one at a time, and above
-some 65 answers/s the answers queue behind those commits.
+commands for an agent that changed nothing): the agents then finish one at a time, and resumed
+agents queue behind those commits. The answer rate printed as offered is the one reached: an
+answer that takes longer than the gap between answers keeps it below the rate asked for.
 """
 
 from __future__ import annotations
