@@ -452,6 +452,9 @@ LOGOUT_REDIRECT_URL = "/login/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 FLOWER_URL = env_str("ANNIHILATION_FLOWER_URL", "http://127.0.0.1:5555")
 UI_PAGE_SIZE = env_int("ANNIHILATION_UI_PAGE_SIZE", 50, minimum=1)
+# Seconds the dashboard's whole-table totals (quanta by status, all-time spend) are shared
+# between renders through Redis; 0 counts them on every render.
+DASHBOARD_TOTALS_TTL_S = env_float("ANNIHILATION_DASHBOARD_TOTALS_TTL_S", 2.0, minimum=0)
 
 # --- tether ---
 # A reaching's timeout when the agent names none, and the longest it may ask for.

@@ -330,7 +330,7 @@ def dashboard_totals() -> Totals:
     A TTL of 0 counts them on every render."""
     from quanta.models import Quantum
 
-    ttl = float(getattr(settings, "DASHBOARD_TOTALS_TTL_S", 2.0))
+    ttl = settings.DASHBOARD_TOTALS_TTL_S
     if ttl <= 0:
         return _totals_count()
     newest = Quantum.objects.aggregate(m=Max("id"))["m"] or 0

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from psycopg import sql
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
+from psycopg import sql
 
 from core.errors import BadSearchQuery as CoreBadSearchQuery
 from core.search import search_to_tsquery as core_search_to_tsquery
