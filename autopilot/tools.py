@@ -78,6 +78,7 @@ SUBMIT_PLAN = Tool(
         "required": ["quanta"],
     },
     _submit_plan,
+    changes_workspace=False,
 )
 
 PROPOSE_GOAL = Tool(
@@ -100,4 +101,5 @@ PROPOSE_GOAL = Tool(
         "additionalProperties": False,
     },
     _propose_goal,
+    changes_workspace=False,
 )

@@ -22,7 +22,20 @@ from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
 
-app = Celery("annihilation")
+
+class Annihilation(Celery):
+    """Tasks sent by name (`send_task`) are fire-and-forget unless the caller asks otherwise:
+    with a Redis result backend, Celery would otherwise subscribe the sending process to each
+    task's result channel, for good, outside a worker (a round trip per send, and a web process
+    subscribed to every agent it ever resumed). A task object's own `ignore_result` still
+    decides for `delay` and `apply_async`, and for the chords' headers."""
+
+    def send_task(self, name: str, *args: Any, **options: Any) -> Any:
+        options.setdefault("ignore_result", True)
+        return super().send_task(name, *args, **options)
+
+
+app = Annihilation("annihilation")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -261,9 +261,9 @@ _TURN_RECORD = """
 WITH turn AS (
     INSERT INTO {t_table} ({t_agent_run_id}, {t_index}, {t_assistant}, {t_tool_results},
                            {t_stop_reason}, {t_complete}, {t_tokens_in}, {t_tokens_out},
-                           {t_created_at})
+                           {t_prompt}, {t_created_at})
     VALUES (%(run)s, %(index)s, %(assistant)s::jsonb, '[]'::jsonb, %(stop_reason)s, %(complete)s,
-            %(tokens_in)s, %(tokens_out)s, %(now)s)
+            %(tokens_in)s, %(tokens_out)s, %(prompt)s, %(now)s)
     RETURNING {t_id}
 ), usage AS (
     INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
@@ -309,6 +309,7 @@ class TurnRecord:
     cost_usd: Decimal
     phase: str
     now: datetime
+    prompt: str = ""  # on the turn that opens the conversation: its first message
 
 
 def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, int]]:
@@ -329,6 +330,7 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
                 "complete": not record.tool_uses,
                 "tokens_in": record.tokens_in,
                 "tokens_out": record.tokens_out,
+                "prompt": record.prompt,
                 "provider": record.provider,
                 "model": record.model,
                 "cost": record.cost_usd,

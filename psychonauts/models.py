@@ -52,6 +52,12 @@ class AgentTurn(models.Model):
     complete = models.BooleanField(default=False)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    prompt = models.TextField(
+        blank=True,
+        default="",
+        help_text="the first message of the conversation this turn opens (redacted); a resumed "
+        "run reads it back instead of building it again; empty on the turns after it",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -15,7 +15,7 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from psychonauts.diary import diary_add
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge
 from psychonauts.models import CommandTrauma, DiaryKind, Mail
-from psychonauts.providers.base import ToolSpec
+from psychonauts.providers.base import ContentBlock, ToolSpec
 from psychonauts.sandbox import SandboxResult, SandboxUnavailable, path_own, sandbox_run
 from psychonauts.schema import schema_errors
 from psychonauts.traumas import trauma_record
@@ -69,6 +69,9 @@ class Tool:
     description: str
     schema: dict[str, Any]
     handler: Handler
+    # False: the tool cannot change the agent's workspace (it reads, or writes only rows). An
+    # agent that called no other tool has nothing to commit: its end runs no git.
+    changes_workspace: bool = True
 
     def spec(self) -> ToolSpec:
         return {"name": self.name, "description": self.description, "input_schema": self.schema}
@@ -86,6 +89,17 @@ def tools_for(allowed: list[str]) -> list[Tool]:
     if not allowed:
         return list(TOOLS.values())
     return [TOOLS[name] for name in allowed if name in TOOLS]
+
+
+def calls_change_workspace(blocks: list[ContentBlock]) -> bool:
+    """Whether a reply's tool calls include one that can change the workspace. A tool not
+    registered here counts: it may belong to an app this process did not load."""
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            tool = TOOLS.get(str(block.get("name", "")))
+            if tool is None or tool.changes_workspace:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -467,6 +481,11 @@ def _report_verdict(ctx: ToolContext, args: dict[str, Any]) -> str:
     )
 
 
+# The built-in tools that cannot change the workspace: they read it, or write only rows.
+_READERS = frozenset(
+    {"read_file", "list_dir", "glob", "grep", "diary", "mail_send", "mail_read", "lease_acquire",
+     "lease_release", VERDICT_TOOL}
+)  # fmt: skip
 _SPAWN_ITEM = _obj({"role": {"type": "string", "minLength": 1}, "task": _STR}, ["role", "task"])
 
 for _tool in (
@@ -510,4 +529,4 @@ for _tool in (
                "reasons": {"type": "string", "minLength": 1, "maxLength": VERDICT_REASONS_MAX}},
               ["verdict", "reasons"]), _report_verdict),
 ):  # fmt: skip
-    tool_register(_tool)
+    tool_register(replace(_tool, changes_workspace=_tool.name not in _READERS))

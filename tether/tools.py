@@ -84,6 +84,7 @@ ASK_TETHER = Tool(
         "additionalProperties": False,
     },
     _ask_tether,
+    changes_workspace=False,
 )
 
 PROPOSE_PIPELINE_CHANGE = Tool(
@@ -97,4 +98,5 @@ PROPOSE_PIPELINE_CHANGE = Tool(
         "additionalProperties": False,
     },
     _propose_pipeline_change,
+    changes_workspace=False,
 )

@@ -68,7 +68,14 @@ from psychonauts.services.verification import (
     verification_record,
     verification_round,
 )
-from psychonauts.tools import VERDICT_TOOL, ToolContext, ToolResult, tool_execute, tools_for
+from psychonauts.tools import (
+    VERDICT_TOOL,
+    ToolContext,
+    ToolResult,
+    calls_change_workspace,
+    tool_execute,
+    tools_for,
+)
 from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
@@ -143,6 +150,11 @@ class Runner:
         # Turns before this index stay recorded but are not the model's conversation: the run
         # started over (`started_elsewhere`).
         self.offset = 0
+        # The conversation's first message: built once per run, kept on the turn that opens
+        # the conversation (a resumed run reads it back: the same rules, skill and conventions).
+        self.prompt: str | None = None
+        # A turn called a tool that can change the workspace: the agent's end commits.
+        self.changed = False
         self._workspace: Future[Path] | Path = workspace_prepare(
             quantum_id=run.quantum_id, fence=self.fence
         )
@@ -227,7 +239,9 @@ class Runner:
 
     # the loop -----------------------------------------------------------------------------
     def messages(self, turns: list[AgentTurn]) -> list[Message]:
-        messages: list[Message] = [{"role": "user", "content": agent_prompt(self.run)}]
+        if self.prompt is None:
+            self.prompt = agent_prompt(self.run)
+        messages: list[Message] = [{"role": "user", "content": self.prompt}]
         for turn in turns:
             messages.append({"role": "assistant", "content": turn.assistant})
             if turn.tool_results:
@@ -264,6 +278,9 @@ class Runner:
         )
         if turns and self.started_elsewhere(turns[-1]):
             self.offset = len(turns)
+        if len(turns) > self.offset and turns[self.offset].prompt:
+            self.prompt = turns[self.offset].prompt
+        self.changed = any(calls_change_workspace(t.assistant) for t in turns)
         if len(turns) > self.offset and not turns[-1].complete:
             self.finish_tools(turns[-1])
         if len(turns) > self.offset and turns[-1].complete and not turns[-1].tool_results:
@@ -329,6 +346,7 @@ class Runner:
             response = dataclasses.replace(response, content=redact_data(response.content))
             turn, calls = self.checkpoint(index, response)
             turns.append(turn)
+            self.changed = self.changed or calls_change_workspace(turn.assistant)
             if not response.tool_uses:
                 outcome = self.done(turn)
                 if outcome is not None:
@@ -430,6 +448,7 @@ class Runner:
                 cost_usd=cost,
                 phase=self.run.phase,
                 now=now,
+                prompt=redact(self.prompt or "") if index == self.offset else "",
             ),
             self.take_events(),
         )
@@ -606,14 +625,17 @@ class Runner:
         verdict (a role with `report_verdict`), end the run. None: the verification failed and
         its corrective message is now the turn's reply; the loop goes on."""
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
+        sha = ""
         try:
-            sha = workspace_commit(
-                workspace=self.workspace,
-                quantum_id=self.run.quantum_id,
-                agent_id=self.run.agent_id,
-                role=self.run.role,
-                fence=self.fence,
-            )
+            workspace = self.workspace  # made (and fenced) even when there is nothing to commit
+            if self.changed:  # git only for an agent whose tools could have changed the tree
+                sha = workspace_commit(
+                    workspace=workspace,
+                    quantum_id=self.run.quantum_id,
+                    agent_id=self.run.agent_id,
+                    role=self.run.role,
+                    fence=self.fence,
+                )
         except StaleExecution as exc:
             return self.stale(str(exc))
         if sha:

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from bursts.models import AgentRun, AgentStatus
+from core.models import Event
 from psychonauts.errors import InvalidDefinition, WorkspaceError
 from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import RunInfo
@@ -467,3 +468,51 @@ def test_a_worktree_still_queued_when_needed_is_made_by_the_agent_itself(repo):
     begun = workspace_prepare(quantum_id=8)
     begun.result(10)
     assert workspace_ready(begun, quantum_id=8) == begun.result()
+
+
+READER = """
+name: reader
+match: {labels: [reader]}
+turns:
+  - tools:
+      - read_file: {path: "calc.py"}
+      - grep: {pattern: "def"}
+  - text: "Read it."
+"""
+WRITER = """
+name: writer
+match: {labels: [writer]}
+turns:
+  - tools:
+      - write_file: {path: "notes.md", content: "hello\\n"}
+  - text: "Wrote it."
+"""
+
+
+def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
+    repo, scripts, make_quantum, make_run
+):
+    from psychonauts import workspaces
+
+    scripts("reader", READER)
+    scripts("writer", WRITER)
+    quantum = make_quantum(labels=["reader"])
+    path = workspaces.workspace_ensure(quantum_id=quantum.pk)
+    head = workspaces.git("rev-parse", "HEAD", cwd=path)
+    (path / "stray.txt").write_text("left by someone else\n")
+
+    reader = make_run("coder", quantum=quantum)
+    assert agent_run_execute(agent_run_id=reader.pk).status == "done"
+
+    assert workspaces.git("rev-parse", "HEAD", cwd=path) == head
+    assert workspaces.git("status", "--porcelain", cwd=path) == "?? stray.txt"
+    assert not Event.objects.filter(type="commit", payload__agent_run_id=reader.pk).exists()
+
+    quantum.labels = ["writer"]
+    quantum.save(update_fields=["labels"])
+    writer = make_run("coder", quantum=quantum)
+    assert agent_run_execute(agent_run_id=writer.pk).status == "done"
+
+    assert workspaces.git("rev-parse", "HEAD~1", cwd=path) == head
+    assert workspaces.git("status", "--porcelain", cwd=path) == ""
+    assert Event.objects.filter(type="commit", payload__agent_run_id=writer.pk).exists()

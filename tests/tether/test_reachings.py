@@ -103,6 +103,40 @@ def test_it_frees_the_worker_while_waiting_and_resumes_with_the_answer(
         reaching_answer(reaching_id=reaching.pk, text="again")
 
 
+KEPT_PROMPT = """
+name: kept-prompt
+match: {labels: [kept-prompt]}
+turns:
+  - tools:
+      - ask_tether: {question: "Go on?", assumption: "go on", timeout_s: 300}
+  - choose:
+      - when: {prompt: "first words"}
+        text: "The same first message."
+      - text: "A rebuilt first message."
+"""
+
+
+def test_a_resumed_agent_reads_its_first_message_back_and_commits_nothing_it_did_not_change(
+    tether_worker, scripts, make_run, make_quantum
+):
+    scripts("kept-prompt", KEPT_PROMPT)
+    quantum = make_quantum(labels=["kept-prompt"], body="first words")
+    run = make_run("coder", quantum=quantum)
+    app.send_task("psychonauts.tasks.execute_agent_run", args=(run.pk,))
+    reaching = pending_reaching(run.pk)
+    # Built now, the prompt would no longer hold the first words.
+    Quantum.objects.filter(pk=quantum.pk).update(body="other words")
+
+    reaching_answer(reaching_id=reaching.pk, text="go on")
+
+    wait_for(lambda: agent_status(run.pk) == AgentStatus.DONE, what="the agent to finish")
+    assert AgentRun.objects.get(pk=run.pk).result == "The same first message."
+    prompts = list(run.turns.order_by("index").values_list("prompt", flat=True))
+    assert len(prompts) == 2 and "first words" in prompts[0] and prompts[1] == ""
+    # It only asked the Tether: its end ran no git, so recorded no commit.
+    assert not Event.objects.filter(type="commit", payload__agent_run_id=run.pk).exists()
+
+
 def test_it_answers_and_wakes_the_agent_in_five_statements(
     tether_worker, scripts, make_run, make_quantum
 ):
