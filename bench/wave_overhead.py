@@ -100,7 +100,7 @@ def start_workers(
         cmd = [
             sys.executable, *cprofile, "celery", "-A", "annihilation", "worker", "-P", pool,
             "-n", f"bench{n}-{os.getpid()}@%h", "-I", ",".join(["wave_overhead", *(imports or [])]), "-l", "error",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--without-gossip", "--without-mingle",
         ]  # fmt: skip
         if pool != "solo":
             cmd += ["-c", "1"]

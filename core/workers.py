@@ -1,14 +1,14 @@
 """Is anybody there? The Celery workers that answer now, the hosts they run on, and what to say
 when none does.
 
-Work sent with nobody to consume it waits silently in the broker: `start_wave`, the dashboard
-and the alerter ask the workers with a broadcast and a short timeout (a ping costs the whole
-timeout when nobody answers, so callers ask only when work is waiting, and the dashboard reads
-an answer cached for a few seconds).
+Work sent with nobody to consume it waits silently in the broker: `start_wave` and the
+alerter ask the workers with a broadcast and a short timeout (a ping costs the whole timeout
+when nobody answers, so callers ask only when work is waiting).
 
-Which host each worker runs on is known without asking: every worker notes itself in Redis
-with each Celery heartbeat (every 2 s), under its node name and its ANNIHILATION_HOST
-(`workers_by_host`). An agent run's `worker` names its host the same way (`worker_name`).
+Which host each worker runs on, and which queues it consumes, is known without asking: every
+worker notes itself in Redis with each Celery heartbeat (every 2 s), under its node name, with
+its ANNIHILATION_HOST and its queues (`workers_seen`). The dashboard reads that note, so a render
+never waits on a broadcast. An agent run's `worker` names its host the same way (`worker_name`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
-from celery.signals import heartbeat_sent, worker_shutdown
+from celery.signals import heartbeat_sent, worker_ready, worker_shutdown
 from django.conf import settings
 
 from core.redis import get_redis
@@ -75,11 +75,18 @@ def workers_consuming_cached(*, timeout: float | None = None) -> dict[str, list[
 
 # --- hosts ---------------------------------------------------------------------------------
 
-SEEN_KEY = "workers:seen"  # hash: a worker's node name -> {"host": ..., "at": epoch seconds}
+SEEN_KEY = "workers:seen"  # hash: node name -> {"host": ..., "at": epoch seconds, "queues": [...]}
 # A worker not heard from for that long is gone (it notes itself every 2 s); its entry is
 # dropped by the next reader once it is older than SEEN_FORGET_S.
 SEEN_TTL_S = 10.0
 SEEN_FORGET_S = 3600.0
+
+
+class WorkerSeen(TypedDict):
+    host: str
+    # The queues it consumes; None when its note does not say (a worker whose consumer had not
+    # started yet).
+    queues: list[str] | None
 
 
 def worker_name() -> str:
@@ -94,38 +101,80 @@ def worker_host(worker: str) -> str:
     return worker.partition(":")[0]
 
 
-def worker_seen(*, node: str, host: str, now: float) -> None:
-    """Note that the Celery worker `node`, on `host`, is alive at `now` (epoch seconds)."""
-    get_redis().hset(SEEN_KEY, node, json.dumps({"host": host, "at": now}))
+def worker_seen(*, node: str, host: str, now: float, queues: list[str] | None = None) -> None:
+    """Note that the Celery worker `node`, on `host` and consuming `queues`, is alive at `now`
+    (epoch seconds)."""
+    get_redis().hset(SEEN_KEY, node, json.dumps({"host": host, "at": now, "queues": queues}))
 
 
 def worker_gone(*, node: str) -> None:
     get_redis().hdel(SEEN_KEY, node)
 
 
-def workers_by_host(*, now: float | None = None) -> dict[str, list[str]]:
-    """The node names of the workers heard from in the last SEEN_TTL_S seconds, by host (empty
-    when Redis cannot be read)."""
+def workers_seen(*, now: float | None = None) -> dict[str, WorkerSeen]:
+    """The workers heard from in the last SEEN_TTL_S seconds, by node name (empty when Redis
+    cannot be read). One HGETALL: no worker is asked."""
     now = time.time() if now is None else now
     client = get_redis()
     try:
         seen = {str(k): str(v) for k, v in client.hgetall(SEEN_KEY).items()}
     except redis.RedisError:
-        logger.warning("could not read the workers' hosts", exc_info=True)
+        logger.warning("could not read the workers' notes", exc_info=True)
         return {}
-    hosts: dict[str, list[str]] = {}
+    alive: dict[str, WorkerSeen] = {}
     forgotten = []
     for node, raw in sorted(seen.items()):
         entry = json.loads(raw)
         age = now - float(entry["at"])
         if age <= SEEN_TTL_S:
-            hosts.setdefault(str(entry["host"]), []).append(node)
+            queues = entry.get("queues")
+            alive[node] = {
+                "host": str(entry["host"]),
+                "queues": None if queues is None else [str(q) for q in queues],
+            }
         elif age > SEEN_FORGET_S:
             forgotten.append(node)
     if forgotten:
         with contextlib.suppress(redis.RedisError):
             client.hdel(SEEN_KEY, *forgotten)
+    return alive
+
+
+def workers_by_host(*, now: float | None = None) -> dict[str, list[str]]:
+    """The node names of the workers heard from in the last SEEN_TTL_S seconds, by host."""
+    hosts: dict[str, list[str]] = {}
+    for node, entry in workers_seen(now=now).items():
+        hosts.setdefault(entry["host"], []).append(node)
     return hosts
+
+
+def workers_consuming_seen() -> dict[str, list[str]]:
+    """`workers_consuming` as the workers' heartbeat notes tell it, without asking them. A
+    worker that sends no heartbeat (started `--without-heartbeat --without-gossip`) leaves no
+    note: when no worker is heard from, or a note does not name its queues, the workers are
+    asked after all (`workers_consuming_cached`)."""
+    seen = workers_seen()
+    if not seen or any(entry["queues"] is None for entry in seen.values()):
+        return workers_consuming_cached()
+    return {node: sorted(entry["queues"] or []) for node, entry in seen.items()}
+
+
+# The consumer of this worker process, once it is ready: its heartbeat names its queues.
+_consumer: Any = None
+
+
+@worker_ready.connect
+def _ready(sender: Any, **_: Any) -> None:
+    global _consumer
+    _consumer = sender
+
+
+def _queues_consumed() -> list[str] | None:
+    """The queues this worker consumes now (a control command may add or cancel one)."""
+    task_consumer = getattr(_consumer, "task_consumer", None)
+    if task_consumer is None:
+        return None
+    return sorted(str(q.name) for q in task_consumer.queues)
 
 
 @heartbeat_sent.connect
@@ -133,7 +182,12 @@ def _heartbeat(sender: Any, **_: Any) -> None:
     """Celery's heartbeat (the worker's event loop, every 2 s): one HSET. A Redis that cannot be
     reached only leaves the worker unlisted until it can."""
     try:
-        worker_seen(node=sender.eventer.hostname, host=settings.ANNIHILATION_HOST, now=time.time())
+        worker_seen(
+            node=sender.eventer.hostname,
+            host=settings.ANNIHILATION_HOST,
+            now=time.time(),
+            queues=_queues_consumed(),
+        )
     except redis.RedisError:
         logger.debug("could not note this worker's host", exc_info=True)
 

@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus
 from bursts.selectors import celery_queue_depths
 from core import metrics
-from core.workers import workers_consuming, workers_consuming_cached
+from core.workers import workers_consuming, workers_consuming_seen
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
 from psychonauts.endpoints import (
     endpoints_down,
@@ -167,14 +167,15 @@ class IdleWork(TypedDict):
 
 
 def idle_work(*, depths: dict[str, int] | None = None) -> IdleWork | None:
-    """Work waiting with nobody to do it (the dashboard's warning), or None. The workers are
-    asked (a cached answer) only when something waits. `depths`: the queue depths when the
-    caller has just read them (the dashboard's summary has)."""
+    """Work waiting with nobody to do it (the dashboard's warning), or None. What the workers
+    consume is read from their heartbeat notes (`workers_consuming_seen`), only when something
+    waits. `depths`: the queue depths when the caller has just read them (the dashboard's
+    summary has)."""
     depths = queue_depths() if depths is None else depths
     if not any(depths.values()):
         return None  # nothing queued: whatever waits is not waiting for a worker
     pending = AgentRun.objects.filter(status=AgentStatus.PENDING).count()
-    consumers = workers_consuming_cached()
+    consumers = workers_consuming_seen()
     consumed = {q for queues in consumers.values() for q in queues}
     idle = {name: n for name, n in depths.items() if n > 0 and name not in consumed}
     if not idle and consumers:

@@ -4,6 +4,7 @@ page (charts of the last hour, rules, history)."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
+from core.workers import worker_seen, workers_consuming_seen
 from operations.rules import Reading
 from operations.services import alerts_apply, operations_tick
 
@@ -35,6 +37,29 @@ def test_the_dashboard_card_warns_when_work_waits_with_no_worker(
     page = viewer_client.get("/").content.decode()
     assert 'id="no-worker-warning"' in page
     assert "1 task(s) queued" in page and "make dev" in page
+
+
+def test_the_dashboard_reads_what_the_workers_consume_from_their_heartbeat_notes(
+    viewer_client: Client, redis_client, settings
+) -> None:
+    """No worker runs here, so a broadcast would find nobody: the page trusts the notes, and
+    names the queue no noted worker consumes."""
+    settings.OPERATIONS_PING_TIMEOUT_S = 0.3
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.lpush("celery", json.dumps({"body": "", "headers": {"task": "nothing"}}))
+
+    worker_seen(node="w1@h1", host="h1", now=time.time(), queues=["celery"])
+    assert 'id="no-worker-warning"' not in viewer_client.get("/").content.decode()
+
+    worker_seen(node="w1@h1", host="h1", now=time.time(), queues=["reviews"])
+    page = viewer_client.get("/").content.decode()
+    assert 'id="no-worker-warning"' in page and "1 task(s) queued" in page
+
+    # A note that does not name its queues, or none at all: the workers are asked.
+    worker_seen(node="w1@h1", host="h1", now=time.time(), queues=None)
+    assert workers_consuming_seen() == {}
+    worker_seen(node="w1@h1", host="h1", now=time.time() - 60, queues=["celery"])
+    assert workers_consuming_seen() == {}
 
 
 def test_the_metrics_page_charts_the_last_hour(viewer_client: Client, quick_ping) -> None:

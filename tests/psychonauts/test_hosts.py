@@ -24,7 +24,7 @@ from bursts.services.agent_runs import agent_run_start
 from core.access import operator_ensure
 from core.events import EventMessage
 from core.live import fragment_render
-from core.workers import worker_name, workers_by_host
+from core.workers import worker_name, workers_by_host, workers_consuming_seen
 from psychonauts.registry import registry_hosts, registry_list, registry_rebuild
 from psychonauts.services import agent_run_execute
 from quanta.services import quantum_create
@@ -144,6 +144,10 @@ def test_workers_on_two_hosts_list_their_hosts_and_run_agents_there(
         workers[host] = w.start()
     nodes = {host: f"{w.name}@{os.uname().nodename}" for host, w in workers.items()}
     wait_for(lambda: workers_by_host() == {h: [n] for h, n in nodes.items()}, timeout=10)
+    # Their heartbeats also name the queues they consume (the dashboard reads them from there).
+    wait_for(
+        lambda: workers_consuming_seen() == {n: ["celery"] for n in nodes.values()}, timeout=10
+    )
 
     pipeline("hosts", ("sequential", ["coder"]), default=True)
     for i in range(4):
