@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from core.events import publish, publish_many
+from core.events import EventBatch, publish, publish_many
 
 TOPIC = "burst:events"
 
@@ -37,3 +37,9 @@ def burst_events(events: Sequence[BurstEvent]) -> None:
         burst_event(events[0][0], **events[0][1])
     elif events:
         publish_many(TOPIC, events)
+
+
+def burst_batch(events: Sequence[BurstEvent]) -> EventBatch:
+    """Events of one step for a statement of the caller's that writes them with its own rows
+    (`EventBatch.cte`): the step and its events in one round trip."""
+    return EventBatch(TOPIC, events)

@@ -59,8 +59,42 @@ def rows_insert(model: type[models.Model], objs: Sequence[models.Model]) -> None
             f'{head}{", ".join([row] * len(objs))} RETURNING "{pk.column}"',
             [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields],
         )
-        ids = cursor.fetchall()
-    for obj, (pk_value,) in zip(objs, ids, strict=True):
+        ids = [pk_value for (pk_value,) in cursor.fetchall()]
+    rows_inserted(objs, ids)
+
+
+def rows_insert_cte(
+    model: type[models.Model], objs: Sequence[models.Model], *, name: str
+) -> tuple[str, dict[str, Any]]:
+    """`rows_insert` as the CTE `name` of a caller's statement, and its named parameters
+    (`name_0`, `name_1`, ...): the caller selects `rows_ids(model, name)` and hands the ids to
+    `rows_inserted`. For a few rows (`objs` must not be empty)."""
+    fields, head, _ = _insert_fields(model)
+    pk = model._meta.pk
+    assert pk is not None and objs
+    params: dict[str, Any] = {}
+    rows = []
+    for obj in objs:
+        keys = []
+        for f in fields:
+            key = f"{name}_{len(params)}"
+            params[key] = f.get_db_prep_save(f.pre_save(obj, True), connection)
+            keys.append(f"%({key})s")
+        rows.append("(" + ", ".join(keys) + ")")
+    return f'{name} AS (\n{head}{", ".join(rows)}\nRETURNING "{pk.column}"\n)', params
+
+
+def rows_ids(model: type[models.Model], name: str) -> str:
+    """The ids the CTE `name` of `rows_insert_cte` inserted, in the rows' order: a serial
+    primary key takes its values in the order the rows are inserted."""
+    pk = model._meta.pk
+    assert pk is not None
+    return f'ARRAY(SELECT "{pk.column}" FROM {name} ORDER BY "{pk.column}")'
+
+
+def rows_inserted(objs: Sequence[models.Model], ids: Sequence[Any]) -> None:
+    """Set the primary keys an INSERT returned on its objects, and mark them saved."""
+    for obj, pk_value in zip(objs, ids, strict=True):
         obj.pk = pk_value
         obj._state.adding = False
         obj._state.db = connection.alias

@@ -21,7 +21,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 
 from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
-from core.sql import rows_insert, sql_names
+from core.sql import rows_ids, rows_insert, rows_insert_cte, rows_inserted, sql_names
 
 _A = sql_names(AgentRun)
 
@@ -32,6 +32,18 @@ _A = sql_names(AgentRun)
 def agent_runs_create(*, agents: list[AgentRun]) -> None:
     """Insert the attempts a stage begins with (their ids are set on the instances)."""
     rows_insert(AgentRun, agents)
+
+
+def agent_runs_create_cte(*, agents: list[AgentRun]) -> tuple[str, dict[str, object], str]:
+    """`agent_runs_create` as the CTE `agents` of a caller's statement (a run step writes its
+    run's next stage, its attempts and its events in one): the CTE, its parameters, and the
+    expression that selects the new ids, to hand to `agent_runs_created`."""
+    cte, params = rows_insert_cte(AgentRun, agents, name="agents")
+    return cte, params, rows_ids(AgentRun, "agents")
+
+
+def agent_runs_created(*, agents: list[AgentRun], ids: list[int]) -> None:
+    rows_inserted(agents, ids)
 
 
 def agent_run_insert(
@@ -363,5 +375,7 @@ __all__ = [
     "agent_runs_cancel_live",
     "agent_runs_cancel_pending",
     "agent_runs_create",
+    "agent_runs_create_cte",
+    "agent_runs_created",
     "agent_runs_heartbeat",
 ]

@@ -17,9 +17,10 @@ from datetime import datetime
 from django.db import connection
 from django.utils import timezone
 
-from bursts.events import BurstEvent, burst_events
+from bursts.events import BurstEvent, burst_batch
 from bursts.models import QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_runs_cancel_pending
+from core.events import EventBatch
 from core.sql import sql_names
 
 logger = logging.getLogger(__name__)
@@ -66,38 +67,92 @@ def quantum_runs_begin(*, runs: Sequence[QuantumRun]) -> None:
         QuantumRun.objects.bulk_update(runs, _BEGIN_FIELDS, batch_size=100)
 
 
-_FINISH = """
-UPDATE {table}
-SET {status} = %s, {error_reason} = %s, {finished_at} = %s, {stages} = %s::jsonb
-WHERE {id} = %s AND {status} = ANY(%s)
+def quantum_run_begin_cte() -> str:
+    """CTE `run`: the stage a run begins, as `quantum_runs_begin` saves it, for a statement
+    that writes the stage's agents and events with it (the run step). Parameters:
+    `quantum_run_begin_params`."""
+    return """run AS (
+    UPDATE {table}
+    SET {current_stage} = %(run_stage)s, {stages} = %(run_stages)s::jsonb,
+        {status} = %(run_status)s, {started_at} = %(run_started_at)s,
+        {dispatched_at} = %(run_dispatched_at)s, {error_reason} = %(run_error_reason)s
+    WHERE {id} = %(run_id)s
+    RETURNING {id}
+)""".format(**_R)
+
+
+def quantum_run_begin_params(run: QuantumRun) -> dict[str, object]:
+    return {
+        "run_id": run.pk,
+        "run_stage": run.current_stage,
+        "run_stages": json.dumps(run.stages),
+        "run_status": run.status,
+        "run_started_at": run.started_at,
+        "run_dispatched_at": run.dispatched_at,
+        "run_error_reason": run.error_reason,
+    }
+
+
+# The end and its events in one statement: the events are written only if this call ended it.
+_FINISH = f"""
+WITH run AS (
+    UPDATE {{table}}
+    SET {{status}} = %(status)s, {{error_reason}} = %(reason)s, {{finished_at}} = %(now)s,
+        {{stages}} = %(stages)s::jsonb
+    WHERE {{id}} = %(id)s AND {{status}} = ANY(%(live)s)
+    RETURNING {{id}}
+),
+{EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
+SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}
 """.format(**_R)
 
 
 def quantum_run_finish(
-    *, run: QuantumRun, status: str, reason: str = "", announce: bool = True
+    *,
+    run: QuantumRun,
+    status: str,
+    reason: str = "",
+    announce: bool = True,
+    events: Sequence[BurstEvent] = (),
 ) -> bool:
     """Live -> terminal (compare-and-set), with the stages recorded so far; False if another
-    step finished it first. `announce=False`: the caller publishes `run_complete_event`
-    together with its own events."""
+    step finished it first. Its `run_complete` event (unless `announce=False`), after the
+    caller's `events`, is written in the same statement, only if this call ended the run."""
     now = timezone.now()
+    batch = burst_batch(
+        [*events, *([run_complete_event(run, status=status, reason=reason)] if announce else [])]
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            _FINISH, [status, reason, now, json.dumps(run.stages), run.pk, sorted(LIVE_RUN)]
+            _FINISH,
+            {
+                "status": status,
+                "reason": reason,
+                "now": now,
+                "stages": json.dumps(run.stages),
+                "id": run.pk,
+                "live": sorted(LIVE_RUN),
+                **batch.params(),
+            },
         )
-        updated = cursor.rowcount
-    if updated != 1:
+        row = cursor.fetchone()
+    assert row is not None  # a SELECT without FROM always has its row
+    ended, event_ids = row
+    if not ended:
         logger.info("run %s already finished; leaving it", run.pk)
         return False
+    batch.sent(event_ids)
     run.status, run.error_reason, run.finished_at = status, reason, now
     if status != RunStatus.DONE:
         # Agents that never started will not: say so instead of leaving them pending.
         agent_runs_cancel_pending(quantum_run_id=run.pk, error=f"not run: {reason}", now=now)
-    if announce:
-        burst_events([run_complete_event(run)])
     return True
 
 
-def run_complete_event(run: QuantumRun) -> BurstEvent:
+def run_complete_event(
+    run: QuantumRun, *, status: str | None = None, reason: str | None = None
+) -> BurstEvent:
+    """The run's `run_complete` event: as it ended, or with the end it is about to get."""
     return (
         "run_complete",
         {
@@ -105,9 +160,9 @@ def run_complete_event(run: QuantumRun) -> BurstEvent:
             "burst_id": run.burst_id,
             "run_id": run.pk,
             "quantum_id": run.quantum_id,
-            "status": run.status,
+            "status": run.status if status is None else status,
             "pipeline": run.pipeline_name,
-            "reason": run.error_reason,
+            "reason": run.error_reason if reason is None else reason,
         },
     )
 
@@ -144,6 +199,8 @@ def quantum_run_dispatched(*, run_id: int, now: datetime) -> None:
 
 __all__ = [
     "LIVE_RUN",
+    "quantum_run_begin_cte",
+    "quantum_run_begin_params",
     "quantum_run_dispatched",
     "quantum_run_finish",
     "quantum_run_redispatch",

@@ -14,17 +14,26 @@ from typing import NamedTuple
 
 from django.db import connection, transaction
 
-from bursts.events import BurstEvent, burst_events
+from bursts.events import BurstEvent, burst_batch
 from bursts.models import RUN_TERMINAL, AgentRun, QuantumRun, RunStatus, Wave, WaveStatus
-from bursts.services.quantum_runs import LIVE_RUN, quantum_run_finish, run_complete_event
+from bursts.services.agent_runs import agent_runs_create_cte, agent_runs_created
+from bursts.services.quantum_runs import (
+    LIVE_RUN,
+    quantum_run_begin_cte,
+    quantum_run_begin_params,
+    quantum_run_finish,
+)
 from bursts.services.stages import (
+    StagePlan,
     StageStatus,
     stage_evaluate,
     stage_record,
     stage_spec,
-    stages_begin,
+    stages_dispatch,
+    stages_plan,
 )
 from bursts.services.waves import wave_advance
+from core.events import EventBatch
 from core.sql import sql_names
 from quanta.models import Quantum
 
@@ -175,21 +184,20 @@ def _run_advance(
     index = run.current_stage
     name = stage_spec(run)["name"]
     stage_record(run, index, verdict.status, verdict.reason)
-    ended: list[tuple[QuantumRun, str, str]] = []
+    plan: StagePlan | None = None
+    ended: list[tuple[str, str]] = []  # how the run ends here: (status, reason)
     if verdict.status == StageStatus.ALL_SUCCEEDED:
-        for finished, status in stages_begin(
+        plan = stages_plan(
             [(run, index + 1)],
             {run.quantum_id: run.quantum},
             loaded={run.pk: agents},
             first_runs=() if locked.earlier else (run.pk,),
-        ):
-            ended.append((finished, status, finished.error_reason))
-    else:
-        ended.append(
-            (run, RunStatus.ERROR, f"stage {index} {name}: {verdict.status}: {verdict.reason}")
         )
+        ended = [(status, finished.error_reason) for finished, status in plan.finished]
+    else:
+        ended = [(RunStatus.ERROR, f"stage {index} {name}: {verdict.status}: {verdict.reason}")]
     # One event per transition: the stage that ended and the one that started (if any), then
-    # the run's end; written together.
+    # the run's end; written with the run's own row.
     started = run.status == RunStatus.RUNNING and run.current_stage != index
     events: list[BurstEvent] = [
         (
@@ -209,11 +217,32 @@ def _run_advance(
             },
         )
     ]
-    for finished, status, reason in ended:
-        if quantum_run_finish(run=finished, status=status, reason=reason, announce=False):
-            events.append(run_complete_event(finished))
-    burst_events(events)
+    if plan is not None and plan.begun:
+        _stage_begin(run, plan, events)
+    for status, reason in ended:
+        quantum_run_finish(run=run, status=status, reason=reason, events=events)
     return verdict.status, run if run.status in RUN_TERMINAL else None
+
+
+def _stage_begin(run: QuantumRun, plan: StagePlan, events: list[BurstEvent]) -> None:
+    """The run's next stage, its attempts and the step's events, in one statement (the run is
+    locked); the stage is sent once the transaction commits."""
+    batch = burst_batch(events)
+    ctes = [quantum_run_begin_cte()]
+    params: dict[str, object] = {**quantum_run_begin_params(run), **batch.params()}
+    agent_ids = "ARRAY[]::bigint[]"
+    if plan.agents:
+        cte, agent_params, agent_ids = agent_runs_create_cte(agents=plan.agents)
+        ctes.append(cte)
+        params.update(agent_params)
+    ctes.append(EventBatch.cte())
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)}\nSELECT {agent_ids}, {EventBatch.IDS}", params)
+        row = cursor.fetchone()
+    assert row is not None  # a SELECT without FROM always has its row
+    agent_runs_created(agents=plan.agents, ids=row[0])
+    batch.sent(row[1])
+    stages_dispatch(plan)
 
 
 def _wave_nudge(run: QuantumRun) -> None:

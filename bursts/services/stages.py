@@ -144,6 +144,17 @@ def stage_record(run: QuantumRun, index: int, status: str, reason: str = "") -> 
     run.stages = sorted(entries, key=lambda e: e["index"])
 
 
+@dataclass
+class StagePlan:
+    """What beginning the next stage of some runs comes to, before anything is written: the
+    runs that have no stage left (`done`, or `error` for a condition that cannot be evaluated),
+    the runs that begin a stage (their fields set), and the attempts to insert for them."""
+
+    finished: list[tuple[QuantumRun, str]]
+    begun: list[tuple[QuantumRun, StageSpec]]
+    agents: list[AgentRun]
+
+
 def stages_begin(
     items: Sequence[tuple[QuantumRun, int]],
     quanta: dict[int, Quantum],
@@ -156,14 +167,39 @@ def stages_begin(
 
     Creates the stage's AgentRuns, saves the runs and sends the stages after commit. Runs not
     yet in the database are passed in `create` too: they are inserted with their first stage
-    already set (one INSERT instead of an UPDATE per run). The agents that can know their
-    context now (all of a fan-out stage, a chain's first link) get it in that INSERT, from the
-    runs' agent rows in `loaded` (run id -> rows) or one query. `first_runs` are runs known to
-    be their quantum's only one (no earlier attempts to number after).
-    Returns the runs that have no stage left to run, with `done` or `error` (a condition that
-    cannot be evaluated), for the caller to finish: their skipped stages are recorded in
-    `run.stages` but saved (unless in `create`) only by that finish. Call with the run locked.
+    already set (one INSERT instead of an UPDATE per run). See `stages_plan` for `loaded` and
+    `first_runs`. Returns the runs that have no stage left to run, with `done` or `error`, for
+    the caller to finish: their skipped stages are recorded in `run.stages` but saved (unless
+    in `create`) only by that finish. Call with the runs locked.
     """
+    plan = stages_plan(items, quanta, loaded=loaded, first_runs=first_runs, new_runs=bool(create))
+    # A run with no stage left is saved by the caller's finish (one UPDATE instead of two).
+    if create:
+        quantum_runs_create(runs=create)
+        for agent in plan.agents:  # built while their runs had no id yet
+            agent.quantum_run_id = agent.quantum_run.pk
+    else:
+        quantum_runs_begin(runs=[run for run, _ in plan.begun])
+    agent_runs_create(agents=plan.agents)
+    stages_dispatch(plan)
+    return plan.finished
+
+
+def stages_plan(
+    items: Sequence[tuple[QuantumRun, int]],
+    quanta: dict[int, Quantum],
+    *,
+    loaded: Mapping[int, Sequence[AgentRow]] | None = None,
+    first_runs: Collection[int] = (),
+    new_runs: bool = False,
+) -> StagePlan:
+    """Plan each run's start at the first stage from the given index whose condition holds:
+    the skipped stages are recorded in `run.stages`, a run that begins a stage gets its
+    fields, and its attempts are built (not inserted). The agents that can know their context
+    now (all of a fan-out stage, a chain's first link) get it, from the runs' agent rows in
+    `loaded` (run id -> rows) or one query. `first_runs` are runs known to be their quantum's
+    only one (no earlier attempts to number after); `new_runs`: the runs are not in the
+    database yet (no earlier results to thread)."""
     now = timezone.now()
     finished: list[tuple[QuantumRun, str]] = []
     planned: list[tuple[QuantumRun, StageSpec]] = []
@@ -194,11 +230,6 @@ def stages_begin(
         run.status = RunStatus.RUNNING
         run.started_at = run.started_at or now
         run.dispatched_at = now
-    # A run with no stage left is saved by the caller's finish (one UPDATE instead of two).
-    if create:
-        quantum_runs_create(runs=create)
-    else:
-        quantum_runs_begin(runs=[run for run, _ in planned])
     # Attempts continue across runs of the same quantum (agent_id + attempt is unique).
     new_agents: list[AgentRun] = []
     wanted: list[tuple[QuantumRun, StageSpec, int, str, dict[str, Any]]] = []
@@ -221,7 +252,7 @@ def stages_begin(
         else {}
     )
     contexts = _contexts(
-        [(run, spec["index"]) for run, spec in planned if spec["index"] > 0 and not create],
+        [(run, spec["index"]) for run, spec in planned if spec["index"] > 0 and not new_runs],
         loaded,
     )
     for run, spec, position, aid, settings in wanted:
@@ -244,23 +275,27 @@ def stages_begin(
                 task_id=str(uuid.uuid4()),
             )
         )
-    agent_runs_create(agents=new_agents)
+    return StagePlan(finished=finished, begun=planned, agents=new_agents)
+
+
+def stages_dispatch(plan: StagePlan) -> None:
+    """Send the begun stages once the transaction commits (their attempts inserted, ids set)."""
     sent: dict[int, list[AgentRun]] = {}
-    for created in new_agents:  # in position order per run
+    for created in plan.agents:  # in position order per run
         sent.setdefault(created.quantum_run_id or 0, []).append(created)
-    dispatches = [
-        StageDispatch(
-            run.pk,
-            spec["index"],
-            spec["mode"],
-            tuple(range(len(spec["agents"]))),
-            tuple(a.pk for a in sent[run.pk]),
-            tuple(a.task_id for a in sent[run.pk]),
-        )
-        for run, spec in planned
-    ]
-    stages_send(dispatches)
-    return finished
+    stages_send(
+        [
+            StageDispatch(
+                run.pk,
+                spec["index"],
+                spec["mode"],
+                tuple(range(len(spec["agents"]))),
+                tuple(a.pk for a in sent[run.pk]),
+                tuple(a.task_id for a in sent[run.pk]),
+            )
+            for run, spec in plan.begun
+        ]
+    )
 
 
 def _thread(rows: Iterable[tuple[int, int, str, str]], stage_index: int, before: int) -> str:
