@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from celery import Celery
+from celery.app.backends import by_url
+from celery.backends.redis import RedisBackend
 from celery.concurrency import get_implementation
+from celery.result import GroupResult
 from celery.signals import task_postrun, worker_init, worker_process_init, worker_ready
 from django.db import connections
 from psycopg_pool import PoolTimeout
@@ -21,6 +24,25 @@ from core import workers  # noqa: F401  (its receivers note each worker's host i
 from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
+
+
+class ResultBackend(RedisBackend):
+    """Celery's Redis result backend, except that sending a chord keeps nothing of its header.
+
+    To find out whether a chord's header holds groups (their layout must then be saved for the
+    join), Celery's `apply_chord` builds a GroupResult of the header's results, and building one
+    registers each as a result this process waits for: held strongly, its result channel
+    subscribed, until its state message is read. A worker never reads that channel, so each
+    fan-out stage a worker sent left three results and three subscriptions in it for the rest
+    of its life. The header is looked into here without that; the join reads Redis, not these.
+    """
+
+    def apply_chord(self, header_result_args: Any, body: Any, **kwargs: Any) -> None:
+        results = header_result_args[1]
+        # Only a header holding groups has a layout to save. A lazy header (a generator) is left
+        # to Celery, which saves nothing for it either.
+        if not isinstance(results, list) or any(isinstance(r, GroupResult) for r in results):
+            super().apply_chord(header_result_args, body, **kwargs)
 
 
 class Annihilation(Celery):
@@ -33,6 +55,17 @@ class Annihilation(Celery):
     def send_task(self, name: str, *args: Any, **options: Any) -> Any:
         options.setdefault("ignore_result", True)
         return super().send_task(name, *args, **options)
+
+    def _get_backend(self) -> Any:
+        """`ResultBackend` in place of Celery's plain Redis one; another backend is kept. (The
+        setting is a URL, whose scheme picks Celery's class: this is where Celery builds it.)"""
+        found: tuple[Any, str | None] = by_url(  # type: ignore[assignment]  # the stubs are wrong
+            self.backend_cls or self.conf.result_backend, self.loader
+        )
+        backend, url = found
+        if backend is RedisBackend:
+            backend = ResultBackend
+        return backend(app=self, url=url)
 
 
 app = Annihilation("annihilation")
