@@ -44,10 +44,34 @@ def _committed(agent_run_ids: list[int]) -> set[int]:
     }
 
 
-def agent_runs(burst_id: int) -> list[Any]:
+def agent_runs_count(burst_id: int) -> int:
     from bursts.models import AgentRun
 
-    return list(AgentRun.objects.filter(quantum_run__burst_id=burst_id).order_by("pk"))
+    return AgentRun.objects.filter(quantum_run__burst_id=burst_id).count()
+
+
+def agent_runs(burst_id: int) -> list[Any]:
+    """The burst's agent runs as findings read them: who did what and how it ended, without
+    their context and result (the largest columns, a burst may have 60,000 rows); the result of
+    a failed run is read by `failed_results`."""
+    from bursts.models import AgentRun
+
+    return list(
+        AgentRun.objects.filter(quantum_run__burst_id=burst_id)
+        .only("id", "quantum_run_id", "stage_index", "role", "status", "error")
+        .order_by("pk")
+    )
+
+
+def failed_results(runs: list[Any]) -> dict[int, str]:
+    """The results of the failed runs among `runs` (a review that failed a change says so in
+    its result), in one query."""
+    from bursts.models import AgentRun, AgentStatus
+
+    failed = [r.pk for r in runs if r.status == AgentStatus.ERROR]
+    if not failed:
+        return {}
+    return dict(AgentRun.objects.filter(pk__in=failed).values_list("pk", "result"))
 
 
 def findings(burst_id: int) -> tuple[list[Finding], int]:
@@ -56,6 +80,7 @@ def findings(burst_id: int) -> tuple[list[Finding], int]:
     from psychonauts.models import DiaryEntry
 
     runs = agent_runs(burst_id)
+    results = failed_results(runs)
     by_id = {r.pk: r for r in runs}
     found: list[Finding] = []
     skipped = 0
@@ -76,7 +101,7 @@ def findings(burst_id: int) -> tuple[list[Finding], int]:
         if r.status != AgentStatus.ERROR:
             continue
         error = (r.error.strip().splitlines() or ["an unexplained error"])[0][:200]
-        if r.result.startswith(VERDICT_FAIL):
+        if results.get(r.pk, "").startswith(VERDICT_FAIL):
             # A reviewing role that failed a change did its job: the lesson is for the agents
             # whose work it failed, those of earlier stages that committed.
             makers = [

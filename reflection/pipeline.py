@@ -92,7 +92,7 @@ def _extract(run: ReflectionRun) -> ReflectionRun:
         run,
         ReflectionRunStatus.PROPOSING,
         started,
-        agent_runs=len(extraction.agent_runs(run.burst_id)),
+        agent_runs=extraction.agent_runs_count(run.burst_id),
         sessions_read=read.quantum_runs,
         diary_entries=read.entries,
         reflector_errors=read.errors,

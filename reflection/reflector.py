@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,9 @@ ENTRIES_MAX = 10
 ENTRY_TEXT_MAX = 500
 ENTRY_KEYS = frozenset({"role", "kind", "text"})
 SKIPPED_EVENTS = frozenset({"phase", "delta"})
+# Quantum runs read at a time, with their agents: a burst of 10,000 runs (60,000 agent rows) is
+# never held in a worker at once, and a worker keeps whatever its peak made it allocate.
+RUNS_AT_ONCE = 200
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
 
 
@@ -173,23 +176,30 @@ def parse_entries(answer: str, agents: Sequence[AgentRun]) -> tuple[list[DiaryNo
     return notes, problems
 
 
-def _quantum_runs(burst_id: int) -> list[tuple[QuantumRun, list[AgentRun]]]:
-    agents = list(
-        AgentRun.objects.filter(quantum_run__burst_id=burst_id, depth=0).order_by(
-            "quantum_run_id", "stage_index", "position", "attempt", "pk"
-        )
+def _quantum_runs(burst_id: int) -> Iterator[tuple[QuantumRun, list[AgentRun]]]:
+    """The burst's quantum runs the reflector has not read, in order, each with its top-level
+    agents in stage order (without their context: the earlier stages' results each was given,
+    which the transcript does not show), read RUNS_AT_ONCE runs at a time."""
+    ids = list(
+        QuantumRun.objects.filter(burst_id=burst_id).order_by("pk").values_list("pk", flat=True)
     )
-    read = set(
-        DiaryEntry.objects.filter(agent_run__in=agents, source=DiarySource.REFLECTOR).values_list(
-            "agent_run__quantum_run_id", flat=True
+    for start in range(0, len(ids), RUNS_AT_ONCE):
+        agents = list(
+            AgentRun.objects.filter(quantum_run_id__in=ids[start : start + RUNS_AT_ONCE], depth=0)
+            .defer("context")
+            .order_by("quantum_run_id", "stage_index", "position", "attempt", "pk")
         )
-    )
-    grouped: dict[int, list[AgentRun]] = {}
-    for agent in agents:
-        if agent.quantum_run_id is not None and agent.quantum_run_id not in read:
-            grouped.setdefault(agent.quantum_run_id, []).append(agent)
-    runs = QuantumRun.objects.select_related("quantum").in_bulk(list(grouped))
-    return [(runs[pk], grouped[pk]) for pk in sorted(grouped) if pk in runs]
+        read = set(
+            DiaryEntry.objects.filter(
+                agent_run__in=agents, source=DiarySource.REFLECTOR
+            ).values_list("agent_run__quantum_run_id", flat=True)
+        )
+        grouped: dict[int, list[AgentRun]] = {}
+        for agent in agents:
+            if agent.quantum_run_id is not None and agent.quantum_run_id not in read:
+                grouped.setdefault(agent.quantum_run_id, []).append(agent)
+        runs = QuantumRun.objects.select_related("quantum").in_bulk(list(grouped))
+        yield from ((runs[pk], grouped[pk]) for pk in sorted(grouped) if pk in runs)
 
 
 def reflect_sessions(burst_id: int, *, reflection_run_id: int) -> Extraction:
