@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -34,7 +35,7 @@ def agent_runs_create(*, agents: list[AgentRun]) -> None:
     rows_insert(AgentRun, agents)
 
 
-def agent_runs_create_cte(*, agents: list[AgentRun]) -> tuple[str, dict[str, object], str]:
+def agent_runs_create_cte(*, agents: list[AgentRun]) -> tuple[str, dict[str, Any], str]:
     """`agent_runs_create` as the CTE `agents` of a caller's statement (a run step writes its
     run's next stage, its attempts and its events in one): the CTE, its parameters, and the
     expression that selects the new ids, to hand to `agent_runs_created`."""

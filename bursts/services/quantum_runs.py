@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -81,7 +82,7 @@ def quantum_run_begin_cte() -> str:
 )""".format(**_R)
 
 
-def quantum_run_begin_params(run: QuantumRun) -> dict[str, object]:
+def quantum_run_begin_params(run: QuantumRun) -> dict[str, Any]:
     return {
         "run_id": run.pk,
         "run_stage": run.current_stage,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 
@@ -229,7 +229,7 @@ def _stage_begin(run: QuantumRun, plan: StagePlan, events: list[BurstEvent]) -> 
     locked); the stage is sent once the transaction commits."""
     batch = burst_batch(events)
     ctes = [quantum_run_begin_cte()]
-    params: dict[str, object] = {**quantum_run_begin_params(run), **batch.params()}
+    params: dict[str, Any] = {**quantum_run_begin_params(run), **batch.params()}
     agent_ids = "ARRAY[]::bigint[]"
     if plan.agents:
         cte, agent_params, agent_ids = agent_runs_create_cte(agents=plan.agents)

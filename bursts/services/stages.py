@@ -177,7 +177,9 @@ def stages_begin(
     if create:
         quantum_runs_create(runs=create)
         for agent in plan.agents:  # built while their runs had no id yet
-            agent.quantum_run_id = agent.quantum_run.pk
+            run = agent.quantum_run
+            assert run is not None
+            agent.quantum_run_id = run.pk
     else:
         quantum_runs_begin(runs=[run for run, _ in plan.begun])
     agent_runs_create(agents=plan.agents)

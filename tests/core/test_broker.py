@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 
@@ -50,13 +51,14 @@ def test_a_task_sent_by_name_subscribes_to_no_result_unless_asked() -> None:
     """Outside a worker, Celery's Redis backend subscribes the sender to a task's result
     channel at send time; a send by name asks for no result, so the process keeps none."""
     queue = f"test-send-{uuid.uuid4().hex}"
-    consumer = app.backend.result_consumer
+    backend: Any = app.backend  # Celery's Redis backend (the stubs type the base class)
+    consumer = backend.result_consumer
     try:
         fired = app.send_task("bursts.safety_net", queue=queue)
         assert fired.ignored
-        assert app.backend.get_key_for_task(fired.id) not in consumer.subscribed_to
+        assert backend.get_key_for_task(fired.id) not in consumer.subscribed_to
         awaited = app.send_task("bursts.safety_net", queue=queue, ignore_result=False)
-        assert app.backend.get_key_for_task(awaited.id) in consumer.subscribed_to
+        assert backend.get_key_for_task(awaited.id) in consumer.subscribed_to
         consumer.cancel_for(awaited.id)
     finally:
         with app.connection_for_write() as conn, conn.SimpleQueue(queue) as q:
