@@ -57,10 +57,16 @@ def rows_insert(model: type[models.Model], objs: Sequence[models.Model]) -> None
     with connection.cursor() as cursor:
         cursor.execute(
             f'{head}{", ".join([row] * len(objs))} RETURNING "{pk.column}"',
-            [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields],
+            [value for obj in objs for value in _row_values(obj, fields)],
         )
         ids = [pk_value for (pk_value,) in cursor.fetchall()]
     rows_inserted(objs, ids)
+
+
+def _row_values(obj: models.Model, fields: list[Field[Any, Any]]) -> list[Any]:
+    """What an INSERT writes of `obj`: each field after its `pre_save`, prepared for the
+    database."""
+    return [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
 
 
 def rows_insert_cte(
@@ -76,9 +82,9 @@ def rows_insert_cte(
     rows = []
     for obj in objs:
         keys = []
-        for f in fields:
+        for value in _row_values(obj, fields):
             key = f"{name}_{len(params)}"
-            params[key] = f.get_db_prep_save(f.pre_save(obj, True), connection)
+            params[key] = value
             keys.append(f"%({key})s")
         rows.append("(" + ", ".join(keys) + ")")
     return f'{name} AS (\n{head}{", ".join(rows)}\nRETURNING "{pk.column}"\n)', params
