@@ -472,8 +472,12 @@ TETHER_TARGET_BRANCH = env_str("ANNIHILATION_TETHER_TARGET_BRANCH", "")
 # The most characters of a change's (redacted) diff a review stores and shows; the rest is cut
 # with a note saying how much (git still merges the whole branch).
 TETHER_DIFF_LIMIT = env_int("ANNIHILATION_TETHER_DIFF_LIMIT", 500_000, minimum=1000)
-# The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost.
+# The beat sweep: overdue reachings and proposals, lost wakeups, a queue Redis lost, lost reviews.
 TETHER_SWEEP_INTERVAL_S = env_float("ANNIHILATION_TETHER_SWEEP_INTERVAL_S", 2.0, minimum=0.1)
+# Seconds a done run's change review may stay due (its task not yet done) before the sweep sends
+# the task again: a message lost with a worker or the broker. A review resent while the first
+# one still runs is harmless (one review per run).
+TETHER_REVIEW_RESEND_S = env_float("ANNIHILATION_TETHER_REVIEW_RESEND_S", 600.0, minimum=1)
 # The merge queue runs these on every merged result as well as the quantum's own verify commands
 # (the target's checks: e.g. the whole test suite), separated by `|||`.
 TETHER_VERIFY_COMMANDS = [

@@ -12,6 +12,7 @@ import redis
 from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from autopilot.services.budgets import spend_flush
 from core.redis import get_redis
 from psychonauts.endpoints import registry_invalidate
 from psychonauts.workspaces import demo_repo_ensure
@@ -19,10 +20,14 @@ from psychonauts.workspaces import demo_repo_ensure
 
 @pytest.fixture(scope="session", autouse=True)
 def test_database_released(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """At the end of the session, before the test database is dropped: end the sessions that
-    still hold it (a worker, server or beat process a test stopped that is still exiting, a
-    thread's pooled connection), naming each on stderr, so that dropping it cannot fail."""
+    """At the end of the session, before the test database is dropped: write the zero-cost model
+    calls this process counted (written at exit otherwise, when the database is gone), and end
+    the sessions that still hold it (a worker, server or beat process a test stopped that is
+    still exiting, a thread's pooled connection), naming each on stderr, so that dropping it
+    cannot fail."""
     yield
+    with django_db_blocker.unblock():
+        spend_flush()
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid, application_name, state, left(query, 120), pg_terminate_backend(pid) "

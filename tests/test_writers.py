@@ -61,7 +61,7 @@ from reflection.models import (
     Skill,
     SkillUse,
 )
-from tether.models import ChangeReview, Drift, PipelineMutation, Reaching
+from tether.models import ChangeReview, Drift, PipelineMutation, Reaching, ReviewDue
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = [
@@ -102,6 +102,7 @@ OWNERS: dict[type[models.Model], str] = {
     Reaching: "tether/services/reachings.py",
     Drift: "tether/services/drifts.py",
     ChangeReview: "tether/services/changes.py",
+    ReviewDue: "tether/services/changes.py",
     PipelineMutation: "tether/services/mutations.py",
     PlaybookRule: "reflection/services/playbook.py",
     PlaybookDelta: "reflection/services/playbook.py",

@@ -1,36 +1,25 @@
 """What the tether does when the burst manager drains runs (bursts.hooks.ON_RUNS_DRAINED).
 
-Called inside the manager's transaction with the wave locked: a few rows at most, and the git
-work of a change review goes to a Celery task after commit.
+Called inside the manager's transaction with the wave locked: a few rows at most. Each done
+run's review is due in that transaction (its quantum closed with it); the git work of the review
+goes to a Celery task after commit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import transaction
-
 from bursts.models import QuantumRun, RunStatus
-from core.celery import app
-from tether.services import reaching_quarantine
-
-REVIEW_TASK = "tether.change_review_create"
+from tether.services import reaching_quarantine, reviews_due
 
 
 def on_runs_drained(drained: Sequence[tuple[QuantumRun, str]]) -> None:
-    """A review of each done run's branch, sent after commit; a quarantine question for each
-    blocked quantum."""
-    reviewed = [run.pk for run, outcome in drained if outcome == "done"]
-    if reviewed:
-        transaction.on_commit(lambda: _reviews_send(reviewed))
+    """A review of each done run's branch due; a quarantine question for each blocked
+    quantum."""
+    reviews_due(runs=[(run.pk, run.quantum_id) for run, outcome in drained if outcome == "done"])
     for run, outcome in drained:
         if outcome == "blocked":
             _quarantine(run)
-
-
-def _reviews_send(run_ids: list[int]) -> None:
-    for run_id in run_ids:
-        app.send_task(REVIEW_TASK, args=(run_id,))
 
 
 def _quarantine(run: QuantumRun) -> None:

@@ -229,6 +229,22 @@ class ChangeReview(models.Model):
         return f"change {self.pk} of #{self.quantum_id} [{self.status}]"
 
 
+class ReviewDue(models.Model):
+    """A done run whose branch has not been reviewed yet. Written when the run is drained, in the
+    transaction that closes its quantum; removed once the review task has looked at the branch
+    (a review made, or no change found). While one is due, nothing may take the closed quantum
+    for one that made no change; the sweep sends the task again for one due too long."""
+
+    quantum_run = models.OneToOneField(
+        QuantumRun, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="+")
+    sent_at = models.DateTimeField(help_text="when the review task was last sent")
+
+    def __str__(self) -> str:
+        return f"review due for run {self.quantum_run_id} of #{self.quantum_id}"
+
+
 class MutationStatus(models.TextChoices):
     """pending -> approved (a new pipeline version) | rejected | timed_out (a pipeline drift;
     the old version stays)."""

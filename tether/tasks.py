@@ -9,7 +9,7 @@ from celery import shared_task
 
 from core.celery import app
 from tether.services import change_review_create, mutation_expire, reaching_expire, tether_sweep
-from tether.services.changes import QUEUE_TASK, changes_queued
+from tether.services.changes import QUEUE_TASK, REVIEW_TASK, changes_queued
 from tether.services.merge_queue import merge_queue_run
 
 logger = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def mutation_expire_task(mutation_id: int) -> bool:
 
 
 @shared_task(
-    name="tether.change_review_create",
+    name=REVIEW_TASK,
     acks_late=True,
     ignore_result=True,
     autoretry_for=(OSError,),
@@ -55,6 +55,12 @@ def tether_sweep_task() -> dict[str, Any]:
     if changes_queued():
         # A kick lost with a dead worker or an entry left blocked: the queue goes on.
         app.send_task(QUEUE_TASK)
-    if report.expired or report.mutations_expired or report.woken or report.queue_rebuilt:
+    if (
+        report.expired
+        or report.mutations_expired
+        or report.woken
+        or report.queue_rebuilt
+        or report.reviews_resent
+    ):
         logger.info("tether sweep: %s", report)
     return vars(report)

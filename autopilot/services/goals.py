@@ -14,9 +14,9 @@ The way through:
   plan of a planner run that ended: a valid one files the quanta as the epic's children with
   their dependencies -> active; an invalid one goes back to a new planner attempt with the
   problems, up to settings.AUTOPILOT_PLAN_TRIES, then the goal fails with them;
-- once every child is closed and each one's change is merged (or it made none) -> verifying,
-  and `goal_verify` runs the goal's verify commands on the integration branch's tip -> done, or
-  failed with the failing commands. A child reopened meanwhile sends the goal back to active.
+- once every child is closed, its branch reviewed and its change merged (or it made none) ->
+  verifying, and `goal_verify` runs the goal's verify commands on the integration branch's tip
+  -> done, or failed with the failing commands. A child reopened meanwhile sends the goal back to active.
 
 A goal that fails keeps its quanta (the operator reads them, reopens or closes them, approves
 the goal again: it is planned anew, the new plan's quanta beside the old ones). Abandoning a goal
@@ -80,7 +80,7 @@ from quanta.services import (
     quantum_defer,
     quantum_reopen,
 )
-from tether.models import ChangeReview, ChangeStatus
+from tether.models import ChangeReview, ChangeStatus, ReviewDue
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -612,6 +612,7 @@ def _plan_take(goal_id: int) -> bool:
 _GOAL = Goal._meta.db_table
 _QUANTUM = Quantum._meta.db_table
 _REVIEW = ChangeReview._meta.db_table
+_DUE = ReviewDue._meta.db_table
 
 _LIVE = ", ".join(
     f"'{status}'" for status in QuantumStatus.values if status != QuantumStatus.CLOSED
@@ -621,7 +622,7 @@ _LIVE = ", ".join(
 # closed: its latest change review is anything but merged (pending, queued, merging; rejected and
 # failed reopen the child), except a conflicted change whose correction quantum is closed with
 # its own change merged (or with none): the correction carried the work in. A child without a
-# review made no change.
+# review made no change, once no review of its runs is due (_REVIEW_DUE).
 _CHANGE_UNMERGED = f"""
     EXISTS (
         SELECT 1 FROM {_QUANTUM} c
@@ -643,6 +644,13 @@ _CHANGE_UNMERGED = f"""
           )
     )
 """
+# A child of the epic (`{epic}`) with a done run whose branch has not been reviewed yet: closed,
+# but whether it made a change is not known.
+_REVIEW_DUE = f"""
+    EXISTS (
+        SELECT 1 FROM {_QUANTUM} c JOIN {_DUE} d ON d.quantum_id = c.id WHERE c.parent_id = {{epic}}
+    )
+"""
 # Active goals whose children are all finished, in two steps so that the usual case (a goal with
 # a quantum still to do) costs nothing per goal: the goals with no live child (one pass over the
 # live quanta by the status index, hashed: it grows with the work in flight, not with history),
@@ -658,14 +666,16 @@ WITH quiet AS MATERIALIZED (
 )
 SELECT g.id FROM quiet g
  WHERE EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id)
+   AND NOT {_REVIEW_DUE.format(epic="g.epic_id")}
    AND NOT {_CHANGE_UNMERGED.format(epic="g.epic_id")}
  ORDER BY g.priority, g.created_at
 """
-# Verifying goals (few) with a child reopened, or a change sent back, meanwhile.
+# Verifying goals (few) with a child reopened, run again or a change sent back, meanwhile.
 _BACK_TO_ACTIVE = f"""
 SELECT g.id FROM {_GOAL} g
  WHERE g.status = 'verifying' AND g.epic_id IS NOT NULL {{only}}
    AND (EXISTS (SELECT 1 FROM {_QUANTUM} c WHERE c.parent_id = g.epic_id AND c.status <> 'closed')
+        OR {_REVIEW_DUE.format(epic="g.epic_id")}
         OR {_CHANGE_UNMERGED.format(epic="g.epic_id")})
 """
 
@@ -687,7 +697,7 @@ def _to_verifying(goal_id: int) -> bool:
             _transition(
                 goal_id,
                 to=S.VERIFYING,
-                reason="every quantum is closed and its change merged (or it made none)",
+                reason="every quantum is closed, reviewed and its change merged (or it made none)",
                 by="autopilot",
                 allowed_from=frozenset({S.ACTIVE}),
             )

@@ -34,7 +34,7 @@ from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_close, quantum_create, quantum_reopen
 from tests.tether.test_changes import finished_run
 from tether.models import ChangeStatus
-from tether.services import change_approve, change_review_create
+from tether.services import change_approve, change_review_create, reviews_due
 from tether.services.merge_queue import merge_queue_run
 
 S = GoalStatus
@@ -381,6 +381,34 @@ def test_a_pending_change_keeps_the_goal_active_and_a_reopened_quantum_sends_it_
     back = Goal.objects.get(pk=goal.pk)
     assert back.status == S.ACTIVE and "reopened" in back.reason
     assert goal_verify(goal_id=goal.pk) is None  # not verifying: nothing runs
+
+
+@pytest.mark.django_db
+def test_a_quantum_closed_before_its_branch_is_reviewed_keeps_the_goal_active(
+    target: Path,
+) -> None:
+    """Draining a done run closes its quantum at once; its review comes after, from a task. In
+    between, the quantum must not pass for one that made no change."""
+    goal, (notes, check) = planned_goal()
+    run = finished_run(notes, {"a.txt": "a\n"})
+    for child in (notes, check):
+        quantum_close(quantum_id=child.pk, reason="done")
+    reviews_due(runs=[(run.pk, notes.pk)])
+
+    assert goals_progress() == 0  # the review is due: whether it changed anything is not known
+    review = change_review_create(quantum_run_id=run.pk)
+    assert review is not None and review.status == ChangeStatus.PENDING
+    assert goals_progress() == 0  # now known: a change waiting for the operator
+    change_approve(change_id=review.pk)
+    merge_queue_run()
+    assert goals_progress() == 1
+    assert Goal.objects.get(pk=goal.pk).status == S.VERIFYING
+
+    # The quantum reopened, run and closed again between two ticks: its new run's review is due.
+    again = finished_run(notes, {"b.txt": "b\n"})
+    reviews_due(runs=[(again.pk, notes.pk)])
+    assert goals_progress() == 1
+    assert Goal.objects.get(pk=goal.pk).status == S.ACTIVE
 
 
 @pytest.mark.django_db

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
@@ -26,9 +28,16 @@ from tests.polling import wait_for
 from tests.worktrees import worktree_being_added
 from tether.errors import AlreadyDecided, BranchMoved
 from tether.hooks import on_runs_drained
-from tether.models import ChangeReview, ChangeStatus, Reaching
+from tether.models import ChangeReview, ChangeStatus, Reaching, ReviewDue
 from tether.selectors import change_detail, changes_list
-from tether.services import change_approve, change_reject, change_review_create, reaching_answer
+from tether.services import (
+    change_approve,
+    change_reject,
+    change_review_create,
+    reaching_answer,
+    reviews_due,
+    reviews_resend_due,
+)
 from tether.services.merge_queue import merge_queue_run
 
 FAKE_KEY = "sk-ant-api03-" + "Q" * 40
@@ -85,6 +94,56 @@ def test_it_reviews_a_change_and_merges_it_on_approve(db, repo, make_quantum, te
     assert main_file(repo, "hello.py") == "print('hi')\n"
     with pytest.raises(AlreadyDecided):
         change_approve(change_id=review.pk)
+
+
+def test_a_drained_done_run_is_due_for_review_until_its_branch_is_reviewed(
+    db, repo, make_quantum, tether_settings, django_capture_on_commit_callbacks
+):
+    changed = finished_run(make_quantum(), {"hello.py": "print('hi')\n"})
+    unchanged = QuantumRun.objects.create(
+        wave=changed.wave, burst=changed.burst, quantum=make_quantum(), status=RunStatus.DONE
+    )
+    failed = QuantumRun.objects.create(
+        wave=changed.wave, burst=changed.burst, quantum=make_quantum(), status=RunStatus.ERROR
+    )
+
+    with django_capture_on_commit_callbacks() as sent:
+        on_runs_drained([(changed, "done"), (unchanged, "done"), (failed, "reopened")])
+        on_runs_drained([(changed, "done")])  # drained twice: still due once
+
+    assert len(sent) == 2  # the review tasks go to the broker once the drain commits
+    due = dict(ReviewDue.objects.values_list("quantum_run_id", "quantum_id"))
+    assert due == {changed.pk: changed.quantum_id, unchanged.pk: unchanged.quantum_id}
+    assert change_review_create(quantum_run_id=changed.pk) is not None
+    assert change_review_create(quantum_run_id=unchanged.pk) is None  # no branch: no change
+    assert not ReviewDue.objects.exists()
+
+
+def test_the_sweep_sends_a_review_due_too_long_again_once_per_period(
+    db, make_quantum, settings, django_capture_on_commit_callbacks
+):
+    settings.TETHER_REVIEW_RESEND_S = 60
+    wave = Wave.objects.create(status="running")
+    burst = Burst.objects.create(wave=wave, number=1, phase="running")
+    runs = [
+        QuantumRun.objects.create(
+            wave=wave, burst=burst, quantum=make_quantum(), status=RunStatus.DONE
+        )
+        for _ in range(3)
+    ]
+    reviews_due(runs=[(r.pk, r.quantum_id) for r in runs])
+    assert reviews_resend_due() == []  # just sent
+    lost = [runs[0].pk, runs[2].pk]
+    ReviewDue.objects.filter(quantum_run_id__in=lost).update(
+        sent_at=timezone.now() - timedelta(minutes=5)
+    )
+
+    with django_capture_on_commit_callbacks() as sent:
+        assert reviews_resend_due() == lost
+
+    assert len(sent) == 1
+    assert reviews_resend_due() == []  # their clock restarted: not sent again this period
+    assert ReviewDue.objects.count() == 3  # still due until the reviews are made
 
 
 def test_an_approve_waits_for_a_worktree_being_added(

@@ -11,6 +11,8 @@ from tether.services.changes import (
     change_review_create,
     changes_approve,
     changes_approve_low_risk,
+    reviews_due,
+    reviews_resend_due,
 )
 from tether.services.corrections import correction_file
 from tether.services.drifts import drift_decide, drift_ground, drift_note, drift_reject
@@ -42,17 +44,20 @@ class SweepReport:
     cancelled: list[int] = field(default_factory=list)
     woken: list[int] = field(default_factory=list)
     queue_rebuilt: bool = False
+    reviews_resent: list[int] = field(default_factory=list)
 
 
 def tether_sweep() -> SweepReport:
     """The beat safety net: expire what is overdue (a lost timer never strands a run), cancel
-    questions nobody waits for, wake agents left waiting, and rebuild a queue Redis lost."""
+    questions nobody waits for, wake agents left waiting, rebuild a queue Redis lost, and send
+    again the change reviews whose task was lost."""
     report = SweepReport()
     report.expired = reachings_expire_due()
     report.mutations_expired = mutations_expire_due()
     report.cancelled = reachings_cancel_orphans()
     report.woken = agents_rewake()
     report.queue_rebuilt = queue_check()
+    report.reviews_resent = reviews_resend_due()
     return report
 
 
@@ -83,5 +88,7 @@ __all__ = [
     "reaching_quarantine",
     "reachings_cancel_orphans",
     "reachings_expire_due",
+    "reviews_due",
+    "reviews_resend_due",
     "tether_sweep",
 ]

@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from bursts.models import QuantumRun
@@ -35,7 +36,7 @@ from quanta.errors import IllegalTransition
 from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
-from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, Risk
+from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
 from tether.services.drifts import drift_built_on_set
@@ -43,6 +44,7 @@ from tether.services.drifts import drift_built_on_set
 logger = logging.getLogger(__name__)
 
 AUTO = "auto (low risk)"
+REVIEW_TASK = "tether.change_review_create"
 # Policies that auto-merge more low-risk changes than settings.TETHER_AUTO_MERGE_LOW_RISK does:
 # each gets the changed quantum's labels (the autopilot registers one for its own quanta).
 AUTO_MERGE_POLICIES: list[Callable[[Sequence[str]], bool]] = []
@@ -140,13 +142,65 @@ def _record_built_on(review: ChangeReview) -> None:
     )
 
 
+def reviews_due(*, runs: Sequence[tuple[int, int]]) -> None:
+    """Done runs, as (run, quantum), whose branches are to be reviewed: each one's review due
+    now, in the caller's transaction, and its review task sent once that commits."""
+    if not runs:
+        return
+    now = timezone.now()
+    ReviewDue.objects.bulk_create(
+        [ReviewDue(quantum_run_id=run, quantum_id=quantum, sent_at=now) for run, quantum in runs],
+        ignore_conflicts=True,
+    )
+    _reviews_send([run for run, _ in runs])
+
+
+_RESEND = f"""
+UPDATE {ReviewDue._meta.db_table} SET sent_at = %(now)s
+ WHERE quantum_run_id IN (
+       SELECT quantum_run_id FROM {ReviewDue._meta.db_table} WHERE sent_at < %(before)s
+        ORDER BY sent_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING quantum_run_id
+"""
+
+
+@transaction.atomic
+def reviews_resend_due(*, limit: int = 500) -> list[int]:
+    """Reviews due for longer than settings.TETHER_REVIEW_RESEND_S (their task's message lost
+    with a worker or the broker): each task sent again, and its clock restarted (compare-and-set,
+    so two sweeps never send one twice). Returns their runs."""
+    now = timezone.now()
+    before = now - timedelta(seconds=settings.TETHER_REVIEW_RESEND_S)
+    with connection.cursor() as cursor:
+        cursor.execute(_RESEND, {"now": now, "before": before, "limit": limit})
+        runs = sorted(row[0] for row in cursor.fetchall())
+    _reviews_send(runs)
+    return runs
+
+
+def _reviews_send(runs: list[int]) -> None:
+    def send() -> None:
+        for run in runs:
+            app.send_task(REVIEW_TASK, args=(run,))
+
+    if runs:
+        transaction.on_commit(send)
+
+
 @transaction.atomic
 def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
-    """Review what a finished run left on its quantum's branch (None when there is nothing).
+    """Review what a finished run left on its quantum's branch (None when there is nothing);
+    the run's review is no longer due either way.
 
     Idempotent per run. An older pending review of the same quantum is superseded: the new diff
     against the base contains it.
     """
+    review = _review_make(quantum_run_id)
+    ReviewDue.objects.filter(quantum_run_id=quantum_run_id).delete()
+    return review
+
+
+def _review_make(quantum_run_id: int) -> ChangeReview | None:
     existing = ChangeReview.objects.filter(quantum_run_id=quantum_run_id).first()
     if existing is not None:
         return existing
