@@ -80,7 +80,8 @@ def _event_line(kind: str, payload: dict[str, Any]) -> str:
 
 def transcript(quantum_run: QuantumRun, agents: Sequence[AgentRun]) -> str:
     """The quantum run as the reflector reads it: the quantum, then each agent's session in
-    order (its events, clipped), its result or error."""
+    order (its events, clipped), its result or error. Two queries (with the quantum loaded),
+    whatever the agents."""
     quantum = quantum_run.quantum
     parts = [f"# Quantum #{quantum.pk}: {quantum.title}"]
     if quantum.labels:
@@ -92,29 +93,30 @@ def transcript(quantum_run: QuantumRun, agents: Sequence[AgentRun]) -> str:
             kind=Session.Kind.AGENT_RUN, ref__in=[str(a.pk) for a in agents]
         ).values_list("ref", "pk")
     )
+    events: dict[int, list[tuple[str, object]]] = {}
+    for session_id, kind, payload in (
+        Event.objects.filter(session_id__in=list(sessions.values()))
+        .exclude(type__in=SKIPPED_EVENTS)
+        .order_by("session_id", "pk")
+        .values_list("session_id", "type", "payload")
+    ):
+        events.setdefault(session_id, []).append((kind, payload))
     for agent in agents:
         head = (
             f"## Agent {agent.agent_id}: role {agent.role}, attempt {agent.attempt}, "
             f"status {agent.status}"
         )
         lines = [head]
-        session_id = sessions.get(str(agent.pk))
-        if session_id is not None:
-            size = 0
-            for kind, payload in (
-                Event.objects.filter(session_id=session_id)
-                .exclude(type__in=SKIPPED_EVENTS)
-                .order_by("pk")
-                .values_list("type", "payload")
-            ):
-                line = "- " + _clip(
-                    _event_line(kind, payload if isinstance(payload, dict) else {}), EVENT_MAX
-                )
-                size += len(line)
-                if size > AGENT_MAX:
-                    lines.append("- (the rest of this session is left out)")
-                    break
-                lines.append(line)
+        size = 0
+        for kind, payload in events.get(sessions.get(str(agent.pk), -1), []):
+            line = "- " + _clip(
+                _event_line(kind, payload if isinstance(payload, dict) else {}), EVENT_MAX
+            )
+            size += len(line)
+            if size > AGENT_MAX:
+                lines.append("- (the rest of this session is left out)")
+                break
+            lines.append(line)
         if agent.error:
             lines.append("error: " + _clip(agent.error, EVENT_MAX))
         elif agent.result:

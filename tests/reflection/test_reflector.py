@@ -111,6 +111,19 @@ def test_the_transcript_holds_each_agents_session_in_order(burst: Burst) -> None
     assert f"verdict fail: {VERDICT}" in text
 
 
+def test_the_transcript_reads_the_sessions_of_all_its_agents_at_once(
+    burst: Burst, django_assert_num_queries: Any
+) -> None:
+    coder, tester = failed_review(burst)
+    assert coder.quantum_run is not None
+    run = QuantumRun.objects.select_related("quantum").get(pk=coder.quantum_run.pk)
+    with django_assert_num_queries(2):  # the sessions, then their events
+        both = reflector.transcript(run, [coder, tester])
+    with django_assert_num_queries(2):
+        one = reflector.transcript(run, [coder])
+    assert both.startswith(one) and "role tester" in both and "role tester" not in one
+
+
 def test_the_reflector_writes_the_diary_of_the_agent_its_lesson_is_for(burst: Burst) -> None:
     coder, tester = failed_review(burst)
     done = reflector.reflect_sessions(burst.pk, reflection_run_id=0)
