@@ -650,6 +650,7 @@ ALERT_RULES = {
         ("budget_burn", 10.0),  # USD per hour over ALERT_WINDOW_S
         ("endpoint_down", 1.0),  # model endpoints marked down
         ("question_waiting", 1800.0),  # seconds the oldest Tether question has waited
+        ("review_waiting", 1800.0),  # seconds the oldest change review has been due
     )
 }
 # A running agent whose heartbeat is older than this counts as stuck.

@@ -20,6 +20,7 @@ RULES: dict[str, str] = {
     "budget_burn": "spend in USD per hour",
     "endpoint_down": "model endpoints marked down",
     "question_waiting": "seconds the oldest Tether question has waited",
+    "review_waiting": "seconds the oldest change review has been due",
 }
 
 
@@ -96,5 +97,11 @@ def readings(
             figures["question_oldest_s"],
             f"the oldest of {figures['questions_pending']:.0f} Tether question(s) has waited "
             f"{figures['question_oldest_s']:.0f} s",
+        ),
+        reading(
+            "review_waiting",
+            figures["review_oldest_s"],
+            f"the oldest of {figures['reviews_due']:.0f} change review(s) due has waited "
+            f"{figures['review_oldest_s']:.0f} s for its review task",
         ),
     ]

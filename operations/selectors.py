@@ -28,7 +28,7 @@ from psychonauts.endpoints import (
     endpoints_state,
     registry_enabled,
 )
-from tether.models import Reaching, ReachingStatus
+from tether.models import Reaching, ReachingStatus, ReviewDue
 
 
 class Figures(TypedDict):
@@ -42,6 +42,8 @@ class Figures(TypedDict):
     agents_stuck: float
     questions_pending: float
     question_oldest_s: float
+    reviews_due: float
+    review_oldest_s: float
     endpoints_down: float
     errors_total: float
     cost_usd_total: float
@@ -67,6 +69,14 @@ def agents_stuck(*, now: datetime) -> int:
     """Running agents whose worker has not renewed their heartbeat for ALERT_STUCK_AFTER_S."""
     since = now - timedelta(seconds=settings.ALERT_STUCK_AFTER_S)
     return AgentRun.objects.filter(status=AgentStatus.RUNNING, heartbeat_at__lt=since).count()
+
+
+def reviews_due(*, now: datetime) -> tuple[int, float]:
+    """Done runs whose change review is due (its task not done yet) and how long the oldest
+    has been due (seconds)."""
+    row = ReviewDue.objects.aggregate(n=Count("quantum_run_id"), oldest=Min("due_at"))
+    oldest = row["oldest"]
+    return int(row["n"]), (now - oldest).total_seconds() if oldest is not None else 0.0
 
 
 def questions_pending(*, now: datetime) -> tuple[int, float]:
@@ -133,6 +143,7 @@ def figures_now(*, now: datetime | None = None) -> Figures:
     depths = queue_depths()
     agents = agents_by_status()
     pending, oldest = questions_pending(now=now)
+    due, due_oldest = reviews_due(now=now)
     totals = metrics.counter_totals()
     return {
         "queue_depth": float(sum(depths.values())),
@@ -143,6 +154,8 @@ def figures_now(*, now: datetime | None = None) -> Figures:
         "agents_stuck": float(agents_stuck(now=now)),
         "questions_pending": float(pending),
         "question_oldest_s": oldest,
+        "reviews_due": float(due),
+        "review_oldest_s": due_oldest,
         "endpoints_down": float(sum(1 for e in endpoints_health() if not e.up)),
         "errors_total": totals.get("annihilation_errors_total", 0.0),
         "cost_usd_total": totals.get("annihilation_cost_usd_total", 0.0),
@@ -223,6 +236,17 @@ class StateCollector:
             "annihilation_tether_oldest_wait_seconds",
             "How long the oldest pending Tether question has waited.",
             oldest,
+        )
+        due, due_oldest = reviews_due(now=now)
+        yield GaugeMetricFamily(
+            "annihilation_tether_reviews_due",
+            "Done runs whose change review has not been made yet.",
+            due,
+        )
+        yield GaugeMetricFamily(
+            "annihilation_tether_review_oldest_due_seconds",
+            "How long the oldest of the change reviews due has been due.",
+            due_oldest,
         )
         labels = ["endpoint", "provider", "model"]
         up = GaugeMetricFamily(

@@ -239,6 +239,7 @@ class ReviewDue(models.Model):
         QuantumRun, on_delete=models.CASCADE, primary_key=True, related_name="+"
     )
     quantum = models.ForeignKey(Quantum, on_delete=models.CASCADE, related_name="+")
+    due_at = models.DateTimeField(help_text="when the run was drained")
     sent_at = models.DateTimeField(help_text="when the review task was last sent")
 
     def __str__(self) -> str:

@@ -12,12 +12,14 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from bursts.models import Burst, QuantumRun, Wave
 from core.models import Event
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
 from operations.rules import Reading
 from operations.services import alerts_apply, operations_tick
 from tests.factories import make_quantum
-from tether.models import Reaching
+from tether.models import Reaching, ReviewDue
+from tether.services import reviews_due
 
 pytestmark = pytest.mark.django_db
 
@@ -96,6 +98,31 @@ def test_the_tick_fires_on_a_question_that_waited_too_long(settings, quick_ping)
     Reaching.objects.filter(pk=reaching.pk).update(status="answered")
     assert [(a.rule, a.status) for a in operations_tick()] == [
         ("question_waiting", AlertStatus.RESOLVED)
+    ]
+
+
+def test_the_tick_fires_on_a_change_review_due_too_long(settings, quick_ping):
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "review_waiting": {"threshold": 60.0, "cooldown_s": 0.0},
+    }
+    wave = Wave.objects.create(status="running")
+    burst = Burst.objects.create(wave=wave, number=1, phase="running")
+    quantum = make_quantum("Reviewed late")
+    run = QuantumRun.objects.create(wave=wave, burst=burst, quantum=quantum, status="done")
+    reviews_due(runs=[(run.pk, quantum.pk)])
+    assert operations_tick() == []  # just due
+    ReviewDue.objects.update(due_at=timezone.now() - timedelta(minutes=5))
+
+    changed = operations_tick()
+
+    assert [(a.rule, a.status) for a in changed] == [("review_waiting", AlertStatus.FIRING)]
+    assert "the oldest of 1 change review(s) due has waited 3" in changed[0].message
+    assert MetricSample.objects.latest("at").values["reviews_due"] == 1
+
+    ReviewDue.objects.all().delete()  # the review made
+    assert [(a.rule, a.status) for a in operations_tick()] == [
+        ("review_waiting", AlertStatus.RESOLVED)
     ]
 
 

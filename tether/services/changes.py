@@ -149,7 +149,10 @@ def reviews_due(*, runs: Sequence[tuple[int, int]]) -> None:
         return
     now = timezone.now()
     ReviewDue.objects.bulk_create(
-        [ReviewDue(quantum_run_id=run, quantum_id=quantum, sent_at=now) for run, quantum in runs],
+        [
+            ReviewDue(quantum_run_id=run, quantum_id=quantum, due_at=now, sent_at=now)
+            for run, quantum in runs
+        ],
         ignore_conflicts=True,
     )
     _reviews_send([run for run, _ in runs])
