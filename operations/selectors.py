@@ -71,7 +71,7 @@ def agents_stuck(*, now: datetime) -> int:
     return AgentRun.objects.filter(status=AgentStatus.RUNNING, heartbeat_at__lt=since).count()
 
 
-def reviews_due(*, now: datetime) -> tuple[int, float]:
+def reviews_waiting(*, now: datetime) -> tuple[int, float]:
     """Done runs whose change review is due (its task not done yet) and how long the oldest
     has been due (seconds)."""
     row = ReviewDue.objects.aggregate(n=Count("quantum_run_id"), oldest=Min("due_at"))
@@ -143,7 +143,7 @@ def figures_now(*, now: datetime | None = None) -> Figures:
     depths = queue_depths()
     agents = agents_by_status()
     pending, oldest = questions_pending(now=now)
-    due, due_oldest = reviews_due(now=now)
+    due, due_oldest = reviews_waiting(now=now)
     totals = metrics.counter_totals()
     return {
         "queue_depth": float(sum(depths.values())),
@@ -237,7 +237,7 @@ class StateCollector:
             "How long the oldest pending Tether question has waited.",
             oldest,
         )
-        due, due_oldest = reviews_due(now=now)
+        due, due_oldest = reviews_waiting(now=now)
         yield GaugeMetricFamily(
             "annihilation_tether_reviews_due",
             "Done runs whose change review has not been made yet.",

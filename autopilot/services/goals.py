@@ -16,7 +16,8 @@ The way through:
   problems, up to settings.AUTOPILOT_PLAN_TRIES, then the goal fails with them;
 - once every child is closed, its branch reviewed and its change merged (or it made none) ->
   verifying, and `goal_verify` runs the goal's verify commands on the integration branch's tip
-  -> done, or failed with the failing commands. A child reopened meanwhile sends the goal back to active.
+  -> done, or failed with the failing commands. A child reopened meanwhile sends the goal back
+  to active.
 
 A goal that fails keeps its quanta (the operator reads them, reopens or closes them, approves
 the goal again: it is planned anew, the new plan's quanta beside the old ones). Abandoning a goal
