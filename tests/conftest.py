@@ -28,15 +28,16 @@ def test_database_released(django_db_setup: None, django_db_blocker: Any) -> Ite
     yield
     with django_db_blocker.unblock():
         spend_flush()
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid, application_name, state, left(query, 120), pg_terminate_backend(pid) "
-            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        for pid, name, state, query, _ in cursor.fetchall():
-            sys.stderr.write(
-                f"ended a session left on the test database: {pid} {name!r} {state} {query!r}\n"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, application_name, state, left(query, 120), pg_terminate_backend(pid) "
+                "FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
+            for pid, name, state, query, _ in cursor.fetchall():
+                sys.stderr.write(
+                    f"ended a session left on the test database: {pid} {name!r} {state} {query!r}\n"
+                )
 
 
 @pytest.fixture(autouse=True)

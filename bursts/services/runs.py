@@ -185,7 +185,7 @@ def _run_advance(
     name = stage_spec(run)["name"]
     stage_record(run, index, verdict.status, verdict.reason)
     plan: StagePlan | None = None
-    ended: list[tuple[str, str]] = []  # how the run ends here: (status, reason)
+    end: tuple[str, str] | None = None  # how the run ends here: (status, reason)
     if verdict.status == StageStatus.ALL_SUCCEEDED:
         plan = stages_plan(
             [(run, index + 1)],
@@ -193,9 +193,10 @@ def _run_advance(
             loaded={run.pk: agents},
             first_runs=() if locked.earlier else (run.pk,),
         )
-        ended = [(status, finished.error_reason) for finished, status in plan.finished]
+        if plan.finished:  # no stage left to run
+            end = (plan.finished[0][1], run.error_reason)
     else:
-        ended = [(RunStatus.ERROR, f"stage {index} {name}: {verdict.status}: {verdict.reason}")]
+        end = (RunStatus.ERROR, f"stage {index} {name}: {verdict.status}: {verdict.reason}")
     # One event per transition: the stage that ended and the one that started (if any), then
     # the run's end; written with the run's own row.
     started = run.status == RunStatus.RUNNING and run.current_stage != index
@@ -217,10 +218,10 @@ def _run_advance(
             },
         )
     ]
-    if plan is not None and plan.begun:
+    if end is not None:
+        quantum_run_finish(run=run, status=end[0], reason=end[1], events=events)
+    elif plan is not None:
         _stage_begin(run, plan, events)
-    for status, reason in ended:
-        quantum_run_finish(run=run, status=status, reason=reason, events=events)
     return verdict.status, run if run.status in RUN_TERMINAL else None
 
 
