@@ -10,7 +10,8 @@ from pathlib import Path
 from django.conf import settings
 
 from psychonauts.central import shared_lock_try
-from psychonauts.workspaces import git_run, registry_lock, repo_local, scratch_worktree
+from psychonauts.git import git_run
+from psychonauts.workspaces import registry_lock, repo_local, scratch_worktree
 
 
 def verify_lock(goal_id: int) -> AbstractContextManager[bool]:

@@ -43,17 +43,13 @@ from django.conf import settings
 
 from core.locks import RedisLock, redis_lock_try
 from psychonauts.errors import WorkspaceError
+from psychonauts.git import git, git_command, git_run
 from psychonauts.sandbox import workspace_own
 from psychonauts.workspaces import (
-    _GIT_ENV as GIT_ENV,
-)
-from psychonauts.workspaces import (
+    add_all_args,
     branch_for,
-    excludes_file,
     file_lock,
     file_lock_try,
-    git,
-    git_run,
     repo_key,
     repo_local,
     repo_url,
@@ -231,12 +227,8 @@ def central_file(path: str, *, limit: int) -> bytes:
     """A file of the central base branch as this host last fetched it (at most `limit` bytes;
     b"" when absent): no network, for a reader on an agent's path."""
     repo = repo_local()
-    proc = subprocess.run(
-        ["git", "-c", "safe.directory=*", "cat-file", "blob", f"{tracking(base_branch())}:{path}"],
-        cwd=repo,
-        capture_output=True,
-        check=False,
-    )
+    command = git_command("cat-file", "blob", f"{tracking(base_branch())}:{path}", cwd=repo)
+    proc = subprocess.run(command.argv, cwd=repo, env=command.env, capture_output=True, check=False)
     return proc.stdout[:limit] if proc.returncode == 0 else b""
 
 
@@ -405,11 +397,10 @@ def _replay(repo: Path, commit: str, onto: str, *, message: str, author: str) ->
     of trees whose base is the commit's parent (git merge-tree of two synthetic commits over a
     common root that holds the parent's tree), then a commit of the result on `onto`.
     CentralConflict naming `onto` when both changed the same lines."""
-    env = {**os.environ, **_git_identity(author)}
 
     def commit_tree(tree: str, *parents: str) -> str:
         args = ["commit-tree", tree, *(a for p in parents for a in ("-p", p)), "-m", message]
-        proc = git_run(*args, cwd=repo, env=env)
+        proc = git_run(*args, cwd=repo, author=author)
         if proc.returncode != 0:
             raise WorkspaceError(f"git commit-tree failed in {repo}: {proc.stderr.strip()}")
         return proc.stdout.strip()
@@ -431,10 +422,6 @@ def _replay(repo: Path, commit: str, onto: str, *, message: str, author: str) ->
             )
         raise WorkspaceError(f"git merge-tree failed in {repo}: {merged.stderr.strip()}")
     return commit_tree(lines[0].strip(), onto)
-
-
-def _git_identity(author: str) -> dict[str, str]:
-    return {**GIT_ENV, "GIT_AUTHOR_NAME": author} if author else dict(GIT_ENV)
 
 
 def _push(
@@ -543,15 +530,19 @@ def wip_save(*, workspace: Path, fence: Fence) -> str:
     the commit. StaleExecution: the fence moved (nothing pushed)."""
     repo = repo_local()
     head = git("rev-parse", "HEAD", cwd=workspace)
-    exclude = f"core.excludesFile={excludes_file(workspace)}"
     with tempfile.TemporaryDirectory(prefix="annihilation-wip-") as aside:
         # A private index: the worktree's own (and its agent's files) stay as they are.
-        env = {**os.environ, **GIT_ENV, "GIT_INDEX_FILE": str(Path(aside) / "index")}
-        for args in (("read-tree", head), ("-c", exclude, "add", "-A"), ("write-tree",)):
-            proc = git_run(*args, cwd=workspace, env=env)
+        index = Path(aside) / "index"
+
+        def step(*args: str) -> str:
+            proc = git_run(*args, cwd=workspace, index_file=index)
             if proc.returncode != 0:
                 raise WorkspaceError(f"git {args[0]} failed in {workspace}: {proc.stderr.strip()}")
-        tree = proc.stdout.strip()
+            return proc.stdout.strip()
+
+        step("read-tree", head)
+        step(*add_all_args(workspace, index_file=index))
+        tree = step("write-tree")
     proc = git_run(
         "commit-tree", tree, "-p", head, "-m", f"work of {fence.agent_id} set aside while it waits",
         cwd=workspace,

@@ -8,8 +8,9 @@ from bursts.models import AgentRun
 from core.models import Event
 from core.redaction import redact
 from psychonauts.central import base_branch, fetch_or_last, tracking
+from psychonauts.git import git_run
 from psychonauts.models import DiaryEntry, ToolCall
-from psychonauts.workspaces import branch_for, git_run, repo_local, repo_url
+from psychonauts.workspaces import branch_for, repo_local, repo_url
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump

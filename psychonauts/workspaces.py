@@ -18,10 +18,9 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
@@ -30,53 +29,11 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from psychonauts.errors import PathEscape, WorkspaceError
+from psychonauts.git import git, git_run
 from psychonauts.sandbox import workspace_own
 
 if TYPE_CHECKING:
     from psychonauts.central import Fence
-
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Annihilation",
-    "GIT_AUTHOR_EMAIL": "psychonaut@annihilation.invalid",
-    "GIT_COMMITTER_NAME": "Annihilation",
-    "GIT_COMMITTER_EMAIL": "psychonaut@annihilation.invalid",
-}
-
-
-def git_run(
-    *args: str,
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """git as everything here runs it; the caller reads the exit status. Never git's automatic
-    maintenance: its gc prunes worktrees, which must not race with `worktree add` (see
-    registry_lock); `_maintain` runs it under the lock instead."""
-    return subprocess.run(
-        # safe.directory: a worktree belongs to its quantum's sandbox user when the worker is
-        # root (psychonauts/sandbox.py), which git would otherwise refuse to work in.
-        ["git", "-c", "maintenance.auto=false", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        env=dict(env) if env is not None else {**os.environ, **_GIT_ENV},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-        input=input,
-    )
-
-
-def git(*args: str, cwd: Path, author: str = "") -> str:
-    """git's output, or WorkspaceError naming the command and git's complaint."""
-    env = {**os.environ, **_GIT_ENV}
-    if author:
-        env["GIT_AUTHOR_NAME"] = author
-    proc = git_run(*args, cwd=cwd, env=env)
-    if proc.returncode != 0:
-        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
-
 
 # Locks keyed by quantum or workspace map onto this many files per kind, so the lock folder
 # stays the same size however many quanta a repository has seen (a lock file cannot be deleted
@@ -223,12 +180,9 @@ def _worktree_args(repo: Path, path: Path, branch: str) -> list[str]:
 
 @functools.cache
 def _plain_checkout(repo: Path) -> bool:
-    """Whether a checkout in `repo` is only a checkout: its git folder is `.git` and no
-    post-checkout hook is set (`git worktree add` runs one)."""
-    if not (repo / ".git").is_dir():
-        return False
-    hook = git("rev-parse", "--git-path", "hooks/post-checkout", cwd=repo)
-    return not (repo / hook).exists()
+    """Whether a checkout in `repo` is only a checkout: its git folder is `.git` (no hook runs:
+    psychonauts/git.py)."""
+    return (repo / ".git").is_dir()
 
 
 def _worktree_add_new(repo: Path, path: Path, branch: str, start: str = "HEAD") -> None:
@@ -549,10 +503,25 @@ def commit_message(quantum_id: int, agent_id: str, role: str) -> str:
     return f"q-{quantum_id}: {agent_id} ({role})"
 
 
+def add_all_args(workspace: Path, *, index_file: Path | None = None) -> list[str]:
+    """`git add -A` of everything the agent changed but the excludes (COMMIT_EXCLUDES) and the
+    submodules whose folder holds a repository. For each such submodule `git add` would run
+    `git status` inside it, with that repository's own configuration (its filters and
+    attributes), which the agent wrote; they are left out, as the runtime never moves a
+    submodule."""
+    args = ["-c", f"core.excludesFile={excludes_file(workspace)}", "add", "-A", "--", "."]
+    listing = git_run("ls-files", "--stage", "-z", cwd=workspace, index_file=index_file)
+    for entry in listing.stdout.split("\0") if listing.returncode == 0 else ():
+        meta, _, path = entry.partition("\t")
+        if meta.startswith("160000 ") and os.path.lexists(workspace / path / ".git"):
+            args.append(f":(top,literal,exclude){path}")
+    return args
+
+
 def _commit(workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:
     with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
         exclude = f"core.excludesFile={excludes_file(workspace)}"
-        git("-c", exclude, "add", "-A", cwd=workspace)
+        git(*add_all_args(workspace), cwd=workspace)
         try:
             # core.abbrev=40: the summary line carries the full sha, saving a rev-parse.
             summary = git(

@@ -4,6 +4,10 @@ The tier is the highest any rule gives:
 - a secret in an added line (any `core.redaction` finds: API keys and tokens, private key
   blocks, `password=`/`*_TOKEN=`/`*_KEY=` assignments of a literal, the process's own
   secrets ...) -> high;
+- a path git reads its own configuration, attributes, hooks or submodules from (`.gitconfig`,
+  `.config/git/`, `.gitattributes`, `.gitmodules`, `.lfsconfig`, `.githooks/`, `.husky/`, `.git`
+  anywhere in a path) or a submodule -> high: such a file names programs for whoever runs git
+  on the tree;
 - a sensitive path (migrations, settings, CI, auth, dependency manifests) -> medium;
 - a deleted file -> medium;
 - size: more than MEDIUM_LINES changed lines or MEDIUM_FILES files -> medium, more than
@@ -70,6 +74,38 @@ _SENSITIVE: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# Where git (or a tool driving git hooks) reads configuration, attributes, hooks or submodules,
+# at any depth, any case. git quotes unusual paths in its listings ("a\tb"): the quotes go first.
+_GIT_CONTROL = re.compile(
+    r"(?i)(^|/)(\.gitconfig|\.gitattributes|\.gitmodules|\.lfsconfig)$"
+    r"|(^|/)(\.config/git|\.githooks|\.husky|\.git)(/|$)"
+)
+
+
+# A diff's header lines for a submodule (a gitlink): its mode, on its own or in the index line.
+_GITLINK = re.compile(
+    r"^(?:(?:new file|deleted file|old|new) mode 160000|index [0-9a-f]+\.\.[0-9a-f]+ 160000)$"
+)
+
+
+def _gitlinks(diff: str) -> list[str]:
+    """The paths whose change is a submodule's, from the diff's header lines."""
+    found: list[str] = []
+    current = ""
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            current = line.removeprefix("diff --git ").partition(" b/")[2] or line
+        elif current and _GITLINK.match(line) and current not in found:
+            found.append(current)
+    return found
+
+
+def _git_control(path: str) -> bool:
+    if len(path) >= 2 and path[0] == path[-1] == '"':
+        path = path[1:-1]
+    return bool(_GIT_CONTROL.search(path))
+
+
 @dataclass
 class RiskVerdict:
     risk: str = "low"
@@ -87,12 +123,18 @@ def risk_assess(*, files: list[FileChange], diff: str) -> RiskVerdict:
     for secret in secrets_found(_added_lines(diff)):
         verdict.raise_to("high", f"secret in the diff ({secret})")
     for change in files:
+        if _git_control(change["path"]):
+            verdict.raise_to(
+                "high", f"git configuration, attributes, hooks or modules: {change['path']}"
+            )
         for label, pattern in _SENSITIVE:
             if pattern.search(change["path"]):
                 verdict.raise_to("medium", f"sensitive path ({label}): {change['path']}")
                 break
         if change["status"].startswith("D"):
             verdict.raise_to("medium", f"deletes {change['path']}")
+    for path in _gitlinks(diff):
+        verdict.raise_to("high", f"a submodule (a repository inside the tree): {path}")
     lines = sum(c["additions"] + c["deletions"] for c in files)
     if lines > HIGH_LINES:
         verdict.raise_to("high", f"large change: {lines} lines (over {HIGH_LINES})")

@@ -11,7 +11,6 @@ checkout holds).
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tarfile
@@ -20,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
+from psychonauts.git import git_command
+
 _SUBMODULE = "160000"
 _SYMLINK = "120000"
 
@@ -29,20 +29,9 @@ class TreeError(Exception):
     """git could not read the commit."""
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    return env
-
-
 def _git(repo: Path, *args: str) -> bytes:
-    proc = subprocess.run(
-        ["git", "-c", "safe.directory=*", "-c", "core.quotepath=off", *args],
-        cwd=repo,
-        env=_env(),
-        capture_output=True,
-        check=False,
-    )
+    command = git_command("-c", "core.quotepath=off", *args, cwd=repo)
+    proc = subprocess.run(command.argv, cwd=repo, env=command.env, capture_output=True, check=False)
     if proc.returncode != 0:
         why = proc.stderr.decode("utf-8", "replace").strip()
         raise TreeError(f"git {' '.join(args[:3])} failed: {why}")
@@ -85,10 +74,11 @@ def tree_files(repo: Path, sha: str) -> tuple[list[TreeFile], int]:
 def blobs_read(repo: Path, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
     """(oid, content) of each blob, in order, through one `git cat-file --batch` (a request
     written, its answer read: the pipes never fill)."""
+    command = git_command("cat-file", "--batch", cwd=repo)
     proc = subprocess.Popen(
-        ["git", "-c", "safe.directory=*", "cat-file", "--batch"],
+        command.argv,
         cwd=repo,
-        env=_env(),
+        env=command.env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -124,10 +114,11 @@ def tree_export(repo: Path, sha: str, dest: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
+    command = git_command("archive", "--format=tar", sha, cwd=repo)
     proc = subprocess.Popen(
-        ["git", "-c", "safe.directory=*", "archive", "--format=tar", sha],
+        command.argv,
         cwd=repo,
-        env=_env(),
+        env=command.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -39,6 +39,7 @@ from psychonauts.checkpoint import (
     turn_record,
 )
 from psychonauts.errors import PsychonautError, WorkspaceError
+from psychonauts.git import git
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.providers.base import (
     Message,
@@ -80,7 +81,6 @@ from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
     commit_message,
-    git,
     repo_url,
     workspace_commit,
     workspace_prepare,

@@ -20,7 +20,8 @@ from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStat
 from bursts.services import wave_start
 from core.models import Event
 from psychonauts.endpoints import endpoint_down, endpoint_failure, endpoints_failing
-from psychonauts.workspaces import demo_repo_ensure, git
+from psychonauts.git import git
+from psychonauts.workspaces import demo_repo_ensure
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, fast_settings, make_worker, pipeline, step_log, wait_wave

@@ -16,7 +16,8 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.workspaces import demo_repo_ensure, git
+from psychonauts.git import git
+from psychonauts.workspaces import demo_repo_ensure
 
 
 @dataclass

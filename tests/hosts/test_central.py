@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from psychonauts.central import CentralConflict, Fence, StaleExecution, clone_path, fence_take
+from psychonauts.git import git
 from psychonauts.sandbox import sandbox_uid
 from psychonauts.workspaces import (
     branch_for,
     demo_repo_ensure,
-    git,
     repo_local,
     workspace_commit,
     workspace_ensure,

@@ -22,10 +22,11 @@ from core.celery import app
 from core.locks import RedisLock
 from core.models import Event
 from psychonauts.central import branch_push, fence_ref, wip_ref
+from psychonauts.git import git
 from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create, agent_run_execute
-from psychonauts.workspaces import branch_for, git, repo_key, repo_local
+from psychonauts.workspaces import branch_for, repo_key, repo_local
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.hosts.conftest import Central, Host

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bursts.models import Burst, QuantumRun, RunStatus, Wave
-from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
+from psychonauts.git import git
+from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 from tether.services import change_review_create
 

@@ -13,9 +13,10 @@ import pytest
 from core.models import Event
 from psychonauts import endpoints
 from psychonauts.endpoints import endpoint_mark_down, endpoints_failing
+from psychonauts.git import git
 from psychonauts.models import ToolCall, Usage
 from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for, git
+from psychonauts.workspaces import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 
 pytestmark = pytest.mark.django_db

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.errors import InvalidDefinition, WorkspaceError
+from psychonauts.git import git, git_run
 from psychonauts.models import Role, ToolCall
 from psychonauts.providers.base import RunInfo
 from psychonauts.providers.scripted import script_for, script_parse
@@ -269,9 +270,9 @@ def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(
         (path / f"f{n}.txt").write_text(str(n))
         shas.append(workspaces.workspace_commit(workspace=path, quantum_id=7, agent_id="a",
                                                 role="coder"))  # fmt: skip
-    head = workspaces.git("rev-parse", "HEAD", cwd=path)
+    head = git("rev-parse", "HEAD", cwd=path)
     assert shas[-1] == head and len(head) == 40
-    log = workspaces.git("log", "--format=%H %s", "-3", cwd=path).splitlines()
+    log = git("log", "--format=%H %s", "-3", cwd=path).splitlines()
     assert [line.split(" ", 1)[0] for line in log] == shas[::-1]
     assert all(line.endswith("q-7: a (coder)") for line in log)
 
@@ -282,18 +283,18 @@ def test_a_new_branch_s_worktree_is_one_git_knows_and_checks_out_like_its_own(re
     path = workspaces.workspace_ensure(quantum_id=7)
 
     branch = workspaces.branch_for(7)
-    head = workspaces.git("rev-parse", "HEAD", cwd=repo)
-    assert workspaces.git("symbolic-ref", "HEAD", cwd=path) == f"refs/heads/{branch}"
-    assert workspaces.git("rev-parse", "HEAD", cwd=path) == head
-    assert workspaces.git("status", "--porcelain", cwd=path) == ""
+    head = git("rev-parse", "HEAD", cwd=repo)
+    assert git("symbolic-ref", "HEAD", cwd=path) == f"refs/heads/{branch}"
+    assert git("rev-parse", "HEAD", cwd=path) == head
+    assert git("status", "--porcelain", cwd=path) == ""
     assert (path / "calc.py").read_text() == (repo / "calc.py").read_text()
-    listed = workspaces.git("worktree", "list", "--porcelain", cwd=repo)
+    listed = git("worktree", "list", "--porcelain", cwd=repo)
     assert f"worktree {path}\nHEAD {head}\nbranch refs/heads/{branch}" in listed
     assert not (repo / ".git" / "worktrees" / "q-7" / "locked").exists()
     # git prunes nothing of it, and its own command refuses the branch a second time.
-    workspaces.git("worktree", "prune", cwd=repo)
-    assert str(path) in workspaces.git("worktree", "list", cwd=repo)
-    twice = workspaces.git_run("worktree", "add", str(path.parent / "again"), branch, cwd=repo)
+    git("worktree", "prune", cwd=repo)
+    assert str(path) in git("worktree", "list", cwd=repo)
+    twice = git_run("worktree", "add", str(path.parent / "again"), branch, cwd=repo)
     assert twice.returncode != 0 and "already" in twice.stderr
 
 
@@ -323,7 +324,7 @@ def test_new_worktrees_go_on_while_another_add_is_half_way_and_a_prune_waits_for
     with worktree_being_added(repo) as other:
         fresh = workspaces.workspace_ensure(quantum_id=6)
         assert (fresh / ".git").is_file()
-        workspaces.git("branch", workspaces.branch_for(7), cwd=repo)  # an earlier run's branch
+        git("branch", workspaces.branch_for(7), cwd=repo)  # an earlier run's branch
         adding = threading.Thread(
             target=lambda: made.append(workspaces.workspace_ensure(quantum_id=7))
         )
@@ -358,8 +359,8 @@ def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branc
     assert not paths[closed.pk].exists()
     assert paths[still_open.pk].exists() and paths[busy.pk].exists()
     branch = workspaces.branch_for(closed.pk)
-    assert workspaces.git("rev-parse", branch, cwd=repo) == sha
-    listed = workspaces.git("worktree", "list", "--porcelain", cwd=repo)
+    assert git("rev-parse", branch, cwd=repo) == sha
+    listed = git("worktree", "list", "--porcelain", cwd=repo)
     assert str(paths[closed.pk]) not in listed
     busy_path = paths[busy.pk]
     AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.DONE)
@@ -498,14 +499,14 @@ def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
     scripts("writer", WRITER)
     quantum = make_quantum(labels=["reader"])
     path = workspaces.workspace_ensure(quantum_id=quantum.pk)
-    head = workspaces.git("rev-parse", "HEAD", cwd=path)
+    head = git("rev-parse", "HEAD", cwd=path)
     (path / "stray.txt").write_text("left by someone else\n")
 
     reader = make_run("coder", quantum=quantum)
     assert agent_run_execute(agent_run_id=reader.pk).status == "done"
 
-    assert workspaces.git("rev-parse", "HEAD", cwd=path) == head
-    assert workspaces.git("status", "--porcelain", cwd=path) == "?? stray.txt"
+    assert git("rev-parse", "HEAD", cwd=path) == head
+    assert git("status", "--porcelain", cwd=path) == "?? stray.txt"
     assert not Event.objects.filter(type="commit", payload__agent_run_id=reader.pk).exists()
 
     quantum.labels = ["writer"]
@@ -513,6 +514,6 @@ def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
     writer = make_run("coder", quantum=quantum)
     assert agent_run_execute(agent_run_id=writer.pk).status == "done"
 
-    assert workspaces.git("rev-parse", "HEAD~1", cwd=path) == head
-    assert workspaces.git("status", "--porcelain", cwd=path) == ""
+    assert git("rev-parse", "HEAD~1", cwd=path) == head
+    assert git("status", "--porcelain", cwd=path) == ""
     assert Event.objects.filter(type="commit", payload__agent_run_id=writer.pk).exists()

@@ -28,13 +28,14 @@ from django.core.management import call_command
 from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from psychonauts.git import git
 from psychonauts.guard import command_judge
 from psychonauts.models import CommandTrauma, Role, TraumaSource
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import SandboxResult, sandbox_run, sandbox_status, sandbox_uid
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
-from psychonauts.workspaces import branch_for, git, workspace_commit, workspace_ensure
+from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")

@@ -16,12 +16,8 @@ from django.utils import timezone
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
 from core.models import Event
-from psychonauts.workspaces import (
-    branch_for,
-    git,
-    workspace_commit,
-    workspace_ensure,
-)
+from psychonauts.git import git
+from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for

@@ -57,3 +57,35 @@ def test_it_rates_an_added_secret_high_but_not_a_removed_one() -> None:
     removed = risk_assess(files=[change("a.py")], diff=f"-KEY = '{key}'\n")
     assert added.risk == "high" and key not in " ".join(added.reasons)
     assert removed.risk == "low"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".gitconfig", "sub/.gitconfig", ".config/git/config", "a/.config/git/attributes",
+     ".gitattributes", "docs/.gitattributes", ".gitmodules", ".githooks/pre-commit",
+     ".husky/pre-push", "vendor/x/.git/config", ".git/hooks/post-merge", ".lfsconfig",
+     ".GitAttributes", '"odd\\tname/.gitconfig"'],
+)  # fmt: skip
+def test_it_rates_git_configuration_attributes_hooks_and_modules_high(path: str) -> None:
+    verdict = risk_assess(files=[change(path)], diff="+x\n")
+    assert verdict.risk == "high"
+    assert any(r.startswith("high: git configuration") and path in r for r in verdict.reasons)
+
+
+@pytest.mark.parametrize(
+    "path", ["gitconfig.md", "src/git.py", ".gitignore", "docs/config/git.md", "a.github.io"]
+)
+def test_it_leaves_paths_that_only_look_like_git_ones_alone(path: str) -> None:
+    assert risk_assess(files=[change(path)], diff="+x\n").risk == "low"
+
+
+def test_it_rates_a_submodule_high() -> None:
+    diff = (
+        "diff --git a/vendor/evil b/vendor/evil\nnew file mode 160000\nindex 0000000..1234567\n"
+        "--- /dev/null\n+++ b/vendor/evil\n@@ -0,0 +1 @@\n+Subproject commit 1234567\n"
+    )
+    verdict = risk_assess(files=[change("vendor/evil", "A")], diff=diff)
+    assert verdict.risk == "high"
+    assert "high: a submodule (a repository inside the tree): vendor/evil" in verdict.reasons
+    moved = "diff --git a/v b/v\nindex 1111111..2222222 160000\n--- a/v\n+++ b/v\n"
+    assert risk_assess(files=[change("v")], diff=moved).risk == "high"

@@ -20,11 +20,10 @@ from core.celery import app
 from core.events import publish
 from core.redaction import redact
 from psychonauts.central import base_branch, fetch_or_last, tracking
+from psychonauts.git import git, git_run
 from psychonauts.verify import VerifyReport
 from psychonauts.workspaces import (
     branch_for,
-    git,
-    git_run,
     registry_lock,
     repo_local,
     repo_lock,

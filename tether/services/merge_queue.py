@@ -35,16 +35,10 @@ from django.conf import settings
 
 from psychonauts.central import branch_push, shared_lock_try
 from psychonauts.errors import WorkspaceError
+from psychonauts.git import TETHER, git, git_run
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import VerifyReport, verify_commands_run
-from psychonauts.workspaces import (
-    git,
-    git_run,
-    repo_key,
-    repo_local,
-    repo_url,
-    scratch_worktree,
-)
+from psychonauts.workspaces import repo_key, repo_local, repo_url, scratch_worktree
 from quanta.models import Quantum
 from tether.errors import TetherError
 from tether.models import ChangeReview
@@ -67,14 +61,6 @@ logger = logging.getLogger(__name__)
 # How many times one entry is merged again when the target moved under it (someone else moved
 # the branch between our merge and our compare-and-set) before it waits for the next kick.
 RACE_RETRIES = 3
-
-_MERGE_ENV = {
-    "PATH": "/usr/bin:/bin:/usr/local/bin",
-    "GIT_AUTHOR_NAME": "Annihilation Tether",
-    "GIT_AUTHOR_EMAIL": "tether@annihilation.invalid",
-    "GIT_COMMITTER_NAME": "Annihilation Tether",
-    "GIT_COMMITTER_EMAIL": "tether@annihilation.invalid",
-}
 
 
 class QueueBlocked(TetherError):
@@ -117,7 +103,7 @@ def _scratch_merge(where: Path, review: ChangeReview) -> tuple[str, list[str]]:
     proc = git_run(
         *("merge", "--no-ff", "--no-edit", "-m", message, review.head_sha),
         cwd=where,
-        env={**_MERGE_ENV, "HOME": str(where)},
+        identity=TETHER,
     )
     if proc.returncode == 0:
         return git("rev-parse", "HEAD", cwd=where), []
@@ -160,9 +146,7 @@ def _target_move(target: str, old: str, merge_sha: str) -> bool:
     # checkout moves all three, and refuses when local changes would be overwritten.
     if sha_of(target) != old:
         return False
-    proc = git_run(
-        "merge", "--ff-only", "--quiet", merge_sha, cwd=checkout, env={**_MERGE_ENV, "HOME": "/"}
-    )
+    proc = git_run("merge", "--ff-only", "--quiet", merge_sha, cwd=checkout, identity=TETHER)
     if proc.returncode == 0:
         return True
     if sha_of(target) != old:

@@ -32,9 +32,10 @@ from bursts.models import QuantumRun, RunStatus, Wave
 from core.access import operator_ensure
 from core.cli import SafeCommand, seconds, shorten, table
 from psychonauts.errors import WorkspaceError
+from psychonauts.git import git
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.sandbox import sandbox_status
-from psychonauts.workspaces import branch_for, demo_repo_ensure, git, repo_local, repo_url
+from psychonauts.workspaces import branch_for, demo_repo_ensure, repo_local, repo_url
 from quanta.errors import QuantaError
 from quanta.importer import quanta_import
 from quanta.models import Quantum

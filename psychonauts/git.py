@@ -1,0 +1,280 @@
+"""The one way the project runs git outside the sandbox: immune to what a repository's files say.
+
+Every git process of the runtime (worktrees, commits, remote mode's fetch and push), the change
+review, the merge queue, the scanners and goal verification runs through `git_command` (or
+`git_run` / `git` on top of it). Agents write the files of the trees these processes work in, so
+nothing in a tree may configure git. git takes configuration, and the programs it runs, from:
+
+- the system file (`/etc/gitconfig`): not read (`GIT_CONFIG_NOSYSTEM=1`);
+- the global files (`$HOME/.gitconfig`, `$XDG_CONFIG_HOME/git/config`): git reads
+  `GIT_CONFIG_GLOBAL` instead, `ANNIHILATION_HOME/git/config`, a file the project writes; `HOME`
+  and `XDG_CONFIG_HOME` are `ANNIHILATION_HOME/git/home`, a folder of the project's that no
+  sandbox can write (the data folder is hidden inside it). With `HOME` a worktree, a committed
+  `.gitconfig` or `.config/git/config` would be git's global configuration;
+- the repository's `.git/config` and a worktree's `config.worktree`: the operator's. The sandbox
+  mounts every git folder a workspace uses read-only, and a worktree's `.git` pointer too, so
+  no agent writes them or points a worktree at a git folder of its own;
+- the environment: every inherited `GIT_*` variable is dropped (`GIT_DIR`, `GIT_CONFIG_*`,
+  `GIT_EXEC_PATH` ... would redirect git), but the few that carry the operator's credentials
+  for a central repository (`GIT_SSH_COMMAND`, `GIT_SSH`, `GIT_SSH_VARIANT`, `GIT_ASKPASS`);
+- the command line: the `-c` settings below, which come last and win over every file.
+
+The `-c` settings, each against a way a tree could make git run a program or reach out:
+- `core.hooksPath=/dev/null`: no hook runs (git's own `hooks/` nor a configured folder);
+- `core.fsmonitor=false`: no file-system monitor program;
+- `core.attributesFile=/dev/null` and `GIT_ATTR_NOSYSTEM=1`: attributes come only from the
+  tree's `.gitattributes`, which can name a filter, diff or merge driver, but a driver is a
+  program only when configuration defines it (`filter.<name>.clean`, `diff.<name>.textconv`,
+  `merge.<name>.driver`), and configuration comes only from the sources above. `diff`, `log`,
+  `show` and `blame` also get `--no-ext-diff --no-textconv`;
+- `protocol.allow=never` but `file`, `git`, `ssh`, `http` and `https` (the schemes
+  ANNIHILATION_REPO accepts): no `ext::` transport, which runs a command;
+- `submodule.recurse=false`, `fetch.recurseSubmodules=false`, `push.recurseSubmodules=no`:
+  a committed `.gitmodules` never makes git fetch or check anything out;
+- `commit.gpgSign=false`, `tag.gpgSign=false`, `log.showSignature=false`: no signing program;
+- `maintenance.auto=false`: git's automatic gc prunes worktrees, which must not race with
+  `worktree add` (workspaces.registry_lock); the runtime runs maintenance itself, under a lock;
+- `safe.directory`: only for the project's own trees, never `*`. A worktree belongs to its
+  quantum's sandbox user when the worker is root, and git refuses a tree another user owns
+  unless told it is safe: it is told so for the target repository itself (the shared mode
+  gives it to quantum 0's user) and for a worktree whose `.git` pointer leads into the target
+  repository's `worktrees/` folder, and for nothing else (a git folder an agent made inside
+  its tree, with a configuration of its own, is refused).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from psychonauts.errors import WorkspaceError
+
+__all__ = [
+    "PSYCHONAUT",
+    "TETHER",
+    "GitCommand",
+    "Identity",
+    "git",
+    "git_command",
+    "git_home",
+    "git_run",
+]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who git records as author and committer (no configuration file names anyone)."""
+
+    name: str
+    email: str
+
+
+PSYCHONAUT = Identity("Annihilation", "psychonaut@annihilation.invalid")
+TETHER = Identity("Annihilation Tether", "tether@annihilation.invalid")
+
+# The operator's ways of giving git credentials for a central repository: kept from the
+# worker's environment. Every other GIT_* variable is dropped.
+_PASSED_GIT_VARIABLES = frozenset({"GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS"})
+
+_PROTOCOLS = ("file", "git", "ssh", "http", "https")
+
+_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.attributesFile", "/dev/null"),
+    ("protocol.allow", "never"),
+    *((f"protocol.{name}.allow", "always") for name in _PROTOCOLS),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("log.showSignature", "false"),
+    ("maintenance.auto", "false"),
+)
+
+# Subcommands that can run an external diff program or a textconv filter.
+_DIFFING = frozenset({"diff", "log", "show", "blame"})
+
+_GLOBAL_CONFIG = """\
+# git's global configuration for every git process Annihilation runs (psychonauts/git.py).
+# Written by Annihilation; it holds no setting: what git must not do is given on each command
+# line, where it wins over every file.
+"""
+
+
+@dataclass(frozen=True)
+class GitCommand:
+    """A git command line and the environment it runs in, for `subprocess`."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+def git_home() -> Path:
+    """The folder git runs with as HOME and XDG_CONFIG_HOME (empty); its global configuration
+    file is beside it. Made on first use in each process."""
+    return _home_ensure(Path(settings.ANNIHILATION_HOME) / "git")[0]
+
+
+_home_lock = threading.Lock()
+_homes_written: set[Path] = set()
+
+
+def _home_ensure(folder: Path) -> tuple[Path, Path]:
+    """(HOME, the global configuration file) under `folder`: written once per process, made
+    again when deleted (a test's data folder)."""
+    home, config = folder / "home", folder / "config"
+    if folder in _homes_written and config.exists():
+        return home, config
+    with _home_lock:
+        home.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o755)
+        home.chmod(0o755)
+        try:
+            current = config.read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if current != _GLOBAL_CONFIG:
+            # Aside and renamed: a concurrent git reads the old file or the new one.
+            aside = folder / f"config.{os.getpid()}.{threading.get_native_id()}"
+            aside.write_text(_GLOBAL_CONFIG, encoding="utf-8")
+            aside.chmod(0o644)
+            aside.replace(config)
+        _homes_written.add(folder)
+        return home, config
+
+
+def _project_repository() -> Path:
+    """The local repository the project's git works in (ANNIHILATION_REPO, or this host's clone
+    of the central repository), without making the clone."""
+    repo = str(settings.ANNIHILATION_REPO)
+    if repo.startswith("/"):
+        return Path(repo)
+    return Path(settings.ANNIHILATION_CLONE)
+
+
+def _toplevel(cwd: Path) -> Path | None:
+    """The folder holding the `.git` that git would find from `cwd` (its own discovery,
+    without a process), resolved as git sees it."""
+    here = cwd.resolve()
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / ".git"):
+            return folder
+    return None
+
+
+def _safe_directories(cwd: Path) -> list[str]:
+    """`safe.directory` values for a command run in `cwd`: its tree when it is the project's
+    repository or one of that repository's worktrees, else none."""
+    top = _toplevel(cwd)
+    if top is None:
+        return []
+    try:
+        repo = _project_repository().resolve()
+    except OSError:
+        return []
+    if top == repo:
+        return [str(top)]
+    dot_git = top / ".git"
+    if not dot_git.is_file() or dot_git.is_symlink():
+        return []
+    try:
+        line = dot_git.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not line.startswith("gitdir:"):
+        return []
+    pointed = (top / line.removeprefix("gitdir:").strip()).resolve()
+    registry = repo / ".git" / "worktrees"
+    if pointed.parent == registry.resolve():
+        return [str(top)]
+    return []
+
+
+def git_command(
+    *args: str,
+    cwd: Path,
+    identity: Identity = PSYCHONAUT,
+    author: str = "",
+    index_file: Path | None = None,
+) -> GitCommand:
+    """The hardened command line and environment of `git <args>` run in `cwd` (see the module's
+    docstring). `author`: the author's name when it is not the identity's; `index_file`: a
+    private index instead of the worktree's own."""
+    home, config = _home_ensure(Path(settings.ANNIHILATION_HOME) / "git")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("GIT_") or key in _PASSED_GIT_VARIABLES
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=str(config),
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_AUTHOR_NAME=author or identity.name,
+        GIT_AUTHOR_EMAIL=identity.email,
+        GIT_COMMITTER_NAME=identity.name,
+        GIT_COMMITTER_EMAIL=identity.email,
+    )
+    if index_file is not None:
+        env["GIT_INDEX_FILE"] = str(index_file)
+    argv = ["git"]
+    for key, value in _OVERRIDES:
+        argv += ["-c", f"{key}={value}"]
+    for folder in _safe_directories(cwd):
+        argv += ["-c", f"safe.directory={folder}"]
+    argv += _with_no_programs(args)
+    return GitCommand(argv=argv, env=env)
+
+
+def _with_no_programs(args: Sequence[str]) -> list[str]:
+    """`args` with `--no-ext-diff --no-textconv` after a diffing subcommand (the caller's own
+    leading `-c key=value` pairs skipped)."""
+    rest = list(args)
+    at = 0
+    while at < len(rest) - 1 and rest[at] == "-c":
+        at += 2
+    if at < len(rest) and rest[at] in _DIFFING:
+        rest[at + 1 : at + 1] = ["--no-ext-diff", "--no-textconv"]
+    return rest
+
+
+def git_run(
+    *args: str,
+    cwd: Path,
+    identity: Identity = PSYCHONAUT,
+    author: str = "",
+    index_file: Path | None = None,
+    timeout: float | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`git <args>` in `cwd`, hardened (`git_command`); the caller reads the exit status."""
+    command = git_command(*args, cwd=cwd, identity=identity, author=author, index_file=index_file)
+    return subprocess.run(
+        command.argv,
+        cwd=cwd,
+        env=command.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        input=input,
+    )
+
+
+def git(*args: str, cwd: Path, identity: Identity = PSYCHONAUT, author: str = "") -> str:
+    """git's output, or WorkspaceError naming the command and git's complaint."""
+    proc = git_run(*args, cwd=cwd, identity=identity, author=author)
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
