@@ -7,14 +7,18 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
 # The demo/dev services and the test services use separate folders and ports. The dev ones can be
-# moved (make dev DEV_HOME=... DEV_PG_PORT=... DEV_REDIS_PORT=..., with DATABASE_URL and REDIS_URL
-# to match); DEV_SERVICES_HOME is where `make services` looks for (or keeps) the Postgres and
-# Redis data, DEV_HOME unless set (tests/core/test_make_dev.py shares the test services).
+# moved (make dev DEV_HOME=... DEV_PG_PORT=... DEV_REDIS_PORT=...; DATABASE_URL and REDIS_URL
+# follow the ports unless set); DEV_SERVICES_HOME is where `make services` looks for (or keeps)
+# the Postgres and Redis data, DEV_HOME unless set (tests/core/test_make_dev.py shares the test
+# services).
 DEV_HOME ?= $(CURDIR)/.annihilation
 DEV_SERVICES_HOME ?= $(DEV_HOME)
 DEV_PG_PORT ?= 55432
 DEV_REDIS_PORT ?= 56379
-DEV_ENV := ANNIHILATION_HOME=$(DEV_HOME) PG_PORT=$(DEV_PG_PORT) REDIS_PORT=$(DEV_REDIS_PORT)
+DATABASE_URL ?= postgres://postgres@127.0.0.1:$(DEV_PG_PORT)/annihilation
+REDIS_URL ?= redis://127.0.0.1:$(DEV_REDIS_PORT)/0
+DEV_ENV := ANNIHILATION_HOME=$(DEV_HOME) PG_PORT=$(DEV_PG_PORT) REDIS_PORT=$(DEV_REDIS_PORT) \
+	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)'
 DEV_SERVICES_ENV := ANNIHILATION_HOME=$(DEV_SERVICES_HOME) PG_PORT=$(DEV_PG_PORT) REDIS_PORT=$(DEV_REDIS_PORT)
 TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_PORT=56380 \
 	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \

@@ -8,7 +8,9 @@
 # another for the tests, so the two never collide). SERVICES_LISTEN adds an address both servers
 # listen on besides loopback, and SERVICES_TRUST_NET a network (CIDR) Postgres trusts besides
 # loopback (scripts/cluster.sh: hosts on a bridge); both unset: loopback only. Safe to run twice:
-# a running server is left alone. Installs postgresql and redis-server from the system packages
+# a running server is left alone. `stop` stops only this checkout's servers: Postgres by its data
+# folder, Redis by the pid file in its data folder (a server of another checkout or program that
+# answers on the same port is left running). Installs postgresql and redis-server from the system packages
 # when they are missing and this user may (root, or password-less sudo); otherwise says what to
 # install and stops.
 set -euo pipefail
@@ -84,6 +86,20 @@ choose_pg_data() {
 pg_running() { [ -f "$PG_DATA/PG_VERSION" ] && as_pg "$BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
 redis_running() { redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
 
+# The pid of this checkout's Redis: the one its pid file names, still a redis-server, working in
+# this checkout's data folder (redis-server runs in its --dir). Empty for any other Redis, even
+# one that answers on REDIS_PORT: that one is someone else's, never stopped nor used from here.
+redis_own_pid() {
+    local pid dir
+    [ -f "$REDIS_DIR/redis.pid" ] || return 0
+    pid=$(tr -dc '0-9' <"$REDIS_DIR/redis.pid")
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 0
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in redis-server*) ;; *) return 0 ;; esac
+    dir=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 0
+    [ "$dir" = "$(cd "$REDIS_DIR" && pwd -P)" ] && echo "$pid"
+    return 0
+}
+
 start_pg() {
     if pg_running; then say "postgres already running on 127.0.0.1:$PG_PORT"; return 0; fi
     port_busy "$PG_PORT" && die "port $PG_PORT is in use by another program; set PG_PORT to a free port (and DATABASE_URL to match)"
@@ -114,8 +130,8 @@ ensure_db() {
 }
 
 start_redis() {
-    if redis_running; then say "redis already running on 127.0.0.1:$REDIS_PORT"; return 0; fi
-    port_busy "$REDIS_PORT" && die "port $REDIS_PORT is in use by another program; set REDIS_PORT to a free port (and REDIS_URL to match)"
+    if [ -n "$(redis_own_pid)" ] && redis_running; then say "redis already running on 127.0.0.1:$REDIS_PORT"; return 0; fi
+    port_busy "$REDIS_PORT" && die "port $REDIS_PORT is in use by another program (not this checkout's Redis, $REDIS_DIR); set REDIS_PORT to a free port (and REDIS_URL to match)"
     mkdir -p "$REDIS_DIR"
     # Another address than loopback: its clients (a bridge's hosts) are let in without a password.
     # shellcheck disable=SC2086 # LISTEN is one address or nothing
@@ -130,9 +146,15 @@ stop_all() {
     if BIN=$(pg_bin) && pg_running; then
         as_pg "$BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null && say "postgres stopped ($PG_DATA)"
     fi
-    if command -v redis-cli >/dev/null 2>&1 && redis_running; then
-        redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
-        say "redis stopped (port $REDIS_PORT)"
+    local pid
+    pid=$(redis_own_pid)
+    if [ -n "$pid" ]; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do [ -d "/proc/$pid" ] || break; sleep 0.05; done
+        [ -d "/proc/$pid" ] && die "redis (pid $pid, $REDIS_DIR) did not stop"
+        say "redis stopped ($REDIS_DIR, port $REDIS_PORT)"
+    elif redis_running; then
+        say "the redis on port $REDIS_PORT is not this checkout's ($REDIS_DIR): left running"
     fi
 }
 
@@ -152,7 +174,9 @@ case "$action" in
         choose_pg_data
         BIN=$(pg_bin || true)
         if [ -n "$BIN" ] && pg_running; then say "postgres: running on $PG_PORT"; else say "postgres: stopped"; fi
-        if redis_running; then say "redis: running on $REDIS_PORT"; else say "redis: stopped"; fi
+        if [ -n "$(redis_own_pid)" ]; then say "redis: running on $REDIS_PORT"
+        elif redis_running; then say "redis: stopped (another program answers on $REDIS_PORT)"
+        else say "redis: stopped"; fi
         ;;
     *) die "unknown action '$action' (start, stop, status)" ;;
 esac
