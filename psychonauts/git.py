@@ -62,7 +62,6 @@ __all__ = [
     "Identity",
     "git",
     "git_command",
-    "git_home",
     "git_run",
 ]
 
@@ -117,12 +116,6 @@ class GitCommand:
     env: dict[str, str]
 
 
-def git_home() -> Path:
-    """The folder git runs with as HOME and XDG_CONFIG_HOME (empty); its global configuration
-    file is beside it. Made on first use in each process."""
-    return _home_ensure(Path(settings.ANNIHILATION_HOME) / "git")[0]
-
-
 _home_lock = threading.Lock()
 _homes_written: set[Path] = set()
 
@@ -135,8 +128,6 @@ def _home_ensure(folder: Path) -> tuple[Path, Path]:
         return home, config
     with _home_lock:
         home.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o755)
-        home.chmod(0o755)
         try:
             current = config.read_text(encoding="utf-8")
         except OSError:
@@ -145,7 +136,6 @@ def _home_ensure(folder: Path) -> tuple[Path, Path]:
             # Aside and renamed: a concurrent git reads the old file or the new one.
             aside = folder / f"config.{os.getpid()}.{threading.get_native_id()}"
             aside.write_text(_GLOBAL_CONFIG, encoding="utf-8")
-            aside.chmod(0o644)
             aside.replace(config)
         _homes_written.add(folder)
         return home, config

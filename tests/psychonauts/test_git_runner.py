@@ -1,0 +1,58 @@
+"""The git runner: what the worker's environment and other users' repositories cannot do to it.
+
+(What a repository's own files cannot do: tests/tether/test_git_hostile.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from psychonauts.git import git, git_run
+from psychonauts.workspaces import workspace_ensure
+
+
+def test_it_ignores_the_git_variables_and_home_of_the_worker(
+    db: None, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    home = tmp_path / "worker-home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f'[core]\n\tfsmonitor = "touch {marks}/home; echo"\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "index"))
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'core.hookspath'='{tmp_path}'")
+    (repo / "calc.py").write_text("changed\n")
+
+    assert git("status", "--porcelain", cwd=repo) == "M calc.py"
+    assert list(marks.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a tree another user owns")
+def test_it_works_in_the_projects_trees_of_other_users_and_in_no_other(
+    db: None, repo: Path, tmp_path: Path
+) -> None:
+    tree = workspace_ensure(quantum_id=3)  # given to the quantum's sandbox user
+    assert tree.stat().st_uid != 0
+    assert git_run("status", cwd=tree).returncode == 0
+
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=stranger, check=True)
+    for path in (stranger, *stranger.rglob("*")):
+        os.lchown(path, 54321, 54321)
+    # An agent's tree holding a repository of its own is no worktree of the project either.
+    nested = tree / "nested"
+    nested.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=nested, check=True)
+    for path in (nested, *nested.rglob("*")):
+        os.lchown(path, tree.stat().st_uid, tree.stat().st_gid)
+
+    for folder in (stranger, nested):
+        refused = git_run("status", cwd=folder)
+        assert refused.returncode != 0 and "dubious ownership" in refused.stderr
