@@ -26,11 +26,14 @@ The `-c` settings, each against a way a tree could make git run a program or rea
   tree's `.gitattributes`, which can name a filter, diff or merge driver, but a driver is a
   program only when configuration defines it (`filter.<name>.clean`, `diff.<name>.textconv`,
   `merge.<name>.driver`), and configuration comes only from the sources above. `diff`, `log`,
-  `show` and `blame` also get `--no-ext-diff --no-textconv`;
+  `show` and `blame` also get `--no-ext-diff --no-textconv`, which win over any setting;
 - `protocol.allow=never` but `file`, `git`, `ssh`, `http` and `https` (the schemes
-  ANNIHILATION_REPO accepts): no `ext::` transport, which runs a command;
-- `submodule.recurse=false`, `fetch.recurseSubmodules=false`, `push.recurseSubmodules=no`:
-  a committed `.gitmodules` never makes git fetch or check anything out;
+  ANNIHILATION_REPO accepts), and `protocol.ext.allow=never`, `protocol.fd.allow=never` (a
+  protocol's own setting would win over `protocol.allow`): no `ext::` transport, which runs a
+  command;
+- `submodule.recurse=false`, `fetch.recurseSubmodules=false`, `push.recurseSubmodules=no`, and
+  `--no-recurse-submodules` on `fetch` and `pull`, `--recurse-submodules=no` on `push`: a
+  committed `.gitmodules` never makes git fetch, push or check anything out;
 - `commit.gpgSign=false`, `tag.gpgSign=false`, `log.showSignature=false`: no signing program;
 - `maintenance.auto=false`: git's automatic gc prunes worktrees, which must not race with
   `worktree add` (workspaces.registry_lock); the runtime runs maintenance itself, under a lock;
@@ -89,6 +92,9 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("core.attributesFile", "/dev/null"),
     ("protocol.allow", "never"),
     *((f"protocol.{name}.allow", "always") for name in _PROTOCOLS),
+    # A protocol's own setting wins over `protocol.allow`, in any file: these two run commands.
+    ("protocol.ext.allow", "never"),
+    ("protocol.fd.allow", "never"),
     ("submodule.recurse", "false"),
     ("fetch.recurseSubmodules", "false"),
     ("push.recurseSubmodules", "no"),
@@ -98,8 +104,15 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("maintenance.auto", "false"),
 )
 
-# Subcommands that can run an external diff program or a textconv filter.
-_DIFFING = frozenset({"diff", "log", "show", "blame"})
+# Options after a subcommand that win over any setting of any file: no external diff program or
+# textconv filter for those that diff, no submodule recursion for those that talk to a remote (a
+# `.gitmodules` entry's own `fetchRecurseSubmodules` would win over `fetch.recurseSubmodules`).
+_NO_PROGRAMS = {
+    **dict.fromkeys(("diff", "log", "show", "blame"), ("--no-ext-diff", "--no-textconv")),
+    "fetch": ("--no-recurse-submodules",),
+    "pull": ("--no-recurse-submodules",),
+    "push": ("--recurse-submodules=no",),
+}
 
 _GLOBAL_CONFIG = """\
 # git's global configuration for every git process Annihilation runs (psychonauts/git.py).
@@ -228,14 +241,14 @@ def git_command(
 
 
 def _with_no_programs(args: Sequence[str]) -> list[str]:
-    """`args` with `--no-ext-diff --no-textconv` after a diffing subcommand (the caller's own
-    leading `-c key=value` pairs skipped)."""
+    """`args` with the subcommand's `_NO_PROGRAMS` options after it (the caller's own leading
+    `-c key=value` pairs skipped)."""
     rest = list(args)
     at = 0
     while at < len(rest) - 1 and rest[at] == "-c":
         at += 2
-    if at < len(rest) and rest[at] in _DIFFING:
-        rest[at + 1 : at + 1] = ["--no-ext-diff", "--no-textconv"]
+    if at < len(rest) and rest[at] in _NO_PROGRAMS:
+        rest[at + 1 : at + 1] = _NO_PROGRAMS[rest[at]]
     return rest
 
 

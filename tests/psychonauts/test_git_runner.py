@@ -56,3 +56,17 @@ def test_it_works_in_the_projects_trees_of_other_users_and_in_no_other(
     for folder in (stranger, nested):
         refused = git_run("status", cwd=folder)
         assert refused.returncode != 0 and "dubious ownership" in refused.stderr
+
+
+def test_it_refuses_the_transport_that_runs_a_command(
+    db: None, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As an operator's environment or configuration might allow it for their own use.
+    monkeypatch.setenv("GIT_ALLOW_PROTOCOL", "ext:file")
+    git("config", "protocol.ext.allow", "always", cwd=repo)
+    marker = tmp_path / "ran"
+
+    proc = git_run("ls-remote", f"ext::sh -c touch% {marker}", cwd=repo)
+
+    assert proc.returncode != 0 and "transport 'ext' not allowed" in proc.stderr
+    assert not marker.exists()
