@@ -43,7 +43,7 @@ from django.conf import settings
 
 from core.locks import RedisLock, redis_lock_try
 from psychonauts.errors import WorkspaceError
-from psychonauts.git import git, git_command, git_run
+from psychonauts.git import git, git_command, git_run, submodules_left_out
 from psychonauts.sandbox import workspace_own
 from psychonauts.workspaces import (
     add_all_args,
@@ -386,6 +386,7 @@ def _set_aside(path: Path, tip: str, *, quantum_id: int) -> None:
         git(
             *("stash", "push", "--include-untracked", "--quiet"),
             *("-m", f"annihilation q-{quantum_id}: set aside to reach {tip[:10]}"),
+            *("--", ".", *submodules_left_out(path)),
             cwd=path,
         )
     git("reset", "--hard", "--quiet", tip, cwd=path)

@@ -33,7 +33,10 @@ The `-c` settings, each against a way a tree could make git run a program or rea
   command;
 - `submodule.recurse=false`, `fetch.recurseSubmodules=false`, `push.recurseSubmodules=no`, and
   `--no-recurse-submodules` on `fetch` and `pull`, `--recurse-submodules=no` on `push`: a
-  committed `.gitmodules` never makes git fetch, push or check anything out;
+  committed `.gitmodules` never makes git fetch, push or check anything out; `diff` and
+  `status` get `--ignore-submodules=dirty` (no `git status` inside a submodule's folder, where a
+  repository an agent made would bring its own configuration), and `git add` and `git stash`,
+  which take no such option, get `submodules_left_out`;
 - `commit.gpgSign=false`, `tag.gpgSign=false`, `log.showSignature=false`: no signing program;
 - `maintenance.auto=false`: git's automatic gc prunes worktrees, which must not race with
   `worktree add` (workspaces.registry_lock); the runtime runs maintenance itself, under a lock;
@@ -66,6 +69,7 @@ __all__ = [
     "git",
     "git_command",
     "git_run",
+    "submodules_left_out",
 ]
 
 
@@ -108,7 +112,11 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
 # textconv filter for those that diff, no submodule recursion for those that talk to a remote (a
 # `.gitmodules` entry's own `fetchRecurseSubmodules` would win over `fetch.recurseSubmodules`).
 _NO_PROGRAMS = {
-    **dict.fromkeys(("diff", "log", "show", "blame"), ("--no-ext-diff", "--no-textconv")),
+    **dict.fromkeys(("log", "show", "blame"), ("--no-ext-diff", "--no-textconv")),
+    # Besides: never `git status` inside a submodule's folder (its own configuration would
+    # apply), whatever `.gitmodules` says (its `ignore = none` wins over any setting).
+    "diff": ("--no-ext-diff", "--no-textconv", "--ignore-submodules=dirty"),
+    "status": ("--ignore-submodules=dirty",),
     "fetch": ("--no-recurse-submodules",),
     "pull": ("--no-recurse-submodules",),
     "push": ("--recurse-submodules=no",),
@@ -250,6 +258,20 @@ def _with_no_programs(args: Sequence[str]) -> list[str]:
     if at < len(rest) and rest[at] in _NO_PROGRAMS:
         rest[at + 1 : at + 1] = _NO_PROGRAMS[rest[at]]
     return rest
+
+
+def submodules_left_out(workspace: Path, *, index_file: Path | None = None) -> list[str]:
+    """Pathspecs that leave out each submodule of the worktree's index whose folder holds a
+    repository (one an agent made: its configuration is the agent's). `git add` and `git
+    stash` run `git status` inside a submodule's folder, with that repository's configuration
+    and attributes (its filters), and take no option against it: they get these instead."""
+    listing = git_run("ls-files", "--stage", "-z", cwd=workspace, index_file=index_file)
+    specs: list[str] = []
+    for entry in listing.stdout.split("\0") if listing.returncode == 0 else ():
+        meta, _, path = entry.partition("\t")
+        if meta.startswith("160000 ") and os.path.lexists(workspace / path / ".git"):
+            specs.append(f":(top,literal,exclude){path}")
+    return specs
 
 
 def git_run(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from psychonauts.errors import PathEscape, WorkspaceError
-from psychonauts.git import git, git_run
+from psychonauts.git import git, git_run, submodules_left_out
 from psychonauts.sandbox import workspace_own
 
 if TYPE_CHECKING:
@@ -505,17 +505,18 @@ def commit_message(quantum_id: int, agent_id: str, role: str) -> str:
 
 def add_all_args(workspace: Path, *, index_file: Path | None = None) -> list[str]:
     """`git add -A` of everything the agent changed but the excludes (COMMIT_EXCLUDES) and the
-    submodules whose folder holds a repository. For each such submodule `git add` would run
-    `git status` inside it, with that repository's own configuration (its filters and
-    attributes), which the agent wrote; they are left out, as the runtime never moves a
-    submodule."""
-    args = ["-c", f"core.excludesFile={excludes_file(workspace)}", "add", "-A", "--", "."]
-    listing = git_run("ls-files", "--stage", "-z", cwd=workspace, index_file=index_file)
-    for entry in listing.stdout.split("\0") if listing.returncode == 0 else ():
-        meta, _, path = entry.partition("\t")
-        if meta.startswith("160000 ") and os.path.lexists(workspace / path / ".git"):
-            args.append(f":(top,literal,exclude){path}")
-    return args
+    submodules whose folder holds a repository (psychonauts/git.py: the runtime never moves a
+    submodule)."""
+    left_out = submodules_left_out(workspace, index_file=index_file)
+    return [
+        "-c",
+        f"core.excludesFile={excludes_file(workspace)}",
+        "add",
+        "-A",
+        "--",
+        ".",
+        *left_out,
+    ]
 
 
 def _commit(workspace: Path, quantum_id: int, agent_id: str, role: str) -> str:

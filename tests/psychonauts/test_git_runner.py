@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.git import git, git_run
+from psychonauts.git import git, git_run, submodules_left_out
 from psychonauts.workspaces import workspace_ensure
 
 
@@ -70,3 +70,32 @@ def test_it_refuses_the_transport_that_runs_a_command(
 
     assert proc.returncode != 0 and "transport 'ext' not allowed" in proc.stderr
     assert not marker.exists()
+
+
+def test_it_never_looks_inside_a_submodule_whose_folder_holds_a_repository(
+    db: None, repo: Path, tmp_path: Path
+) -> None:
+    """A repository made in a submodule's folder (by an agent, or by a check in a scratch
+    worktree) brings a configuration of its own: `git status` inside it would run its filters."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    nested = repo / "vendor" / "x"
+    nested.mkdir(parents=True)
+    (nested / ".gitattributes").write_text("* filter=evil\n")
+    (nested / "file.txt").write_text("one\n")
+    plain = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=a", "-c", "user.email=a@b",
+                                                 "commit", "-qm", "x"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=nested, env=plain, check=True)
+    with (nested / ".git" / "config").open("a") as config:
+        config.write(f'[filter "evil"]\n\tclean = "touch {marks}/clean; cat"\n')
+    git("add", "vendor/x", cwd=repo)  # a submodule of the repository now
+    (repo / ".gitmodules").write_text('[submodule "x"]\n\tpath = vendor/x\n\tignore = none\n')
+    git("commit", "-qm", "a submodule", cwd=repo)
+    (nested / "file.txt").write_text("two\n")  # same size, new time: read again
+
+    git("status", "--porcelain", cwd=repo)
+    git("diff", "--name-only", cwd=repo)
+    git(*("stash", "push", "--include-untracked", "--", "."), *submodules_left_out(repo), cwd=repo)
+
+    assert list(marks.iterdir()) == []
