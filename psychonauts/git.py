@@ -8,9 +8,10 @@ nothing in a tree may configure git. git takes configuration, and the programs i
 - the system file (`/etc/gitconfig`): not read (`GIT_CONFIG_NOSYSTEM=1`);
 - the global files (`$HOME/.gitconfig`, `$XDG_CONFIG_HOME/git/config`): git reads
   `GIT_CONFIG_GLOBAL` instead, `ANNIHILATION_HOME/git/config`, a file the project writes; `HOME`
-  and `XDG_CONFIG_HOME` are `ANNIHILATION_HOME/git/home`, a folder of the project's that no
-  sandbox can write (the data folder is hidden inside it). With `HOME` a worktree, a committed
-  `.gitconfig` or `.config/git/config` would be git's global configuration;
+  and `XDG_CONFIG_HOME` are `ANNIHILATION_HOME/git/home`, an empty folder of the project's
+  that no sandbox can write (every sandbox mounts the data folder empty). With `HOME` a
+  worktree, a committed `.gitconfig` or `.config/git/config` would be git's global
+  configuration;
 - the repository's `.git/config` and a worktree's `config.worktree`: the operator's. The sandbox
   mounts every git folder a workspace uses read-only, and a worktree's `.git` pointer too, so
   no agent writes them or points a worktree at a git folder of its own;
