@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 from pathlib import Path
@@ -99,3 +100,40 @@ def test_it_never_looks_inside_a_submodule_whose_folder_holds_a_repository(
     git(*("stash", "push", "--include-untracked", "--", "."), *submodules_left_out(repo), cwd=repo)
 
     assert list(marks.iterdir()) == []
+
+
+APPS = ("core", "quanta", "bursts", "psychonauts", "tether", "reflection", "autopilot",
+        "operations", "hooks", "api", "annihilation")  # fmt: skip
+
+
+def git_processes_outside_the_runner(root: Path) -> list[str]:
+    """Calls whose command line is a list starting with "git", anywhere in the apps but the
+    runner itself."""
+    found = []
+    for app in APPS:
+        for path in sorted((root / app).rglob("*.py")):
+            if path == root / "psychonauts" / "git.py" or "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not isinstance(node, ast.Call) or not node.args:
+                    continue
+                first = node.args[0]
+                if (
+                    isinstance(first, ast.List | ast.Tuple)
+                    and first.elts
+                    and isinstance(first.elts[0], ast.Constant)
+                    and first.elts[0].value == "git"
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_every_git_process_of_the_apps_goes_through_the_runner(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert git_processes_outside_the_runner(root) == []
+    # The check sees one.
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "m.py").write_text(
+        "import subprocess\nsubprocess.run(['git', 'status'], check=False)\n"
+    )
+    assert git_processes_outside_the_runner(tmp_path) == ["core/m.py:2"]
