@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fnmatch
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Generator
@@ -29,12 +28,12 @@ from core.safetext import text_problem
 from psychonauts import leases
 from psychonauts.diary import diary_add
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
-from psychonauts.guard import Tier, command_judge
-from psychonauts.models import CommandTrauma, DiaryKind, Mail
+from psychonauts.guard import Policy, Tier, command_judge
+from psychonauts.models import DiaryKind, Mail
 from psychonauts.providers.base import ContentBlock, ToolSpec
 from psychonauts.sandbox import SandboxResult, SandboxUnavailable, sandbox_run, sandbox_uid
 from psychonauts.schema import schema_errors
-from psychonauts.traumas import trauma_record
+from psychonauts.traumas import trauma_pattern, trauma_record, traumas_for
 
 SpawnSpec = dict[str, str]
 SpawnFn = Callable[[list[SpawnSpec]], str]
@@ -505,39 +504,38 @@ def _grep(ctx: ToolContext, args: dict[str, Any]) -> str:
     return "\n".join(hits) or "(no match)"
 
 
+def guard_policy() -> Policy:
+    """What holds an agent's command besides the guard: the sandbox, unless it is switched off
+    (where it is on but cannot start, no command runs at all)."""
+    sandboxed = settings.SANDBOX_MODE != "off"
+    return Policy(sandboxed=sandboxed, network=sandboxed and bool(settings.SANDBOX_NETWORK))
+
+
 def command_check(ctx: ToolContext, command: str) -> None:
-    """The guard's verdict; a refused danger is recorded as a trauma."""
-    traumas = [(t.pattern, t.reason) for t in CommandTrauma.objects.filter(active=True)]
-    verdict = command_judge(command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW, traumas=traumas)
+    """The guard's verdict, with the traumas of the agent's quantum and the global ones; a
+    refused danger is recorded as a trauma of that quantum."""
+    verdict = command_judge(
+        command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW,
+        traumas=traumas_for(quantum_id=ctx.quantum_id), policy=guard_policy(),
+    )  # fmt: skip
     if verdict.allowed:
         return
     if verdict.tier == Tier.DANGER:
         worst = max(verdict.parts, key=lambda v: v.tier)
         trauma_record(
-            pattern=re.escape(worst.text), reason=f"refused: {worst.reason}",
-            source="guard", agent_id=ctx.agent_id,
+            pattern=trauma_pattern(worst.text), reason=f"refused: {worst.reason}",
+            source="guard", agent_id=ctx.agent_id, quantum_id=ctx.quantum_id,
         )  # fmt: skip
     raise CommandRefused(verdict.reason)
 
 
-# What a command's end says about a sandbox boundary it ran into.
-_VIOLATIONS = (
-    (re.compile(r"Read-only file system"), "wrote outside its workspace"),
-    (re.compile(r"fork: (?:retry: )?Resource temporarily unavailable|Cannot fork"),
-     "hit the process limit"),
-    (re.compile(r"Cannot allocate memory|MemoryError|std::bad_alloc|out of memory"),
-     "hit the memory limit"),
-)  # fmt: skip
-
-
 def _violation(result: SandboxResult) -> str:
-    """The boundary a command ran into, or "". Running out of time is not one: a slow test
+    """The limit a command ran into that the runtime measured itself, or "". What the command
+    printed says nothing: the agent chose it (a file named `MemoryError` that `ls` lists, a test
+    that prints "Read-only file system"). Running out of time is not one either: a slow test
     suite is no incident, and a trauma would refuse it from then on."""
     if result.stopped == "output":
         return "printed more than the output limit"
-    for pattern, what in _VIOLATIONS:
-        if pattern.search(result.stderr) or pattern.search(result.stdout):
-            return what
     return ""
 
 
@@ -555,8 +553,9 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
     )
     violation = _violation(result) if result.sandboxed else ""
     if violation:
-        trauma_record(pattern=re.escape(command), reason=f"sandbox: {violation}",
-                      source="sandbox", agent_id=ctx.agent_id)  # fmt: skip
+        trauma_record(pattern=trauma_pattern(command), reason=f"sandbox: {violation}",
+                      source="sandbox", agent_id=ctx.agent_id,
+                      quantum_id=ctx.quantum_id)  # fmt: skip
     if result.stopped == "timeout":
         raise ToolFailure(
             f"timed out after {timeout:.0f}s and was killed\n{truncate(result.output)}"
