@@ -339,6 +339,7 @@ def _judge_git(text: str, args: list[str], policy: Policy) -> PartVerdict:
 _NETWORK_GIT = {"ls-remote", "fetch", "pull", "push", "clone", "archive", "send-email"}
 # Programs whose harm is reaching the network: held by a sandbox without one.
 _NETWORK = {"curl", "wget", "ssh", "scp", "rsync", "nc", "ncat", "telnet", "ftp", "sftp"}
+_INSTALLERS = {"npm", "pip", "pip3", "uv", "yarn", "pnpm", "poetry"}
 # Cautions the sandbox does not make harmless, or that cannot work inside it.
 _CAUTION_SANDBOXED = {"docker", "apt", "apt-get", "crontab"}
 
@@ -457,19 +458,14 @@ def judge_part(part: Part, previous: Sequence[Part], policy: Policy = STRICT) ->
         if policy.sandboxed and not policy.network:
             return PartVerdict(text, Tier.SAFE, "the sandbox has no network")
         return PartVerdict(text, Tier.CAUTION, _CAUTION.get(prog, "reaches the network"))
+    if prog in _INSTALLERS and args[:1] in (["install"], ["add"], ["i"], ["sync"]):
+        if policy.network and not any(a in {"--no-index", "--offline"} for a in args):
+            return PartVerdict(text, Tier.CAUTION, "installs packages from the network")
+        return _held(text, Tier.CAUTION, "installs packages", policy)
     if prog in _CAUTION:
         if prog in _CAUTION_SANDBOXED:
             return PartVerdict(text, Tier.CAUTION, _CAUTION[prog])
         return _held(text, Tier.CAUTION, _CAUTION[prog], policy)
-    if prog in {"npm", "pip", "uv", "yarn", "pnpm", "poetry"} and args[:1] in (
-        ["install"],
-        ["add"],
-        ["i"],
-        ["sync"],
-    ):
-        if policy.sandboxed and policy.network:
-            return PartVerdict(text, Tier.CAUTION, "installs packages from the network")
-        return _held(text, Tier.CAUTION, "installs packages", policy)
     if prog in _SAFE:
         return PartVerdict(text, Tier.SAFE, "known safe program")
     return _held(text, Tier.CAUTION, f"{prog}: not a known safe program", policy)
