@@ -194,7 +194,9 @@ def test_every_dangerous_command_is_refused_or_held_by_the_sandbox(
         wrote = tool_execute(ctx, "write_file", {"path": name, "content": box.fill(text)}, [])
         assert not wrote.is_error, wrote.output
     before = box.snapshot()
-    refused, held, harmed = [], [], {}
+    refused: list[str] = []
+    held: list[str] = []
+    harmed: dict[str, list[str]] = {}
 
     for name, command in DANGEROUS.items():
         result = tool_execute(ctx, "shell", {"command": box.fill(command), "timeout_s": 30}, [])
