@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.sandbox import sandbox_uid
+from psychonauts.sandbox import sandbox_uid, workspace_own
 from psychonauts.tools import ToolContext, ToolResult, tool_execute
 
 pytestmark = [
@@ -263,3 +263,26 @@ def test_a_folder_link_is_followed_only_while_it_stays_inside_the_worktree(scene
     assert [r.output for r in followed] == ["mine\n", "mine\n", "f"]
     assert all(r.is_error and "refused" in r.output for r in refused), refused
     assert not (scene.worktree / ".git" / "hooks").exists()
+
+
+def test_handing_a_worktree_to_its_quantum_never_hands_over_what_a_swapped_link_leads_to(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (scene.folder / "inner").mkdir()
+    (scene.folder / "inner" / "g").write_text("mine\n")
+    swapper = Swapper(monkeypatch, scene)
+
+    def own() -> ToolResult:
+        workspace_own(scene.worktree, quantum_id=QUANTUM)
+        return ToolResult("", False)
+
+    for result in swapper.replay(own):
+        scene.assert_outside_untouched(result)
+    scene.reset()
+    (scene.folder / "inner").mkdir()
+    (scene.folder / "inner" / "g").write_text("mine\n")
+    (scene.worktree / "link").symlink_to(scene.outside / "f")
+    own()
+    for path in ("d", "d/inner", "d/inner/g", "link"):
+        assert os.lstat(scene.worktree / path).st_uid == sandbox_uid(QUANTUM), path
+    scene.assert_outside_untouched(ToolResult("", False))
