@@ -243,6 +243,13 @@ def _open_dir(ctx: ToolContext, parts: tuple[str, ...], rel: str, *, make: bool 
     """A descriptor for the folder `parts` below the workspace (made, with its parents, when
     `make`). A link to a folder inside the workspace is followed by reading it and walking again
     from the workspace's root, one step at a time: never by handing the kernel a path."""
+    return _open_dir_where(ctx, parts, rel, make=make)[0]
+
+
+def _open_dir_where(
+    ctx: ToolContext, parts: tuple[str, ...], rel: str, *, make: bool = False
+) -> tuple[int, tuple[str, ...]]:
+    """_open_dir, and the steps the folder was reached by once links were followed."""
     for _ in range(LINK_HOPS):
         fd, walked = _root_fd(ctx), 0
         try:
@@ -260,7 +267,7 @@ def _open_dir(ctx: ToolContext, parts: tuple[str, ...], rel: str, *, make: bool 
                     _own(inner, ctx)
                 os.close(fd)
                 fd = inner
-            return fd
+            return fd, parts
         except _Link as link:
             os.close(fd)
             parts = _through_link(ctx, parts[:walked], link.target, parts[walked:], rel)
@@ -346,13 +353,20 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
     return "".join(lines[offset : offset + limit])
 
 
-def _lease_key(rel: str) -> str:
-    """The name a lease knows a file by: its steps below the workspace, as written (the file
-    system is not asked: a lease names a path, whatever is there now)."""
+def _lease_key(ctx: ToolContext, rel: str) -> str:
+    """The name a lease knows a file by: its steps below the workspace, with the folder links
+    on the way followed (two names of one file share one lease)."""
     parts = _parts(rel)
     if not parts:
         raise ToolFailure(f"{rel!r}: name a file")
-    return "/".join(parts)
+    try:
+        fd, folder = _open_dir_where(ctx, parts[:-1], rel)
+    except PathEscape:
+        raise
+    except ToolFailure:
+        return "/".join(parts)  # its folder does not exist yet: no link on the way either
+    os.close(fd)
+    return "/".join((*folder, parts[-1]))
 
 
 def _check_write(ctx: ToolContext, rel: str) -> None:
@@ -360,7 +374,7 @@ def _check_write(ctx: ToolContext, rel: str) -> None:
     if not ctx.shared:
         return
     leases.lease_require_exclusive(
-        workspace=str(ctx.workspace), path=_lease_key(rel), holder=ctx.holder
+        workspace=str(ctx.workspace), path=_lease_key(ctx, rel), holder=ctx.holder
     )
 
 
@@ -611,14 +625,14 @@ def _spawn(ctx: ToolContext, args: dict[str, Any]) -> str:
 def _lease_acquire(ctx: ToolContext, args: dict[str, Any]) -> str:
     if not ctx.shared:
         return "leases are only needed in the shared-tree mode; you have your own worktree"
-    path = _lease_key(args["path"])
+    path = _lease_key(ctx, args["path"])
     mode = args.get("mode", "exclusive")
     leases.lease_acquire(workspace=str(ctx.workspace), path=path, holder=ctx.holder, mode=mode)
     return f"leased {path} ({mode})"
 
 
 def _lease_release(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = _lease_key(args["path"])
+    path = _lease_key(ctx, args["path"])
     leases.lease_release(workspace=str(ctx.workspace), path=path, holder=ctx.holder)
     return f"released {path}"
 

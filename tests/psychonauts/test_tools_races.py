@@ -286,3 +286,19 @@ def test_handing_a_worktree_to_its_quantum_never_hands_over_what_a_swapped_link_
     for path in ("d", "d/inner", "d/inner/g", "link"):
         assert os.lstat(scene.worktree / path).st_uid == sandbox_uid(QUANTUM), path
     scene.assert_outside_untouched(ToolResult("", False))
+
+
+def test_two_names_of_one_file_share_its_lease_in_the_shared_tree(scene: Scene) -> None:
+    (scene.worktree / "alias").symlink_to("d")
+    ctx, other = _ctx(scene), _ctx(scene)
+    other.agent_id = f"{QUANTUM}_s0_reviewer"
+    ctx.shared = other.shared = True
+
+    leased = tool_execute(ctx, "lease_acquire", {"path": "d/f"}, [])
+    through_alias = tool_execute(other, "write_file", {"path": "alias/f", "content": "x"}, [])
+    alias_lease = tool_execute(other, "lease_acquire", {"path": "./alias/f"}, [])
+
+    assert not leased.is_error, leased.output
+    assert through_alias.is_error and "no exclusive lease" in through_alias.output
+    assert alias_lease.is_error and f"leased by {QUANTUM}_s0_coder#1" in alias_lease.output
+    assert (scene.folder / "f").read_text() == "mine\n"
