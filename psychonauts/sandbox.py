@@ -374,13 +374,6 @@ def workspace_own(path: Path, *, quantum_id: int) -> None:
     tree_chown(path, uid, skip_top=frozenset({".git"}))
 
 
-def path_own(path: Path, *, quantum_id: int) -> None:
-    """One file or folder the runtime wrote in a workspace: the quantum's sandbox user's."""
-    uid = sandbox_uid(quantum_id)
-    if uid is not None and settings.SANDBOX_MODE != "off":
-        os.lchown(path, uid, uid)
-
-
 _status_lock = threading.Lock()
 # A sandbox that started once starts again: kept per process. A failure is probed again on the
 # next command (it may have been passing: a fork refused under load).

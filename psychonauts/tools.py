@@ -180,7 +180,8 @@ def _root_fd(ctx: ToolContext) -> int:
 def _own(fd: int, ctx: ToolContext) -> None:
     """What the runtime created in a workspace becomes the quantum's sandbox user's: by its
     descriptor, so it is that file and no other."""
-    uid = sandbox_uid(ctx.quantum_id)
+    # The uid the agent's commands run as (in the shared tree, one for every agent: `_shell`).
+    uid = sandbox_uid(0 if ctx.shared else ctx.quantum_id)
     if uid is not None and settings.SANDBOX_MODE != "off":
         os.fchown(fd, uid, uid)
 
