@@ -177,12 +177,19 @@ def _root_fd(ctx: ToolContext) -> int:
     return os.open(ctx.workspace.resolve(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
+def _sandbox_user(ctx: ToolContext) -> int | None:
+    """The uid the agent's commands run as, when it is not the worker's own (in the shared
+    tree, one for every agent: `_shell`)."""
+    if settings.SANDBOX_MODE == "off":
+        return None
+    return sandbox_uid(0 if ctx.shared else ctx.quantum_id)
+
+
 def _own(fd: int, ctx: ToolContext) -> None:
     """What the runtime created in a workspace becomes the quantum's sandbox user's: by its
     descriptor, so it is that file and no other."""
-    # The uid the agent's commands run as (in the shared tree, one for every agent: `_shell`).
-    uid = sandbox_uid(0 if ctx.shared else ctx.quantum_id)
-    if uid is not None and settings.SANDBOX_MODE != "off":
+    uid = _sandbox_user(ctx)
+    if uid is not None:
         os.fchown(fd, uid, uid)
 
 
@@ -278,9 +285,9 @@ def _open_dir_where(
     raise PathEscape(f"{rel}: more than {LINK_HOPS} links on the way")
 
 
-def _open_file(dir_fd: int, name: str, flags: int, rel: str) -> int:
+def _open_file(ctx: ToolContext, dir_fd: int, name: str, flags: int, rel: str) -> int:
     """A regular file `name` of the folder `dir_fd`: never a link, a FIFO or a device, and never
-    a file with another name outside the workspace (a hard link) the sandbox user does not own."""
+    a file with another name (a hard link) the sandbox user does not own."""
     try:
         # O_NONBLOCK: a FIFO an agent made fails at once instead of holding the worker (it
         # changes nothing for a regular file).
@@ -297,10 +304,11 @@ def _open_file(dir_fd: int, name: str, flags: int, rel: str) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ToolFailure(f"{rel}: not a regular file")
-        if st.st_nlink > 1:
-            # A hard link can name a file of anyone's anywhere on the same file system: the
+        uid = _sandbox_user(ctx)
+        if st.st_nlink > 1 and uid is not None and st.st_uid != uid:
+            # A hard link can name a file of anyone's elsewhere on the same file system: the
             # runtime (root) would read or hand over a file the sandbox user cannot reach.
-            raise PathEscape(f"{rel}: a hard link; the file tools only use files with one name")
+            raise PathEscape(f"{rel}: a hard link to a file that is not the workspace's")
         return fd
     except BaseException:
         os.close(fd)
@@ -319,7 +327,7 @@ def _open_beneath(ctx: ToolContext, rel: str, flags: int, *, make_parents: bool 
             raise
         raise ToolFailure(f"{rel}: no such file") from None
     try:
-        return _open_file(dir_fd, parts[-1], flags, rel)
+        return _open_file(ctx, dir_fd, parts[-1], flags, rel)
     finally:
         os.close(dir_fd)
 
@@ -498,7 +506,7 @@ def _grep(ctx: ToolContext, args: dict[str, Any]) -> str:
             if not fnmatch.fnmatch(rel, only):
                 continue
             try:
-                text = _read_fd(_open_file(dir_fd, name, os.O_RDONLY, rel), rel, strict=True)
+                text = _read_fd(_open_file(ctx, dir_fd, name, os.O_RDONLY, rel), rel, strict=True)
             except (UnicodeDecodeError, OSError, ToolFailure):
                 continue  # binary, unreadable, too large, or a link
             for number, line in enumerate(text.splitlines(), 1):

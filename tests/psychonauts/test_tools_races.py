@@ -194,10 +194,14 @@ def test_a_hard_link_to_a_root_only_file_is_neither_written_nor_handed_over(
     read = tool_execute(ctx, "read_file", {"path": "d/linked"}, [])
     grep = tool_execute(ctx, "grep", {"pattern": "root-only"}, [])
 
-    assert write.is_error and "link" in write.output, write.output
-    assert read.is_error and "link" in read.output, read.output
+    os.link(scene.folder / "f", scene.folder / "second-name")
+    own = tool_execute(ctx, "read_file", {"path": "d/second-name"}, [])
+
+    assert write.is_error and "hard link" in write.output, write.output
+    assert read.is_error and "hard link" in read.output, read.output
     for result in (write, read, grep):
         scene.assert_outside_untouched(result)
+    assert own.output == "mine\n"  # a second name of the quantum's own file is no escape
 
 
 def test_a_sibling_swapping_in_a_loop_never_wins(scene: Scene) -> None:
