@@ -499,7 +499,11 @@ def _fork_bomb(command: str) -> bool:
 def _traumatic(verdict: PartVerdict, traumas: Sequence[tuple[str, str]]) -> PartVerdict:
     """The verdict escalated one tier when a trauma matches its text."""
     for pattern, why in traumas:
-        if re.search(pattern, verdict.text):
+        try:
+            found = re.search(pattern, verdict.text)
+        except re.error:
+            continue  # an operator's pattern that does not compile matches nothing
+        if found:
             tier = Tier(min(verdict.tier + 1, Tier.DANGER))
             return PartVerdict(verdict.text, tier, f"{verdict.reason}; trauma: {why}")
     return verdict

@@ -118,3 +118,10 @@ def test_a_recorded_trauma_matches_its_command_and_no_other() -> None:
     assert not command_judge("make a && make b", traumas=whole, policy=SANDBOXED).allowed
     assert command_judge("make a", traumas=whole, policy=SANDBOXED).allowed
     assert command_judge("make a && make c", traumas=whole, policy=SANDBOXED).allowed
+
+
+def test_a_pattern_that_does_not_compile_matches_nothing() -> None:
+    traumas = [("(unclosed", "typed by hand"), (trauma_pattern("ls"), "listed a trap")]
+
+    assert command_judge("git status", traumas=traumas, policy=SANDBOXED).allowed
+    assert not command_judge("ls", traumas=traumas, policy=SANDBOXED).allowed
