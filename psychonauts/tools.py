@@ -347,7 +347,7 @@ def _read_text(ctx: ToolContext, rel: str, *, strict: bool = False) -> str:
 
 
 def _write_text(ctx: ToolContext, rel: str, text: str) -> None:
-    # Truncated only once the descriptor is known to be a regular file with one name.
+    # Truncated only once the descriptor is known to be a regular file of the workspace's.
     fd = _open_beneath(ctx, rel, os.O_WRONLY | os.O_CREAT, make_parents=True)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.truncate(0)
@@ -425,23 +425,22 @@ def _list_dir(ctx: ToolContext, args: dict[str, Any]) -> str:
             for entry in entries:
                 if entry.name == ".git":
                     continue
-                kind = (
-                    "@"
-                    if entry.is_symlink()
-                    else "/"
-                    if entry.is_dir(follow_symlinks=False)
-                    else ""
-                )
-                names.append(entry.name + kind)
+                if entry.is_symlink():
+                    names.append(f"{entry.name}@")
+                elif entry.is_dir(follow_symlinks=False):
+                    names.append(f"{entry.name}/")
+                else:
+                    names.append(entry.name)
     finally:
         os.close(fd)
     return "\n".join(sorted(names)) or "(empty)"
 
 
 def _entries(fd: int) -> list[tuple[str, bool]]:
-    """The folder's names, each with whether it is a folder (a link is not one)."""
+    """The folder's names, each with whether it is a folder (a link is not one), last name
+    first: the walk pops them from the end."""
     with os.scandir(fd) as entries:
-        return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in entries)
+        return sorted(((e.name, e.is_dir(follow_symlinks=False)) for e in entries), reverse=True)
 
 
 def _walk(ctx: ToolContext) -> Generator[tuple[int, str, str], None, None]:
@@ -459,7 +458,7 @@ def _walk(ctx: ToolContext) -> Generator[tuple[int, str, str], None, None]:
                 stack.pop()
                 os.close(fd)
                 continue
-            name, is_dir = entries.pop(0)
+            name, is_dir = entries.pop()
             rel = f"{prefix}{name}"
             if not is_dir:
                 yield fd, name, rel
