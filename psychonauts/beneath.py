@@ -7,14 +7,12 @@ then lead anywhere on the machine; a descriptor opened step by step with O_NOFOL
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 # How deep a tree is followed (each level holds a descriptor open).
 DEPTH = 256
 
@@ -35,14 +33,17 @@ def tree_chown(root: Path, uid: int, *, skip_top: frozenset[str] = frozenset()) 
 
 def _chown_below(dir_fd: int, uid: int, skip: frozenset[str], depth: int) -> None:
     with os.scandir(dir_fd) as entries:
-        names = [entry.name for entry in entries if entry.name not in skip]
-    for name in names:
+        listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries if e.name not in skip]
+    for name, is_dir in listed:
+        if not is_dir:
+            _chown_entry(dir_fd, name, uid)
+            continue
         try:
             fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-                _chown_entry(dir_fd, name, uid)
-            continue  # gone meanwhile
+                _chown_entry(dir_fd, name, uid)  # swapped for a link or a file since listed
+            continue
         try:
             os.fchown(fd, uid, uid)
             if depth > 0:
@@ -52,18 +53,12 @@ def _chown_below(dir_fd: int, uid: int, skip: frozenset[str], depth: int) -> Non
 
 
 def _chown_entry(dir_fd: int, name: str, uid: int) -> None:
-    """One entry that is not a folder: a file by its own descriptor, a link (or a socket) by its
-    name in the folder held open, never followed."""
+    """One entry that is not a folder, by its name in the folder held open, never followed (a
+    link is changed itself)."""
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
-        return
-    try:
-        st = os.fstat(fd)
-        if st.st_nlink > 1 and st.st_uid != uid and not stat.S_ISDIR(st.st_mode):
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if st.st_nlink > 1 and st.st_uid != uid and stat.S_ISREG(st.st_mode):
             return
-        os.fchown(fd, uid, uid)
-    finally:
-        os.close(fd)
+        os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        pass  # gone meanwhile
