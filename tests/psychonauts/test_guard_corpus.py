@@ -238,6 +238,6 @@ def test_with_the_sandbox_off_the_guard_refuses_every_dangerous_command_it_can_j
     _report(
         capsys,
         f"strict policy: {len(judged) - len(allowed)}/{len(judged)} dangerous commands refused "
-        f"({len(SANDBOX_ONLY)} run files the agent wrote: no guard can judge them)",
+        f"({len(SANDBOX_ONLY)} only the sandbox can hold: scripts the agent wrote, a plain read)",
     )
     assert allowed == []
