@@ -20,6 +20,7 @@ from psychonauts.models import (
     ToolCall,
     Usage,
 )
+from psychonauts.traumas import trauma_apply_everywhere
 
 
 class RecordAdmin(admin.ModelAdmin[Any]):
@@ -93,9 +94,23 @@ class DiaryEntryAdmin(admin.ModelAdmin[DiaryEntry]):
 
 @admin.register(CommandTrauma)
 class CommandTraumaAdmin(admin.ModelAdmin[CommandTrauma]):
-    list_display = ["pattern", "active", "source", "hits", "reason", "last_seen_at", "created_at"]
+    """A trauma an agent's command recorded applies to its quantum until the operator applies
+    it to every quantum (the action below)."""
+
+    list_display = [
+        "pattern", "active", "source", "quantum_id", "hits", "reason", "confirmed_by",
+        "last_seen_at", "created_at",
+    ]  # fmt: skip
     list_filter = ["active", "source"]
-    search_fields = ["pattern", "reason"]
+    search_fields = ["pattern", "reason", "agent_id"]
+    readonly_fields = ["confirmed_by", "confirmed_at"]
+    actions = ["apply_everywhere"]
+
+    @admin.action(description="Apply the selected traumas to every quantum")
+    def apply_everywhere(self, request: HttpRequest, queryset: QuerySet[CommandTrauma]) -> None:
+        for trauma_id in queryset.values_list("pk", flat=True):
+            trauma_apply_everywhere(trauma_id=trauma_id, operator=request.user.get_username())
+        self.message_user(request, "they apply to every quantum now")
 
 
 @admin.register(Endpoint)

@@ -2,11 +2,21 @@
 
 Compound commands (`;`, `&&`, `||`, `|`, `&`, newlines, `$(...)`, backticks, `( ... )`) are split
 and every part judged; the command takes the worst tier of its parts. Danger is refused. Caution
-is allowed only where a rule (a regex in PSYCHONAUTS_COMMAND_ALLOW) allows that part. A part that
-matches a trauma (a pattern that caused an incident before) is escalated one tier.
+is allowed only where a rule (a regex in PSYCHONAUTS_COMMAND_ALLOW) allows that part. A part (or
+the whole command) that matches a trauma (a pattern that caused an incident before) is escalated
+one tier.
 
 The guard is the policy layer: it tells the model early what will not work and records the
-decision. The boundary is the sandbox the allowed commands run in (psychonauts/sandbox.py).
+decision. The boundary is the sandbox the allowed commands run in (psychonauts/sandbox.py), and
+the guard judges with it in mind (`Policy`). With the sandbox on, whatever the sandbox holds is
+allowed: inline code (`python3 -c`, `node -e`, `bash -c`, whose script is judged in turn), unknown
+programs, installers, `find -exec`, `xargs`, permissions and links inside the worktree, signals
+(its own PID namespace), writes to its private `/tmp`. Refused still: what is hostile in shape
+whatever holds it (writes outside the worktree, `sudo`, fork bombs, reading other processes'
+memory, force pushes), what the sandbox cannot undo (a recursive delete of the whole worktree),
+what it cannot do (git writes: the repository is read-only inside; the runtime commits), and,
+when the sandbox has the network, what reaches it. With `ANNIHILATION_SANDBOX=off` nothing holds
+a command but the guard: every caution is refused unless a rule allows it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import PurePosixPath
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What holds a command besides the guard."""
+
+    sandboxed: bool = False  # it runs in the sandbox (ANNIHILATION_SANDBOX is not off)
+    network: bool = False  # the sandbox lets it reach the network
+
+
+STRICT = Policy()
 
 
 class Tier(IntEnum):
@@ -191,10 +212,16 @@ _WRITE_TARGET = re.compile(r"(?:^|[^<>])(?:[0-9]*|&)>>?\|?\s*([^\s;&|)]+)")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def _outside(path: str) -> bool:
+# The sandbox's own scratch folders: private to each command, gone when it ends.
+_SANDBOX_SCRATCH = ("/tmp/", "/dev/shm/", "$TMPDIR/", "${TMPDIR}/")
+
+
+def _outside(path: str, policy: Policy = STRICT) -> bool:
     if path in {"/dev/null", "/dev/stdout", "/dev/stderr"} or path.startswith("&"):
         return False
     p = path.strip("'\"")
+    if policy.sandboxed and p.startswith(_SANDBOX_SCRATCH) and ".." not in PurePosixPath(p).parts:
+        return False
     return p.startswith(("/", "~", "$HOME", "$")) or ".." in PurePosixPath(p).parts
 
 
@@ -240,17 +267,44 @@ _GIT_READ = {
 }  # fmt: skip
 
 
-def _judge_git(text: str, args: list[str]) -> PartVerdict:
+# Forms of the subcommands above that only read: listing stashes, remotes, tags, worktrees.
+_GIT_READ_FORMS = {
+    "stash": {"list", "show"}, "remote": {"-v", "--verbose", "show", "get-url"},
+    "config": {"--get", "--get-all", "--get-regexp", "--list", "-l"},
+    "tag": {"-l", "--list"}, "worktree": {"list"}, "submodule": {"status"},
+    "notes": {"list", "show"}, "bisect": {"log", "visualize"},
+}  # fmt: skip
+
+
+def _git_reads(sub: str, rest: list[str]) -> bool:
+    """Whether `git <sub> <rest>` only reads, for a subcommand that can also write."""
+    if sub in {"remote", "tag"} and not rest:
+        return True  # lists them (`git stash` alone stashes)
+    return bool(rest) and rest[0] in _GIT_READ_FORMS.get(sub, set())
+
+
+def _judge_git(text: str, args: list[str], policy: Policy) -> PartVerdict:
     for arg in args:
         if arg.startswith(_GIT_EXEC_OPTIONS) or arg == "-c" or arg.startswith("-c"):
             if arg.startswith(("--output", "-O", "--open-files-in-pager", "--ext-diff", "--exec")):
                 return PartVerdict(
                     text, Tier.DANGER, f"git {arg.split('=')[0]} runs a program or writes a file"
                 )
-            return PartVerdict(
-                text, Tier.CAUTION, f"git {arg.split('=')[0]} changes what git runs or reads"
-            )
-    sub = next((a for a in args if not a.startswith("-")), "")
+            if not policy.sandboxed:
+                return PartVerdict(
+                    text, Tier.CAUTION, f"git {arg.split('=')[0]} changes what git runs or reads"
+                )
+    # The subcommand: the first word that is neither an option nor an option's value.
+    words: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in {"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--exec-path"}:
+            skip = True
+        elif not arg.startswith("-") or words:
+            words.append(arg)
+    sub, rest = (words[0], words[1:]) if words else ("", [])
     if sub == "push" and (
         any(
             a in {"-f", "--force", "--force-with-lease", "--mirror", "--delete", "-d"} for a in args
@@ -266,9 +320,9 @@ def _judge_git(text: str, args: list[str]) -> PartVerdict:
         return PartVerdict(text, Tier.DANGER, "deletes, moves or overwrites a branch")
     if sub in {"update-ref", "symbolic-ref", "filter-branch", "replace"}:
         return PartVerdict(text, Tier.DANGER, f"git {sub} rewrites refs")
-    if sub in _GIT_READ:
+    if sub in _GIT_READ or _git_reads(sub, rest):
         return PartVerdict(text, Tier.SAFE, "reads the repository")
-    if sub == "branch" and len([a for a in args if not a.startswith("-")]) == 1:
+    if sub == "branch" and not [a for a in rest if not a.startswith("-")]:
         return PartVerdict(text, Tier.SAFE, "lists branches")
     if sub in _GIT_REFS:
         return PartVerdict(
@@ -276,13 +330,46 @@ def _judge_git(text: str, args: list[str]) -> PartVerdict:
             f"git {sub}: the repository is read-only to agents; the runtime commits your "
             "changes when you finish",
         )  # fmt: skip
+    if policy.sandboxed and not (sub in _NETWORK_GIT and policy.network):
+        return PartVerdict(text, Tier.SAFE, f"git {sub}: held by the sandbox")
     return PartVerdict(text, Tier.CAUTION, f"git {sub or '(no subcommand)'}")
 
 
-def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
+# git subcommands that reach another machine.
+_NETWORK_GIT = {"ls-remote", "fetch", "pull", "push", "clone", "archive", "send-email"}
+# Programs whose harm is reaching the network: held by a sandbox without one.
+_NETWORK = {"curl", "wget", "ssh", "scp", "rsync", "nc", "ncat", "telnet", "ftp", "sftp"}
+_INSTALLERS = {"npm", "pip", "pip3", "uv", "yarn", "pnpm", "poetry"}
+# Cautions the sandbox does not make harmless, or that cannot work inside it.
+_CAUTION_SANDBOXED = {"docker", "apt", "apt-get", "crontab"}
+
+
+def _inline_script(prog: str, args: list[str]) -> str | None:
+    """The program an interpreter was handed on its command line (`-c`, `-e` ...), or None."""
+    flags = _INLINE_CODE.get(prog)
+    if not flags:
+        return None
+    for index, arg in enumerate(args):
+        if arg in flags or (
+            arg.startswith("-")
+            and not arg.startswith("--")
+            and any(f[1:] in arg[1:] for f in flags if len(f) == 2)
+        ):
+            return args[index + 1] if index + 1 < len(args) else ""
+    return None
+
+
+def _held(text: str, tier: Tier, reason: str, policy: Policy) -> PartVerdict:
+    """A caution the sandbox holds: allowed when the command runs in it."""
+    if policy.sandboxed:
+        return PartVerdict(text, Tier.SAFE, f"{reason} (held by the sandbox)")
+    return PartVerdict(text, tier, reason)
+
+
+def judge_part(part: Part, previous: Sequence[Part], policy: Policy = STRICT) -> PartVerdict:
     text = part.text
     for target in _WRITE_TARGET.findall(text):
-        if _outside(target):
+        if _outside(target, policy):
             return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({target})")
     if re.search(r"/proc/[^/\s]+/(?:environ|mem|root|cwd|fd)\b", text):
         return PartVerdict(text, Tier.DANGER, "reads another process's environment or memory")
@@ -294,7 +381,8 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
     while tokens and _ASSIGNMENT.match(tokens[0]):
         assignments.append(tokens.pop(0))
     for assignment in assignments:
-        if tokens and _EXEC_VARIABLE.match(assignment):
+        # In the sandbox a variable changes only what runs in it.
+        if tokens and _EXEC_VARIABLE.match(assignment) and not policy.sandboxed:
             name = assignment.split("=", 1)[0]
             return PartVerdict(text, Tier.DANGER, f"{name} makes the program run other code")
     if not tokens:
@@ -311,8 +399,10 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
             if rest.pop(0) in {"-n", "-s", "-k", "--signal", "--kill-after", "--adjustment"}:
                 rest = rest[1:]
         if rest:
-            return judge_part(Part(shlex.join(rest), part.piped), previous)
+            return judge_part(Part(shlex.join(rest), part.piped), previous, policy)
     flags = "".join(a.lstrip("-") for a in args if a.startswith("-") and not a.startswith("--"))
+    if prog == "eval" and policy.sandboxed:
+        return PartVerdict(text, Tier.SAFE, "runs a string (held by the sandbox)")
     if prog in _ALWAYS_DANGER or prog.startswith("mkfs."):
         return PartVerdict(text, Tier.DANGER, _ALWAYS_DANGER.get(prog, "formats a disk"))
     if (
@@ -323,7 +413,7 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
         return PartVerdict(text, Tier.DANGER, "pipes a download into an interpreter")
     if prog == "rm" and ("r" in flags or "R" in flags or "--recursive" in args):
         targets = [a for a in args if not a.startswith("-")]
-        if any(_outside(t) or t in {"*", ".", "./", "/*"} for t in targets) or not targets:
+        if any(_outside(t, policy) or t in {"*", ".", "./", "/*"} for t in targets) or not targets:
             return PartVerdict(text, Tier.DANGER, "recursive delete of the workspace or beyond")
     if prog == "dd" and any(a.startswith("of=/dev/") for a in args):
         return PartVerdict(text, Tier.DANGER, "writes a device")
@@ -331,41 +421,54 @@ def judge_part(part: Part, previous: Sequence[Part]) -> PartVerdict:
                "chown", "truncate", "shred", "rsync", "tar", "unzip", "patch", "split", "csplit"}  # fmt: skip
     if prog in writers or (prog == "sed" and any(a.startswith(("-i", "--in-place")) for a in args)):
         for value in _values(a.split("=", 1)[1] if a.startswith("of=") else a for a in args):
-            if _outside(value):
+            if _outside(value, policy):
                 return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({value})")
     if prog == "sort":
         for i, arg in enumerate(args):
             target = args[i + 1] if arg == "-o" and i + 1 < len(args) else ""
             target = arg[2:] if arg.startswith("-o") and len(arg) > 2 else target
             target = arg.split("=", 1)[1] if arg.startswith("--output=") else target
-            if target and _outside(target):
+            if target and _outside(target, policy):
                 return PartVerdict(text, Tier.DANGER, f"writes outside the workspace ({target})")
     if prog == "find":
         acts = {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprintf", "-fls"}
         if any(a in acts for a in args):
             roots = [a for a in args if not a.startswith(("-", "(", ")", "!"))][:1]
-            if "-delete" in args and (not roots or any(_outside(r) for r in roots)):
+            if "-delete" in args and (not roots or any(_outside(r, policy) for r in roots)):
                 return PartVerdict(text, Tier.DANGER, "deletes files outside the workspace")
-            return PartVerdict(text, Tier.CAUTION, "find runs commands or writes files")
+            return _held(text, Tier.CAUTION, "find runs commands or writes files", policy)
     if prog in {"awk", "gawk", "mawk", "nawk"} and re.search(
         r"system\s*\(|\|\s*getline|getline\s*<|print[^;}]*[>|]", text
     ):
-        return PartVerdict(text, Tier.CAUTION, "awk runs commands or writes files")
-    if prog in _INLINE_CODE and any(
-        a in _INLINE_CODE[prog] or (a.startswith("-") and not a.startswith("--")
-                                     and any(f[1:] in a[1:] for f in _INLINE_CODE[prog] if len(f) == 2))
-        for a in args
-    ):  # fmt: skip
-        return PartVerdict(text, Tier.CAUTION, f"{prog} runs inline code")
+        return _held(text, Tier.CAUTION, "awk runs commands or writes files", policy)
+    script = _inline_script(prog, args)
+    if script is not None:
+        if not policy.sandboxed:
+            return PartVerdict(text, Tier.CAUTION, f"{prog} runs inline code")
+        if prog in {"bash", "sh", "zsh", "dash", "ksh"}:
+            # A shell's script is a command line like any other: judged the same way.
+            inner = command_judge(script, policy=policy)
+            if inner.parts:
+                worst = max(inner.parts, key=lambda v: v.tier)
+                return PartVerdict(text, worst.tier, f"{prog} -c: {worst.reason}")
+        return PartVerdict(text, Tier.SAFE, f"{prog} runs inline code (held by the sandbox)")
     if prog == "git":
-        return _judge_git(text, args)
+        return _judge_git(text, args, policy)
+    if prog in _NETWORK:
+        if policy.sandboxed and not policy.network:
+            return PartVerdict(text, Tier.SAFE, "the sandbox has no network")
+        return PartVerdict(text, Tier.CAUTION, _CAUTION.get(prog, "reaches the network"))
+    if prog in _INSTALLERS and args[:1] in (["install"], ["add"], ["i"], ["sync"]):
+        if policy.network and not any(a in {"--no-index", "--offline"} for a in args):
+            return PartVerdict(text, Tier.CAUTION, "installs packages from the network")
+        return _held(text, Tier.CAUTION, "installs packages", policy)
     if prog in _CAUTION:
-        return PartVerdict(text, Tier.CAUTION, _CAUTION[prog])
-    if prog in {"npm", "pip", "uv"} and args[:1] in (["install"], ["add"]):
-        return PartVerdict(text, Tier.CAUTION, "installs packages")
+        if prog in _CAUTION_SANDBOXED:
+            return PartVerdict(text, Tier.CAUTION, _CAUTION[prog])
+        return _held(text, Tier.CAUTION, _CAUTION[prog], policy)
     if prog in _SAFE:
         return PartVerdict(text, Tier.SAFE, "known safe program")
-    return PartVerdict(text, Tier.CAUTION, f"{prog}: not a known safe program")
+    return _held(text, Tier.CAUTION, f"{prog}: not a known safe program", policy)
 
 
 def _prog(part: Part) -> str:
@@ -393,10 +496,28 @@ def _fork_bomb(command: str) -> bool:
     return False
 
 
+def _traumatic(verdict: PartVerdict, traumas: Sequence[tuple[str, str]]) -> PartVerdict:
+    """The verdict escalated one tier when a trauma matches its text."""
+    for pattern, why in traumas:
+        try:
+            found = re.search(pattern, verdict.text)
+        except re.error:
+            continue  # an operator's pattern that does not compile matches nothing
+        if found:
+            tier = Tier(min(verdict.tier + 1, Tier.DANGER))
+            return PartVerdict(verdict.text, tier, f"{verdict.reason}; trauma: {why}")
+    return verdict
+
+
 def command_judge(
-    command: str, *, allow: Sequence[str] = (), traumas: Sequence[tuple[str, str]] = ()
+    command: str,
+    *,
+    allow: Sequence[str] = (),
+    traumas: Sequence[tuple[str, str]] = (),
+    policy: Policy = STRICT,
 ) -> Verdict:
-    """Judge a whole command. `allow`: regexes allowing caution parts; `traumas`: (regex, why)."""
+    """Judge a whole command. `allow`: regexes allowing caution parts; `traumas`: (regex, why);
+    `policy`: what holds the command besides the guard (STRICT: nothing)."""
     if "\x00" in command:
         return Verdict(False, Tier.DANGER, "refused (danger): a NUL byte in the command", ())
     if _fork_bomb(command):
@@ -405,15 +526,18 @@ def command_judge(
     parts = split_command(command)
     if not parts:
         return Verdict(False, Tier.CAUTION, "empty command", ())
-    verdicts: list[PartVerdict] = []
-    for index, part in enumerate(parts):
-        verdict = judge_part(part, parts[:index])
-        for pattern, why in traumas:
-            if re.search(pattern, part.text):
-                tier = Tier(min(verdict.tier + 1, Tier.DANGER))
-                verdict = PartVerdict(part.text, tier, f"{verdict.reason}; trauma: {why}")
-                break
-        verdicts.append(verdict)
+    verdicts = [
+        _traumatic(judge_part(part, parts[:index], policy), traumas)
+        for index, part in enumerate(parts)
+    ]
+    if len(parts) > 1:
+        # A trauma recorded for a whole compound command matches it, not any of its parts.
+        whole = _traumatic(
+            PartVerdict(command.strip(), max(v.tier for v in verdicts), "the whole command"),
+            traumas,
+        )
+        if whole.tier > max(v.tier for v in verdicts):
+            verdicts.append(whole)
     worst = max(verdicts, key=lambda v: v.tier)
     if worst.tier == Tier.DANGER:
         return Verdict(False, Tier.DANGER, f"refused (danger): {worst.text!r}: {worst.reason}",

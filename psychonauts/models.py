@@ -200,7 +200,13 @@ class TraumaSource(models.TextChoices):
 
 
 class CommandTrauma(models.Model):
-    """A command pattern that caused an incident: the guard escalates it one tier."""
+    """A command pattern that caused an incident: the guard escalates it one tier.
+
+    One an agent's command recorded applies to that agent's quantum only (`quantum`): an agent
+    must not change what the others may run. It applies to every quantum once the operator
+    confirms it (`confirmed_at`, quantum cleared); one the operator enters applies everywhere
+    unless it names a quantum.
+    """
 
     pattern = models.CharField(max_length=300, help_text="regular expression")
     reason = models.TextField()
@@ -209,6 +215,15 @@ class CommandTrauma(models.Model):
         max_length=10, choices=TraumaSource.choices, default=TraumaSource.OPERATOR
     )
     agent_id = models.CharField(max_length=200, blank=True, help_text="whose command it was")
+    # An id, not a foreign key: a trauma outlives its quantum's deletion harmlessly, and the
+    # runtime records one for whatever quantum id its agent ran under.
+    quantum_id = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the only quantum it applies to; empty: every quantum"
+    )
+    confirmed_by = models.CharField(
+        max_length=150, blank=True, help_text="the operator who made it apply to every quantum"
+    )
+    confirmed_at = models.DateTimeField(null=True, blank=True)
     hits = models.PositiveIntegerField(default=1, help_text="incidents recorded for it")
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

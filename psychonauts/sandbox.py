@@ -31,13 +31,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from django.conf import settings
 
+from psychonauts.beneath import tree_chown
 from psychonauts.errors import PsychonautError
 
 SandboxState = Literal["on", "off", "unavailable"]
@@ -369,26 +370,8 @@ def workspace_own(path: Path, *, quantum_id: int) -> None:
     uid = sandbox_uid(quantum_id)
     if uid is None or settings.SANDBOX_MODE == "off":
         return
-    for item in _walk_no_git(path):
-        os.lchown(item, uid, uid)
-
-
-def path_own(path: Path, *, quantum_id: int) -> None:
-    """One file or folder the runtime wrote in a workspace: the quantum's sandbox user's."""
-    uid = sandbox_uid(quantum_id)
-    if uid is not None and settings.SANDBOX_MODE != "off":
-        os.lchown(path, uid, uid)
-
-
-def _walk_no_git(root: Path) -> Iterator[Path]:
-    yield root
-    for folder, dirs, files in os.walk(root):
-        base = Path(folder)
-        if base == root:
-            dirs[:] = [d for d in dirs if d != ".git"]
-            files = [f for f in files if f != ".git"]
-        for name in (*dirs, *files):
-            yield base / name
+    # Through descriptors: a command of the quantum may swap a folder for a link meanwhile.
+    tree_chown(path, uid, skip_top=frozenset({".git"}))
 
 
 _status_lock = threading.Lock()

@@ -8,15 +8,15 @@ Other apps add tools with `tool_register` from their AppConfig.ready(): the teth
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import os
-import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import regex
@@ -28,13 +28,12 @@ from core.safetext import text_problem
 from psychonauts import leases
 from psychonauts.diary import diary_add
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
-from psychonauts.guard import Tier, command_judge
-from psychonauts.models import CommandTrauma, DiaryKind, Mail
+from psychonauts.guard import Policy, Tier, command_judge
+from psychonauts.models import DiaryKind, Mail
 from psychonauts.providers.base import ContentBlock, ToolSpec
-from psychonauts.sandbox import SandboxResult, SandboxUnavailable, path_own, sandbox_run
+from psychonauts.sandbox import SandboxResult, SandboxUnavailable, sandbox_run, sandbox_uid
 from psychonauts.schema import schema_errors
-from psychonauts.traumas import trauma_record
-from psychonauts.workspaces import resolve_path
+from psychonauts.traumas import trauma_pattern, trauma_record, traumas_for
 
 SpawnSpec = dict[str, str]
 SpawnFn = Callable[[list[SpawnSpec]], str]
@@ -148,72 +147,193 @@ _STR = {"type": "string"}
 _PATH = {"type": "string", "minLength": 1, "description": "relative to the workspace"}
 
 
-# Files are opened one path step at a time below the workspace's own folder, never following
-# a link: a link (or a folder swapped for one by a command running meanwhile) cannot lead the
-# runtime, which runs outside the sandbox, anywhere else.
+# Files are reached only through descriptors opened one path step at a time below the
+# workspace's own folder, never following a link, and every later step (reading, writing,
+# ownership, listing, walking) acts on those descriptors: no path string is resolved again. A
+# sibling agent's command that swaps a folder for a link meanwhile cannot lead the runtime, which
+# runs outside the sandbox, anywhere else.
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 # The most of a file read_file and grep read.
 READ_LIMIT = 16 * 2**20
+# How deep glob and grep walk (each level holds a descriptor open).
+WALK_DEPTH = 64
 
 
-def _open_beneath(
-    ctx: ToolContext, rel: str, flags: int, *, make_parents: bool = False
-) -> tuple[int, Path]:
-    """A file descriptor for `rel` in the workspace, and its path (PathEscape for a link)."""
-    path = resolve_path(ctx.workspace, rel)
-    root = ctx.workspace.resolve()
-    parts = path.relative_to(root).parts
+def _parts(rel: str) -> tuple[str, ...]:
+    """`rel`'s steps below the workspace (PathEscape for absolute paths, `..` and .git)."""
+    if not rel or rel.startswith(("/", "~")) or "\x00" in rel:
+        raise PathEscape(f"{rel!r}: use a path relative to the workspace")
+    parts = tuple(p for p in PurePosixPath(rel).parts if p != ".")
+    if ".." in parts:
+        raise PathEscape(f"{rel!r}: `..` leaves the workspace")
+    if parts and parts[0] == ".git":
+        raise PathEscape(f"{rel!r}: the .git folder is off limits")
+    return parts
+
+
+def _root_fd(ctx: ToolContext) -> int:
+    # The workspace's own path is the runtime's (no agent can change what leads to it).
+    return os.open(ctx.workspace.resolve(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _sandbox_user(ctx: ToolContext) -> int | None:
+    """The uid the agent's commands run as, when it is not the worker's own (in the shared
+    tree, one for every agent: `_shell`)."""
+    if settings.SANDBOX_MODE == "off":
+        return None
+    return sandbox_uid(0 if ctx.shared else ctx.quantum_id)
+
+
+def _own(fd: int, ctx: ToolContext) -> None:
+    """What the runtime created in a workspace becomes the quantum's sandbox user's: by its
+    descriptor, so it is that file and no other."""
+    uid = _sandbox_user(ctx)
+    if uid is not None:
+        os.fchown(fd, uid, uid)
+
+
+# How many links inside the workspace one path may pass through.
+LINK_HOPS = 40
+
+
+class _Link(Exception):
+    """A folder step that is a link: a signal inside _open_dir, not an error."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+
+def _step(fd: int, part: str, rel: str) -> int:
+    """The folder `part` of the folder `fd`, opened without following a link (_Link with its
+    target when it is one)."""
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                target = os.readlink(part, dir_fd=fd)
+            except OSError:
+                target = None
+            if target is not None:
+                raise _Link(target) from None
+        if exc.errno in (errno.ENOTDIR, errno.ENOENT):
+            raise ToolFailure(f"{rel}: no such file or folder") from None
+        raise
+
+
+def _through_link(
+    ctx: ToolContext, done: tuple[str, ...], target: str, rest: tuple[str, ...], rel: str
+) -> tuple[str, ...]:
+    """The steps below the workspace a folder link at `done` leads to, followed by `rest`
+    (PathEscape when it leads out of the workspace or into .git)."""
+    if target.startswith("/"):
+        root = ctx.workspace.resolve()
+        if not PurePosixPath(target).is_relative_to(root):
+            raise PathEscape(f"{rel}: a link on the way leads outside the workspace")
+        base: list[str] = []
+        steps = PurePosixPath(target).relative_to(root).parts
+    else:
+        base, steps = list(done[:-1]), PurePosixPath(target).parts
+    for step in (*steps, *rest):
+        if step == "..":
+            if not base:
+                raise PathEscape(f"{rel}: a link on the way leads outside the workspace")
+            base.pop()
+        elif step not in {".", ""}:
+            base.append(step)
+    if base and base[0] == ".git":
+        raise PathEscape(f"{rel}: a link on the way leads into the .git folder")
+    return tuple(base)
+
+
+def _open_dir(ctx: ToolContext, parts: tuple[str, ...], rel: str, *, make: bool = False) -> int:
+    """A descriptor for the folder `parts` below the workspace (made, with its parents, when
+    `make`). A link to a folder inside the workspace is followed by reading it and walking again
+    from the workspace's root, one step at a time: never by handing the kernel a path."""
+    return _open_dir_where(ctx, parts, rel, make=make)[0]
+
+
+def _open_dir_where(
+    ctx: ToolContext, parts: tuple[str, ...], rel: str, *, make: bool = False
+) -> tuple[int, tuple[str, ...]]:
+    """_open_dir, and the steps the folder was reached by once links were followed."""
+    for _ in range(LINK_HOPS):
+        fd, walked = _root_fd(ctx), 0
+        try:
+            for part in parts:
+                walked += 1
+                made = False
+                if make:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        made = True
+                    except FileExistsError:
+                        pass
+                inner = _step(fd, part, rel)
+                if made:
+                    _own(inner, ctx)
+                os.close(fd)
+                fd = inner
+            return fd, parts
+        except _Link as link:
+            os.close(fd)
+            parts = _through_link(ctx, parts[:walked], link.target, parts[walked:], rel)
+        except BaseException:
+            os.close(fd)
+            raise
+    raise PathEscape(f"{rel}: more than {LINK_HOPS} links on the way")
+
+
+def _open_file(ctx: ToolContext, dir_fd: int, name: str, flags: int, rel: str) -> int:
+    """A regular file `name` of the folder `dir_fd`: never a link, a FIFO or a device, and never
+    a file with another name (a hard link) the sandbox user does not own."""
+    try:
+        # O_NONBLOCK: a FIFO an agent made fails at once instead of holding the worker (it
+        # changes nothing for a regular file).
+        fd = os.open(name, flags | _NOFOLLOW | os.O_NONBLOCK, 0o644, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathEscape(f"{rel}: is a link; read its target instead") from None
+        if exc.errno == errno.ENOENT:
+            raise ToolFailure(f"{rel}: no such file") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise ToolFailure(f"{rel}: not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolFailure(f"{rel}: not a regular file")
+        uid = _sandbox_user(ctx)
+        if st.st_nlink > 1 and uid is not None and st.st_uid != uid:
+            # A hard link can name a file of anyone's elsewhere on the same file system: the
+            # runtime (root) would read or hand over a file the sandbox user cannot reach.
+            raise PathEscape(f"{rel}: a hard link to a file that is not the workspace's")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_beneath(ctx: ToolContext, rel: str, flags: int, *, make_parents: bool = False) -> int:
+    """A descriptor for the regular file `rel` of the workspace (PathEscape for a link)."""
+    parts = _parts(rel)
     if not parts:
         raise ToolFailure(f"{rel}: a folder, not a file")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        step = root
-        for part in parts[:-1]:
-            step = step / part
-            try:
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                if not make_parents:
-                    raise ToolFailure(f"{rel}: no such file") from None
-                os.mkdir(part, 0o755, dir_fd=fd)
-                path_own(step, quantum_id=ctx.quantum_id)
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(part, fd)):
-                    raise PathEscape(f"{rel}: a link on the way") from None
-                if exc.errno == errno.ENOTDIR:
-                    raise ToolFailure(f"{rel}: no such file") from None
-                raise
-            os.close(fd)
-            fd = inner
-        try:
-            # O_NONBLOCK: a FIFO an agent made fails at once instead of holding the worker
-            # (it changes nothing for a regular file).
-            return os.open(parts[-1], flags | _NOFOLLOW | os.O_NONBLOCK, 0o644, dir_fd=fd), path
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise PathEscape(f"{rel}: is a link; read its target instead") from None
-            if exc.errno == errno.ENOENT:
-                raise ToolFailure(f"{rel}: no such file") from None
-            if exc.errno == errno.ENXIO:
-                raise ToolFailure(f"{rel}: not a regular file") from None
+        dir_fd = _open_dir(ctx, parts[:-1], rel, make=make_parents)
+    except ToolFailure as exc:
+        if isinstance(exc, PathEscape):
             raise
-    finally:
-        os.close(fd)
-
-
-def _is_link(name: str, dir_fd: int) -> bool:
+        raise ToolFailure(f"{rel}: no such file") from None
     try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
+        return _open_file(ctx, dir_fd, parts[-1], flags, rel)
+    finally:
+        os.close(dir_fd)
 
 
-def _read_text(ctx: ToolContext, rel: str, *, strict: bool = False) -> str:
-    fd, _ = _open_beneath(ctx, rel, os.O_RDONLY)
+def _read_fd(fd: int, rel: str, *, strict: bool) -> str:
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ToolFailure(f"{rel}: not a regular file")
         data = handle.read(READ_LIMIT + 1)
     if len(data) > READ_LIMIT:
         raise ToolFailure(
@@ -222,13 +342,18 @@ def _read_text(ctx: ToolContext, rel: str, *, strict: bool = False) -> str:
     return data.decode("utf-8", errors="strict" if strict else "replace")
 
 
+def _read_text(ctx: ToolContext, rel: str, *, strict: bool = False) -> str:
+    return _read_fd(_open_beneath(ctx, rel, os.O_RDONLY), rel, strict=strict)
+
+
 def _write_text(ctx: ToolContext, rel: str, text: str) -> None:
-    fd, path = _open_beneath(ctx, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
+    # Truncated only once the descriptor is known to be a regular file of the workspace's.
+    fd = _open_beneath(ctx, rel, os.O_WRONLY | os.O_CREAT, make_parents=True)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ToolFailure(f"{rel}: not a regular file")
+        handle.truncate(0)
         handle.write(text)
-    path_own(path, quantum_id=ctx.quantum_id)
+        handle.flush()
+        _own(handle.fileno(), ctx)
 
 
 def _read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -237,15 +362,29 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
     return "".join(lines[offset : offset + limit])
 
 
+def _lease_key(ctx: ToolContext, rel: str) -> str:
+    """The name a lease knows a file by: its steps below the workspace, with the folder links
+    on the way followed (two names of one file share one lease)."""
+    parts = _parts(rel)
+    if not parts:
+        raise ToolFailure(f"{rel!r}: name a file")
+    try:
+        fd, folder = _open_dir_where(ctx, parts[:-1], rel)
+    except PathEscape:
+        raise
+    except ToolFailure:
+        return "/".join(parts)  # its folder does not exist yet: no link on the way either
+    os.close(fd)
+    return "/".join((*folder, parts[-1]))
+
+
 def _check_write(ctx: ToolContext, rel: str) -> None:
     """In the shared tree, the writer must hold the file's lease."""
     if not ctx.shared:
         return
-    path = resolve_path(ctx.workspace, rel)
     leases.lease_require_exclusive(
-        workspace=str(ctx.workspace), path=str(path.relative_to(ctx.workspace.resolve())),
-        holder=ctx.holder,
-    )  # fmt: skip
+        workspace=str(ctx.workspace), path=_lease_key(ctx, rel), holder=ctx.holder
+    )
 
 
 def _write_file(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -273,37 +412,79 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _list_dir(ctx: ToolContext, args: dict[str, Any]) -> str:
-    rel = args.get("path", ".")
-    path = ctx.workspace.resolve() if rel in {".", ""} else resolve_path(ctx.workspace, rel)
-    if not path.is_dir():
-        raise ToolFailure(f"{rel}: not a folder")
+    rel = args.get("path", ".") or "."
+    try:
+        fd = _open_dir(ctx, _parts(rel), rel)
+    except PathEscape:
+        raise
+    except ToolFailure:
+        raise ToolFailure(f"{rel}: not a folder") from None
     names = []
-    with os.scandir(path) as entries:
-        for entry in entries:
-            if entry.name == ".git":
-                continue
-            kind = "@" if entry.is_symlink() else "/" if entry.is_dir() else ""
-            names.append(entry.name + kind)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.name == ".git":
+                    continue
+                if entry.is_symlink():
+                    names.append(f"{entry.name}@")
+                elif entry.is_dir(follow_symlinks=False):
+                    names.append(f"{entry.name}/")
+                else:
+                    names.append(entry.name)
+    finally:
+        os.close(fd)
     return "\n".join(sorted(names)) or "(empty)"
 
 
-def _walk(ctx: ToolContext) -> list[str]:
-    """Every file of the workspace, links included as names (never followed: os.walk does not
-    enter a linked folder)."""
-    root = ctx.workspace.resolve()
-    found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".git" and not (Path(folder) / d).is_symlink()]
-        for name in files:
-            found.append(str((Path(folder) / name).relative_to(root)))
-    return sorted(found)
+def _entries(fd: int) -> list[tuple[str, bool]]:
+    """The folder's names, each with whether it is a folder (a link is not one), last name
+    first: the walk pops them from the end."""
+    with os.scandir(fd) as entries:
+        return sorted(((e.name, e.is_dir(follow_symlinks=False)) for e in entries), reverse=True)
+
+
+def _walk(ctx: ToolContext) -> Generator[tuple[int, str, str], None, None]:
+    """Every file of the workspace as (its folder's descriptor, its name, its relative path),
+    links included as names (never followed). Each folder is entered by `openat` with
+    O_NOFOLLOW from its parent's descriptor, so a folder swapped for a link meanwhile is skipped,
+    not followed. The folder's descriptor is valid only until the next item."""
+    root = _root_fd(ctx)
+    stack: list[tuple[int, str, list[tuple[str, bool]]]] = []
+    try:
+        stack.append((root, "", _entries(root)))
+        while stack:
+            fd, prefix, entries = stack[-1]
+            if not entries:
+                stack.pop()
+                os.close(fd)
+                continue
+            name, is_dir = entries.pop()
+            rel = f"{prefix}{name}"
+            if not is_dir:
+                yield fd, name, rel
+                continue
+            if name == ".git" or len(stack) > WALK_DEPTH:
+                continue
+            try:
+                inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a link or a file since it was listed
+            try:
+                listed = _entries(inner)
+            except OSError:
+                os.close(inner)
+                continue
+            stack.append((inner, f"{rel}/", listed))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
 def _glob(ctx: ToolContext, args: dict[str, Any]) -> str:
     pattern = args["pattern"]
     if pattern.startswith("/") or ".." in Path(pattern).parts:
         raise ToolFailure(f"{pattern!r}: patterns stay inside the workspace")
-    matches = [p for p in _walk(ctx) if fnmatch.fnmatch(p, pattern)]
+    matches = sorted(rel for _, _, rel in _walk(ctx) if fnmatch.fnmatch(rel, pattern))
     return "\n".join(matches[:1000]) or "(no match)"
 
 
@@ -317,64 +498,66 @@ def _grep(ctx: ToolContext, args: dict[str, Any]) -> str:
     only = args.get("glob", "*")
     deadline = time.monotonic() + settings.PSYCHONAUTS_GREP_TIMEOUT_S
     hits: list[str] = []
-    for rel in _walk(ctx):
-        if not fnmatch.fnmatch(rel, only):
-            continue
-        try:
-            text = _read_text(ctx, rel, strict=True)
-        except (UnicodeDecodeError, OSError, ToolFailure):
-            continue  # binary, unreadable, too large, or a link
-        for number, line in enumerate(text.splitlines(), 1):
-            left = deadline - time.monotonic()
+    walk = _walk(ctx)
+    # Closed when the search ends early: the walk holds descriptors open.
+    with contextlib.closing(walk):
+        for dir_fd, name, rel in walk:
+            if not fnmatch.fnmatch(rel, only):
+                continue
             try:
-                if left <= 0:
-                    raise TimeoutError
-                found = pattern.search(line, timeout=left)
-            except TimeoutError:
-                raise ToolFailure(
-                    f"the search took longer than {settings.PSYCHONAUTS_GREP_TIMEOUT_S:g}s "
-                    "(simplify the expression or narrow the glob)"
-                ) from None
-            if found:
-                hits.append(f"{rel}:{number}: {line}")
-                if len(hits) >= 500:
-                    return "\n".join(hits) + "\n(500 matches shown)"
+                text = _read_fd(_open_file(ctx, dir_fd, name, os.O_RDONLY, rel), rel, strict=True)
+            except (UnicodeDecodeError, OSError, ToolFailure):
+                continue  # binary, unreadable, too large, or a link
+            for number, line in enumerate(text.splitlines(), 1):
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    found = pattern.search(line, timeout=left)
+                except TimeoutError:
+                    raise ToolFailure(
+                        f"the search took longer than {settings.PSYCHONAUTS_GREP_TIMEOUT_S:g}s "
+                        "(simplify the expression or narrow the glob)"
+                    ) from None
+                if found:
+                    hits.append(f"{rel}:{number}: {line}")
+                    if len(hits) >= 500:
+                        return "\n".join(hits) + "\n(500 matches shown)"
     return "\n".join(hits) or "(no match)"
 
 
+def guard_policy() -> Policy:
+    """What holds an agent's command besides the guard: the sandbox, unless it is switched off
+    (where it is on but cannot start, no command runs at all)."""
+    sandboxed = settings.SANDBOX_MODE != "off"
+    return Policy(sandboxed=sandboxed, network=sandboxed and bool(settings.SANDBOX_NETWORK))
+
+
 def command_check(ctx: ToolContext, command: str) -> None:
-    """The guard's verdict; a refused danger is recorded as a trauma."""
-    traumas = [(t.pattern, t.reason) for t in CommandTrauma.objects.filter(active=True)]
-    verdict = command_judge(command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW, traumas=traumas)
+    """The guard's verdict, with the traumas of the agent's quantum and the global ones; a
+    refused danger is recorded as a trauma of that quantum."""
+    verdict = command_judge(
+        command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW,
+        traumas=traumas_for(quantum_id=ctx.quantum_id), policy=guard_policy(),
+    )  # fmt: skip
     if verdict.allowed:
         return
     if verdict.tier == Tier.DANGER:
         worst = max(verdict.parts, key=lambda v: v.tier)
         trauma_record(
-            pattern=re.escape(worst.text), reason=f"refused: {worst.reason}",
-            source="guard", agent_id=ctx.agent_id,
+            pattern=trauma_pattern(worst.text), reason=f"refused: {worst.reason}",
+            source="guard", agent_id=ctx.agent_id, quantum_id=ctx.quantum_id,
         )  # fmt: skip
     raise CommandRefused(verdict.reason)
 
 
-# What a command's end says about a sandbox boundary it ran into.
-_VIOLATIONS = (
-    (re.compile(r"Read-only file system"), "wrote outside its workspace"),
-    (re.compile(r"fork: (?:retry: )?Resource temporarily unavailable|Cannot fork"),
-     "hit the process limit"),
-    (re.compile(r"Cannot allocate memory|MemoryError|std::bad_alloc|out of memory"),
-     "hit the memory limit"),
-)  # fmt: skip
-
-
 def _violation(result: SandboxResult) -> str:
-    """The boundary a command ran into, or "". Running out of time is not one: a slow test
+    """The limit a command ran into that the runtime measured itself, or "". What the command
+    printed says nothing: the agent chose it (a file named `MemoryError` that `ls` lists, a test
+    that prints "Read-only file system"). Running out of time is not one either: a slow test
     suite is no incident, and a trauma would refuse it from then on."""
     if result.stopped == "output":
         return "printed more than the output limit"
-    for pattern, what in _VIOLATIONS:
-        if pattern.search(result.stderr) or pattern.search(result.stdout):
-            return what
     return ""
 
 
@@ -392,8 +575,9 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
     )
     violation = _violation(result) if result.sandboxed else ""
     if violation:
-        trauma_record(pattern=re.escape(command), reason=f"sandbox: {violation}",
-                      source="sandbox", agent_id=ctx.agent_id)  # fmt: skip
+        trauma_record(pattern=trauma_pattern(command), reason=f"sandbox: {violation}",
+                      source="sandbox", agent_id=ctx.agent_id,
+                      quantum_id=ctx.quantum_id)  # fmt: skip
     if result.stopped == "timeout":
         raise ToolFailure(
             f"timed out after {timeout:.0f}s and was killed\n{truncate(result.output)}"
@@ -449,15 +633,15 @@ def _spawn(ctx: ToolContext, args: dict[str, Any]) -> str:
 def _lease_acquire(ctx: ToolContext, args: dict[str, Any]) -> str:
     if not ctx.shared:
         return "leases are only needed in the shared-tree mode; you have your own worktree"
-    path = resolve_path(ctx.workspace, args["path"]).relative_to(ctx.workspace.resolve())
+    path = _lease_key(ctx, args["path"])
     mode = args.get("mode", "exclusive")
-    leases.lease_acquire(workspace=str(ctx.workspace), path=str(path), holder=ctx.holder, mode=mode)
+    leases.lease_acquire(workspace=str(ctx.workspace), path=path, holder=ctx.holder, mode=mode)
     return f"leased {path} ({mode})"
 
 
 def _lease_release(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve_path(ctx.workspace, args["path"]).relative_to(ctx.workspace.resolve())
-    leases.lease_release(workspace=str(ctx.workspace), path=str(path), holder=ctx.holder)
+    path = _lease_key(ctx, args["path"])
+    leases.lease_release(workspace=str(ctx.workspace), path=path, holder=ctx.holder)
     return f"released {path}"
 
 

@@ -108,8 +108,9 @@ def test_a_hostile_agent_changes_nothing_outside_while_a_legitimate_one_is_commi
     ).stdout  # fmt: skip
     assert "refs/heads/annihilation/q-999" in refs_after and "refs/heads/evil" not in refs_after
     assert refs_before.count("q-999") == refs_after.count("q-999") == 1
-    sources = set(CommandTrauma.objects.values_list("source", flat=True))
-    assert {TraumaSource.GUARD, TraumaSource.SANDBOX} <= sources
+    # The guard's refusals are the hostile quantum's traumas only; what evil.py printed is none.
+    traumas = set(CommandTrauma.objects.values_list("source", "quantum_id"))
+    assert traumas == {(TraumaSource.GUARD, hostile.pk)}
     from psychonauts.models import ToolCall
 
     outputs = "\n".join(ToolCall.objects.values_list("output", flat=True))

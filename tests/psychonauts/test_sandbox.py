@@ -423,30 +423,31 @@ def _ctx(box: Box) -> ToolContext:
 def test_a_refused_dangerous_command_runs_nothing_and_records_a_trauma(box: Box) -> None:
     before = _snapshot(box)
 
-    result = tool_execute(_ctx(box), "shell", {"command": box.fill("echo x 2>{OUT}/p")}, [])
+    result = tool_execute(_ctx(box), "shell", {"command": box.fill("echo x 2>/etc/{MARK}")}, [])
 
     assert result.is_error and "refused (danger)" in result.output
     assert _snapshot(box) == before
     trauma = CommandTrauma.objects.get(source=TraumaSource.GUARD)
     assert trauma.agent_id == f"{QUANTUM}_s0_coder" and "writes outside" in trauma.reason
-    assert command_judge(box.fill("echo x 2>{OUT}/p"), traumas=[(trauma.pattern, "")]).tier
+    assert trauma.quantum_id == QUANTUM
+    assert command_judge(box.fill("echo x 2>/etc/{MARK}"), traumas=[(trauma.pattern, "")]).tier
 
 
 @pytest.mark.django_db
-def test_a_command_that_hits_a_sandbox_boundary_records_a_trauma(box: Box) -> None:
+def test_a_command_that_hits_a_sandbox_boundary_fails_there_and_plants_no_trauma(
+    box: Box,
+) -> None:
     (box.worktree / "sneaky.py").write_text("open('/usr/annihilation-escape', 'w').write('x')\n")
     before = _snapshot(box)
 
     result = tool_execute(_ctx(box), "shell", {"command": "python3 sneaky.py"}, [])
-
-    assert "Read-only file system" in result.output and "sandbox: wrote outside" in result.output
-    assert _snapshot(box) == before and not Path("/usr/annihilation-escape").exists()
-    trauma = CommandTrauma.objects.get(source=TraumaSource.SANDBOX)
-    assert trauma.pattern == r"python3\ sneaky\.py"
     again = tool_execute(_ctx(box), "shell", {"command": "python3 sneaky.py"}, [])
-    assert again.is_error and "trauma: sandbox: wrote outside" in again.output
-    trauma.refresh_from_db()
-    assert trauma.hits == 1  # refused before it ran again
+
+    # What a command prints is the agent's to choose: it is no evidence of an incident.
+    assert "Read-only file system" in result.output and not result.is_error
+    assert _snapshot(box) == before and not Path("/usr/annihilation-escape").exists()
+    assert not CommandTrauma.objects.exists()
+    assert not again.is_error and "Read-only file system" in again.output
 
 
 @pytest.mark.django_db
