@@ -1,10 +1,11 @@
 """What redaction (core.redaction) costs: milliseconds per megabyte of text without secrets (the
 common case, on every store and on the streaming hot path) and with a secret every few lines,
-and microseconds per short string (an event payload's field).
+and microseconds per short string (an event payload's field); CPU time of this process, so that
+the figures hold on a machine shared with other work.
 
 The text is this repository's own Python source (code and prose, as agents read and write),
 cut into pieces of `--piece` characters as the writers hand them over; "with secrets" puts one
-secret of the test table (tests/core/test_redaction.py's SHAPES) after every 20th line.
+secret of the test table (tests/core/secret_shapes.py) after every 20th line.
 
     python bench/redaction.py [--mb 2] [--piece 4000]
 Needs no database or Redis.
@@ -55,10 +56,10 @@ def ms_per_mb(text: str, piece: int, runs: int = 5) -> float:
     pieces = [text[i : i + piece] for i in range(0, len(text), piece)]
     times = []
     for _ in range(runs):
-        started = time.perf_counter()
+        started = time.process_time()
         for part in pieces:
             redact(part)
-        times.append(time.perf_counter() - started)
+        times.append(time.process_time() - started)
     return statistics.median(times) * 1000 / (len(text) / 2**20)
 
 
@@ -68,21 +69,21 @@ def stream_ms_per_mb(text: str, delta: int = 40, runs: int = 3) -> float:
     times = []
     for _ in range(runs):
         stream = TextStream()
-        started = time.perf_counter()
+        started = time.process_time()
         for part in deltas:
             stream.feed(part)
         stream.finish()
-        times.append(time.perf_counter() - started)
+        times.append(time.process_time() - started)
     return statistics.median(times) * 1000 / (len(text) / 2**20)
 
 
 def us_per_short(runs: int = 20_000) -> float:
     fields = ["wave_complete", "burst:events", "10_s0_coder", "running", "Add a greeting to the "
               "README and keep the tests green", "done", "/api/quanta/12"]  # fmt: skip
-    started = time.perf_counter()
+    started = time.process_time()
     for n in range(runs):
         redact(fields[n % len(fields)])
-    return (time.perf_counter() - started) * 1e6 / runs
+    return (time.process_time() - started) * 1e6 / runs
 
 
 def main() -> None:
