@@ -632,7 +632,8 @@ def _scan(text: str, found: list[str] | None) -> str:
 
 
 def _redacted(text: str, spans: list[_Found], found: list[str] | None) -> str:
-    """The text with each span (overlapping ones merged, the first's mark kept) replaced."""
+    """The text with each span replaced by its mark (overlapping ones by one); each described
+    in `found`."""
     spans.sort(key=lambda f: (f.start, -f.end))
     groups: list[list[_Found]] = []  # spans that overlap or touch, in order
     end = -1
@@ -657,12 +658,10 @@ def _redacted(text: str, spans: list[_Found], found: list[str] | None) -> str:
         pieces += [text[done : span.start], span.mark]
         done = span.end
         if found is not None:
-            context = text[min(span.context, span.start) : span.start]
-            after = text[span.end : span.end + 1] if text[span.end : span.end + 1] in "\"'" else ""
-            described = f"{context}{span.mark}{after}".splitlines() or [span.mark]
-            found.append(
-                f"{span.rule}: {described[-1] if context.endswith(chr(10)) else described[0]}"
-            )
+            # What the match kept before the mark, on the mark's line, and a closing quote.
+            kept = text[min(span.context, span.start) : span.start].rsplit("\n", 1)[-1]
+            quote = text[span.end : span.end + 1] if text[span.end : span.end + 1] in "\"'" else ""
+            found.append(f"{span.rule}: {kept}{span.mark}{quote}")
     pieces.append(text[done:])
     return "".join(pieces)
 
