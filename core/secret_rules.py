@@ -123,10 +123,9 @@ def entropy(text: str) -> float:
 def go_regex(pattern: str) -> str:
     """A Go RE2 pattern in Python's syntax (the differences the configuration uses)."""
     out: list[str] = []
-    # For each open group, the index in `out` where a scoped flag group was opened inside it
-    # (closed when the group closes).
+    # For each open group (the whole pattern first), how many scoped flag groups were opened
+    # in it: they are closed where it closes.
     scoped: list[int] = [0]
-    opened_flags = 0  # scoped flag groups opened at the top level
     in_class = False
     i = 0
     while i < len(pattern):
@@ -154,8 +153,6 @@ def go_regex(pattern: str) -> str:
         if flags is not None and (i > 0 or len(scoped) > 1):
             out.append(f"(?{flags.group(1)}:")
             scoped[-1] += 1
-            if len(scoped) == 1:
-                opened_flags += 1
             i += flags.end()
             continue
         if char == "(":
