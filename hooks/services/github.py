@@ -155,6 +155,12 @@ def github_receive(*, body: bytes, signature: str, event: str, delivery_id: str)
     return received
 
 
+def _word(value: Any) -> str:
+    """A short string field (an action, a conclusion) as given, or "" when it is not a string:
+    compared with known values, never hashed or printed whole."""
+    return value[:50] if isinstance(value, str) else ""
+
+
 def _where(path: str) -> str:
     return (path if len(path) <= 100 else path[:99] + "…") or "the body"
 
@@ -207,7 +213,7 @@ def _push(payload: dict[str, Any], delivery_id: str) -> Received:
 
 def _ci(event: str, payload: dict[str, Any], delivery_id: str) -> Received:
     run = _object(payload, event)
-    action, conclusion = payload.get("action"), run.get("conclusion")
+    action, conclusion = _word(payload.get("action")), _word(run.get("conclusion"))
     if event == "check_run":
         suite = run.get("check_suite")
         branch = suite.get("head_branch") if isinstance(suite, dict) else None
@@ -248,7 +254,7 @@ def _ci(event: str, payload: dict[str, Any], delivery_id: str) -> Received:
 
 def _issue(payload: dict[str, Any], delivery_id: str) -> Received:
     issue = _object(payload, "issue")
-    action, number = payload.get("action"), issue.get("number")
+    action, number = _word(payload.get("action")), issue.get("number")
     if not isinstance(number, int):
         raise WebhookRefused(400, "Malformed payload", "`issue.number` must be an integer")
     labels = issue.get("labels")

@@ -177,6 +177,20 @@ def test_an_oddly_parsing_body_gets_a_problem_document_never_a_500(github, clien
     assert not GithubDelivery.objects.exists() and not Quantum.objects.exists()
 
 
+@pytest.mark.parametrize("odd", [{"a": 1}, ["completed"], 7, None, "x" * 10_000])
+def test_fields_of_any_type_are_acted_on_or_ignored_never_a_500(github, odd):
+    failing = check_run()
+    failing["action"] = odd
+    failing["check_run"]["conclusion"] = odd
+    labelled = issue()
+    labelled["action"] = odd
+    for event, payload in (("check_run", failing), ("issues", labelled)):
+        response = deliver(event, payload)
+        assert response.status_code in (202, 400), response.content
+        assert len(response.content) < 2_000
+    assert not Quantum.objects.exists()
+
+
 def test_labels_of_any_shape_are_read_without_failing(github):
     payload = issue()
     payload["issue"]["labels"] = [{"name": {"a": 1}}, {"name": ["x"]}, {"name": "annihilation"}]
