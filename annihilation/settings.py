@@ -590,6 +590,18 @@ ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
 ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
 # How long a process keeps its copy of the registry (seconds) before reading it again.
 ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
+# Where an endpoint's key may be sent (core.destinations): never to a link-local or cloud
+# metadata address; to loopback or a private network (a local model server) only with this on.
+# On by default with DEBUG (a developer machine); in production turn it on for a model server
+# on the local network.
+ENDPOINTS_ALLOW_PRIVATE = env_bool("ANNIHILATION_ENDPOINTS_ALLOW_PRIVATE", DEBUG)
+# The environment variables an endpoint's api_key_env may name (comma-separated; a trailing `*`
+# matches any end): the worker's other secrets (its database URL, a webhook's signing secret,
+# cloud credentials) can never be sent to an endpoint.
+ENDPOINTS_KEY_ENVS = env_csv(
+    "ANNIHILATION_ENDPOINTS_KEY_ENVS",
+    "ANTHROPIC_API_KEY,OPENAI_API_KEY,VLLM_API_KEY,OLLAMA_API_KEY,ANNIHILATION_ENDPOINT_KEY_*",
+)
 
 # --- api ---
 # The HTTP API (api app): tokens, rate limits, idempotency, incoming webhooks.
@@ -680,6 +692,9 @@ HOOKS_RETRY_BASE_S = env_float("ANNIHILATION_HOOKS_RETRY_BASE_S", 10.0, minimum=
 HOOKS_RETRY_MAX_S = env_float("ANNIHILATION_HOOKS_RETRY_MAX_S", 3600.0, minimum=0)
 HOOKS_MAX_ATTEMPTS = env_int("ANNIHILATION_HOOKS_MAX_ATTEMPTS", 8, minimum=1)
 HOOKS_SWEEP_GRACE_S = env_float("ANNIHILATION_HOOKS_SWEEP_GRACE_S", 60.0, minimum=0)
+# Outgoing webhooks never go to a link-local or cloud metadata address; to loopback or a private
+# network only with this on (on by default with DEBUG, a developer machine).
+HOOKS_ALLOW_PRIVATE = env_bool("ANNIHILATION_WEBHOOKS_ALLOW_PRIVATE", DEBUG)
 
 # --- hosts ---
 # Several worker hosts. ANNIHILATION_HOST names this process's host in the agent registry, the

@@ -25,6 +25,41 @@ _DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also ta
 USAGE_ERROR = 2  # the exit status of a bad argument (argparse's); a refused action exits 1
 
 
+# What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts CSI and
+# OSC sequences: cursor moves, title changes, OSC 52 clipboard writes; CR and BS overwrite what
+# is shown), DEL, C1 controls (CSI and OSC have one-character forms there), and the bidi
+# controls that reorder what is shown (a line that reads differently from what it holds).
+_TERMINAL_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` fit for a terminal: each control character (escape sequences' introducers, C1,
+    bidi overrides) shown as its escape (`\\x1b`, `\\u202e`), newlines and tabs kept. Every
+    command's output goes through it; the operator sees what was there and the terminal acts on
+    none of it."""
+    return _TERMINAL_CONTROLS.sub(_visible, text)
+
+
+class TerminalOutput(OutputWrapper):
+    """A command's stdout or stderr: each message redacted and made terminal-safe before the
+    command's style (its colours, the only escapes let through) is applied."""
+
+    def write(  # type: ignore[override]  # OutputWrapper's own signature (see its stubs)
+        self,
+        msg: str = "",
+        style_func: Callable[[str], str] | None = None,
+        ending: str | None = None,
+    ) -> None:
+        super().write(terminal_safe(redact(msg)), style_func, ending)
+
+
 class _RedactingStream:
     """A text stream whose every write is redacted first (the stream's other attributes, such
     as `isatty`, are the wrapped stream's)."""
@@ -41,7 +76,9 @@ class _RedactingStream:
 
 class SafeCommand(BaseCommand):
     """A management command whose bad input is one line on stderr, never a traceback, and
-    whose output is redacted (core.redaction) whatever it prints.
+    whose output is redacted (core.redaction) and terminal-safe (`terminal_safe`) whatever it
+    prints: `self.stdout` and `self.stderr` are always `TerminalOutput`s. A command applies its
+    colours with `write(text, style_func)`, never by styling the text it passes.
 
     From a terminal an argument argparse refuses exits 2 with `prog: error: why` alone (no
     usage block), and so does a value no text column could store (a NUL, bytes that are not
@@ -54,6 +91,23 @@ class SafeCommand(BaseCommand):
             cast(TextIO, _RedactingStream(stderr or sys.stderr)),
             *args, **kwargs,
         )  # fmt: skip
+
+    # Django assigns plain OutputWrappers in __init__ and execute: each becomes a TerminalOutput.
+    @property
+    def stdout(self) -> OutputWrapper:
+        return self._terminal_stdout
+
+    @stdout.setter
+    def stdout(self, value: OutputWrapper) -> None:
+        self._terminal_stdout = _terminal_output(value)
+
+    @property
+    def stderr(self) -> OutputWrapper:
+        return self._terminal_stderr
+
+    @stderr.setter
+    def stderr(self, value: OutputWrapper) -> None:
+        self._terminal_stderr = _terminal_output(value)
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         # A parser not "called from the command line" raises CommandError instead of printing
@@ -84,6 +138,15 @@ class SafeCommand(BaseCommand):
             if options.get(stream) and not isinstance(options[stream], _RedactingStream):
                 options[stream] = _RedactingStream(options[stream])
         return super().execute(*args, **options)
+
+
+def _terminal_output(wrapper: OutputWrapper) -> OutputWrapper:
+    if isinstance(wrapper, TerminalOutput):
+        return wrapper
+    out = TerminalOutput(cast(TextIO, wrapper._out), wrapper.ending)
+    if wrapper.style_func is not None:
+        out.style_func = wrapper.style_func
+    return out
 
 
 def _option_problem(value: Any) -> str | None:

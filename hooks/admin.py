@@ -18,7 +18,7 @@ from hooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from hooks.services.endpoints import endpoint_delete, endpoint_save
+from hooks.services.endpoints import endpoint_delete, endpoint_save, endpoint_url_problem
 
 
 class EndpointForm(forms.ModelForm[WebhookEndpoint]):
@@ -30,6 +30,13 @@ class EndpointForm(forms.ModelForm[WebhookEndpoint]):
     class Meta:
         model = WebhookEndpoint
         fields = ["name", "url", "secret_env", "events", "active"]
+
+    def clean_url(self) -> str:
+        url = str(self.cleaned_data["url"])
+        problem = endpoint_url_problem(url)
+        if problem is not None:
+            raise forms.ValidationError(problem)
+        return url
 
 
 @admin.register(WebhookEndpoint)

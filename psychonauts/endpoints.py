@@ -40,6 +40,7 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from core import metrics
+from core.destinations import DestinationRefused, destination_check
 from core.redaction import redact
 from core.redis import get_redis
 from psychonauts.errors import ProviderError, PsychonautError, SlotTimeout
@@ -314,7 +315,8 @@ def endpoint_add(
     enabled: bool = True,
 ) -> Endpoint:
     """Add an endpoint to the registry; EndpointInvalid (nothing written) when a field is
-    refused, a key is given instead of a variable's name, or the name is taken."""
+    refused, a key is given instead of a variable's name, the variable is not one endpoints may
+    use, the URL is an internal address (`endpoint_destination_problem`), or the name is taken."""
     if "@" in base_url.partition("//")[2].partition("/")[0]:
         raise EndpointInvalid(
             "base_url: no credentials in the URL; name the environment variable holding the "
@@ -336,6 +338,10 @@ def endpoint_add(
         row.full_clean()
     except ValidationError as exc:
         raise EndpointInvalid(_messages(exc)) from None
+    # Not resolved here (a model server's name may not resolve yet): each call checks again.
+    problem = endpoint_destination_problem(base_url, api_key_env, resolve=False)
+    if problem is not None:
+        raise EndpointInvalid(problem)
     for price in (row.usd_per_mtok_in, row.usd_per_mtok_out):
         if price is not None and price < 0:
             raise EndpointInvalid("a price per million tokens cannot be negative")
@@ -346,6 +352,43 @@ def endpoint_add(
         raise EndpointInvalid(f"name: an endpoint named {name!r} exists") from None
     registry_invalidate()
     return row
+
+
+def key_env_allowed(name: str) -> bool:
+    """Whether an endpoint may name the environment variable `name` for its key
+    (ENDPOINTS_KEY_ENVS: exact names, or prefixes ending in `*`)."""
+    return any(
+        name.startswith(allowed[:-1]) if allowed.endswith("*") else name == allowed
+        for allowed in settings.ENDPOINTS_KEY_ENVS
+    )
+
+
+def endpoint_destination_problem(base_url: str, api_key_env: str, *, resolve: bool) -> str | None:
+    """Why the worker may not send a key to `base_url` (core.destinations, with
+    ENDPOINTS_ALLOW_PRIVATE), or read it from `api_key_env` (ENDPOINTS_KEY_ENVS); None when it
+    may. A blank base_url is the SDK's own service."""
+    if api_key_env and not key_env_allowed(api_key_env):
+        return (
+            f"api_key_env: {api_key_env} is not one of the variables endpoints may use "
+            f"(ANNIHILATION_ENDPOINTS_KEY_ENVS: {', '.join(settings.ENDPOINTS_KEY_ENVS)})"
+        )
+    if not base_url:
+        return None
+    try:
+        destination_check(
+            base_url,
+            allow_private=settings.ENDPOINTS_ALLOW_PRIVATE,
+            setting="ANNIHILATION_ENDPOINTS_ALLOW_PRIVATE",
+            resolve=resolve,
+        )
+    except DestinationRefused as exc:
+        return f"base_url: {exc}"
+    return None
+
+
+class EndpointRefused(ProviderError):
+    """The endpoint's URL or key variable is one the worker does not send a key to: the call was
+    not made."""
 
 
 def _messages(exc: ValidationError) -> str:
@@ -455,6 +498,12 @@ class LimitedProvider:
         self.name = provider.name
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
+        # Checked at each call: the name may resolve elsewhere now than when it was added.
+        problem = endpoint_destination_problem(
+            self.conf.base_url, self.conf.api_key_env, resolve=True
+        )
+        if problem is not None:
+            raise EndpointRefused(f"endpoint {self.conf.name}: {problem}")
         holder = f"{request.run.agent_run_id}:{os.getpid()}:{threading.get_ident()}"
         try:
             with slot_held(
@@ -505,6 +554,9 @@ def endpoint_check(conf: EndpointConf, *, thorough: bool) -> CheckResult:
 
 def _probe(conf: EndpointConf, how: str) -> None:
     """Raises what the endpoint did wrong; returns when it answered as it should."""
+    problem = endpoint_destination_problem(conf.base_url, conf.api_key_env, resolve=True)
+    if problem is not None:
+        raise ProbeFailed(f"refused, no request sent: {problem}")
     if conf.api_key_env and not os.environ.get(conf.api_key_env):
         raise ProbeFailed(f"the environment variable {conf.api_key_env} is not set")
     timeout = float(settings.ENDPOINTS_HEALTH_TIMEOUT_S)

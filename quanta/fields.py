@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from core.redaction import redact
 from core.safetext import quoted, text_problem
 from quanta.errors import InvalidQuantum
 from quanta.models import (
@@ -191,12 +192,20 @@ FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# Free text from whoever files a quantum (the API, the CLI, an import, a GitHub issue): stored,
+# and so shown everywhere, redacted (core.redaction).
+_REDACTED_FIELDS = frozenset({"title", "body", "acceptance"})
+
+
 def clean_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """Check every field in `values`; raises on the first bad one, naming it."""
+    """Check every field in `values` (its free text redacted first); raises on the first bad
+    one, naming it."""
     cleaned: dict[str, Any] = {}
     for name, value in values.items():
         check = FIELD_CHECKS.get(name)
         if check is None:
             raise InvalidQuantum(f"{name}: not a field of a quantum")
+        if name in _REDACTED_FIELDS and isinstance(value, str):
+            value = redact(value)
         cleaned[name] = check(value)
     return cleaned

@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 from autopilot.labels import filed_labels
 from core.celery import app
 from core.redaction import redact
+from core.safetext import text_problem
 from hooks.errors import WebhookRefused
 from hooks.models import GithubDelivery, GithubLink
 from quanta.errors import QuantaError
@@ -40,6 +41,7 @@ FAILED = frozenset({"failure", "timed_out", "startup_failure"})
 ISSUE_ACTIONS = frozenset({"opened", "reopened", "labeled"})
 WAKE_TASK = "autopilot.tick"
 BODY_QUOTE = 8_000
+MAX_DEPTH = 64  # GitHub's deepest payloads nest about ten levels
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,40 @@ def github_check(*, body: bytes, signature: str, event: str, delivery_id: str) -
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise WebhookRefused(400, "Malformed JSON", f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise WebhookRefused(
+            400, "Malformed JSON", "the body is nested too deeply to be read"
+        ) from None
     if not isinstance(payload, dict):
         raise WebhookRefused(400, "Malformed payload", "the body must be a JSON object")
+    problem = _payload_problem(payload)
+    if problem is not None:
+        raise WebhookRefused(400, "Malformed payload", problem)
     return payload
+
+
+def _payload_problem(payload: dict[str, Any]) -> str | None:
+    """Why the parsed body cannot be acted on, or None. JSON may carry what no text column takes
+    (a lone surrogate escape such as `\\ud800`, a NUL) and nesting no GitHub event has; every
+    string anywhere in it, keys too, is checked, iteratively (the depth is what is refused)."""
+    pending: list[tuple[str, Any, int]] = [("", payload, 1)]
+    while pending:
+        path, value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            return f"the body is nested more than {MAX_DEPTH} levels deep"
+        if isinstance(value, str):
+            problem = text_problem(value)
+            if problem is not None:
+                return f"{_where(path)}: a string {problem}"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                problem = text_problem(key)
+                if problem is not None:
+                    return f"{_where(path)}: a key {problem}"
+                pending.append((f"{path}.{key}" if path else key, item, depth + 1))
+        elif isinstance(value, list):
+            pending += [(f"{path}[{n}]", item, depth + 1) for n, item in enumerate(value)]
+    return None
 
 
 def github_receive(*, body: bytes, signature: str, event: str, delivery_id: str) -> Received:
@@ -120,6 +153,16 @@ def github_receive(*, body: bytes, signature: str, event: str, delivery_id: str)
     logger.info("github %s %s: %s", event, delivery_id, received.outcome,
                 extra={"delivery_id": delivery_id, "quantum_id": received.quantum_id})  # fmt: skip
     return received
+
+
+def _word(value: Any) -> str:
+    """A short string field (an action, a conclusion) as given, or "" when it is not a string:
+    compared with known values, never hashed or printed whole."""
+    return value[:50] if isinstance(value, str) else ""
+
+
+def _where(path: str) -> str:
+    return (path if len(path) <= 100 else path[:99] + "…") or "the body"
 
 
 def _base_branch() -> str:
@@ -170,7 +213,7 @@ def _push(payload: dict[str, Any], delivery_id: str) -> Received:
 
 def _ci(event: str, payload: dict[str, Any], delivery_id: str) -> Received:
     run = _object(payload, event)
-    action, conclusion = payload.get("action"), run.get("conclusion")
+    action, conclusion = _word(payload.get("action")), _word(run.get("conclusion"))
     if event == "check_run":
         suite = run.get("check_suite")
         branch = suite.get("head_branch") if isinstance(suite, dict) else None
@@ -211,12 +254,13 @@ def _ci(event: str, payload: dict[str, Any], delivery_id: str) -> Received:
 
 def _issue(payload: dict[str, Any], delivery_id: str) -> Received:
     issue = _object(payload, "issue")
-    action, number = payload.get("action"), issue.get("number")
+    action, number = _word(payload.get("action")), issue.get("number")
     if not isinstance(number, int):
         raise WebhookRefused(400, "Malformed payload", "`issue.number` must be an integer")
     labels = issue.get("labels")
     names = {
-        label.get("name") for label in labels or [] if isinstance(label, dict)
+        label.get("name") for label in labels or []
+        if isinstance(label, dict) and isinstance(label.get("name"), str)
     } if isinstance(labels, list) else set()  # fmt: skip
     wanted = settings.HOOKS_GITHUB_ISSUE_LABEL
     if action not in ISSUE_ACTIONS or wanted not in names:
@@ -232,7 +276,7 @@ def _issue(payload: dict[str, Any], delivery_id: str) -> Received:
             labels=["github"],
         )
 
-    quantum, filed = _link(f"issue:{repo}#{number}", file, reopen=False)
+    quantum, filed = _link(f"issue:{repo}#{number}"[:300], file, reopen=False)
     verb = "became" if filed else "is already"
     return Received(delivery_id, "issues", f"issue #{number} {verb} quantum #{quantum.pk}",
                     quantum.pk)  # fmt: skip

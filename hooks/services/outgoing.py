@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.celery import app
+from core.destinations import DestinationRefused, destination_check, pinned_opener
 from core.models import Event
 from core.redaction import redact
 from hooks.events import TOPICS, hook_event_for
@@ -250,14 +251,21 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
-    """POST; (status code, error) — error empty on a 2xx."""
+    """POST to an allowed address of the URL's host, the one checked (core.destinations);
+    (status code, error) — error empty on a 2xx."""
+    try:
+        addresses = destination_check(
+            url,
+            allow_private=settings.HOOKS_ALLOW_PRIVATE,
+            setting="ANNIHILATION_WEBHOOKS_ALLOW_PRIVATE",
+        )
+    except DestinationRefused as exc:
+        return None, f"refused: {exc}"
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with _OPENER.open(request, timeout=settings.HOOKS_TIMEOUT_S) as response:
+        opener = pinned_opener(addresses, _NoRedirects())
+        with opener.open(request, timeout=settings.HOOKS_TIMEOUT_S) as response:
             response.read(4096)
             return response.status, ""
     except urllib.error.HTTPError as exc:

@@ -137,6 +137,67 @@ def test_it_refuses_a_payload_of_the_wrong_shape_and_writes_nothing(github):
     assert not GithubDelivery.objects.exists()
 
 
+def _with(payload: dict[str, Any], path: tuple[str, ...], value: Any) -> bytes:
+    """The payload as JSON with `value` at `path`, escaped as GitHub (or an attacker) would."""
+    target = payload
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = "@@VALUE@@"
+    return json.dumps(payload).replace('"@@VALUE@@"', value).encode()
+
+
+# Bodies that parse, or nearly, into what nothing downstream can hold: each answered with a
+# problem document and nothing written, through the ASGI fast path and the Django view alike.
+ODD_BODIES = {
+    "nested past the parser's recursion": b'{"zen": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+    "nested past any GitHub event": b'{"zen": ' + b"[" * 100 + b"]" * 100 + b"}",
+    "a lone surrogate in repository.full_name": _with(
+        issue(), ("repository", "full_name"), '"acme/\\ud800widgets"'
+    ),
+    "a lone surrogate in a key": b'{"zen": {"\\udfff": 1}}',
+    "a NUL in the issue's title": _with(issue(), ("issue", "title"), '"squeaks\\u0000"'),
+}
+
+
+@pytest.mark.parametrize("body", ODD_BODIES.values(), ids=ODD_BODIES.keys())
+def test_an_oddly_parsing_body_gets_a_problem_document_never_a_500(github, client, body):
+    before = refusals()
+    response = deliver("issues", body=body)
+    assert 400 <= response.status_code < 500
+    assert response["Content-Type"] == "application/problem+json"
+    assert json.loads(response.content)["title"] in {"Malformed JSON", "Malformed payload"}
+    via_view = client.post(
+        "/hooks/github", body, content_type="application/json",
+        headers={"X-GitHub-Event": "issues", "X-GitHub-Delivery": "odd-via-view",
+                 "X-Hub-Signature-256": signature(body)},
+    )  # fmt: skip
+    assert 400 <= via_view.status_code < 500
+    assert via_view["Content-Type"] == "application/problem+json"
+    assert refusals() == before + 2
+    assert not GithubDelivery.objects.exists() and not Quantum.objects.exists()
+
+
+@pytest.mark.parametrize("odd", [{"a": 1}, ["completed"], 7, None, "x" * 10_000])
+def test_fields_of_any_type_are_acted_on_or_ignored_never_a_500(github, odd):
+    failing = check_run()
+    failing["action"] = odd
+    failing["check_run"]["conclusion"] = odd
+    labelled = issue()
+    labelled["action"] = odd
+    for event, payload in (("check_run", failing), ("issues", labelled)):
+        response = deliver(event, payload)
+        assert response.status_code in (202, 400), response.content
+        assert len(response.content) < 2_000
+    assert not Quantum.objects.exists()
+
+
+def test_labels_of_any_shape_are_read_without_failing(github):
+    payload = issue()
+    payload["issue"]["labels"] = [{"name": {"a": 1}}, {"name": ["x"]}, {"name": "annihilation"}]
+    response = deliver("issues", payload)
+    assert response.status_code == 202 and Quantum.objects.count() == 1
+
+
 def test_it_refuses_everything_while_no_secret_is_configured(github):
     github.HOOKS_GITHUB_SECRET = ""
     response = deliver("ping", {})

@@ -165,6 +165,95 @@ def test_it_refuses_an_endpoint_with_a_bad_url_secret_name_or_event():
     assert not WebhookEndpoint.objects.exists()
 
 
+INTERNAL_URLS = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://169.254.170.2/v2/credentials",
+    "http://[fd00:ec2::254]/latest/",
+    "http://[::ffff:169.254.169.254]/hook",
+    "http://[fe80::1]/hook",
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "http://0.0.0.0:8080/hook",
+]
+PRIVATE_URLS = [
+    "http://127.0.0.1:8080/hook",
+    "http://localhost:8080/hook",
+    "http://10.1.2.3/hook",
+    "http://192.168.0.10/hook",
+    "http://[::1]:8080/hook",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", INTERNAL_URLS)
+def test_it_never_takes_a_metadata_or_link_local_url(url, settings):
+    from django.core.exceptions import ValidationError
+
+    settings.HOOKS_ALLOW_PRIVATE = True  # not even with private addresses allowed
+    with pytest.raises(ValidationError) as refused:
+        endpoint(url, ["wave.complete"])
+    assert "url" in refused.value.message_dict
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", PRIVATE_URLS)
+def test_a_loopback_or_private_url_needs_the_opt_in(url, settings):
+    from django.core.exceptions import ValidationError
+
+    settings.HOOKS_ALLOW_PRIVATE = False
+    with pytest.raises(ValidationError) as refused:
+        endpoint(url, ["wave.complete"])
+    assert "ANNIHILATION_WEBHOOKS_ALLOW_PRIVATE" in str(refused.value)
+    settings.HOOKS_ALLOW_PRIVATE = True
+    assert endpoint(url, ["wave.complete"]).pk
+
+
+@pytest.mark.django_db
+def test_the_admin_form_shows_the_refusal_on_the_url(admin_client, settings):
+    settings.HOOKS_ALLOW_PRIVATE = False
+    page = admin_client.post(
+        "/admin/hooks/webhookendpoint/add/",
+        {"name": "meta", "url": "http://169.254.169.254/hook", "secret_env": SECRET_ENV,
+         "events": ["wave.complete"], "active": "on"},
+    )  # fmt: skip
+    assert page.status_code == 200  # the form again, with the error
+    assert "cloud metadata" in page.content.decode()
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_delivery_is_not_sent_to_an_address_no_longer_allowed(receiver, signing, settings):
+    endpoint(receiver.url, ["wave.complete"])  # allowed (a developer machine's default)
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1, "status": "done"})
+    outbox_scan()
+    delivery = WebhookDelivery.objects.get()
+    settings.HOOKS_ALLOW_PRIVATE = False
+
+    assert delivery_attempt(delivery_id=delivery.pk).status == DeliveryStatus.RETRYING
+    delivery.refresh_from_db()
+    assert "refused" in delivery.error and "ANNIHILATION_WEBHOOKS_ALLOW_PRIVATE" in delivery.error
+    settings.HOOKS_ALLOW_PRIVATE = True
+    assert delivery_attempt(delivery_id=delivery.pk).status == DeliveryStatus.DELIVERED
+    assert len(receiver.wait(1)) == 1  # the refused attempt never reached it
+
+
+def test_a_request_goes_to_the_address_checked_not_to_a_new_lookup(receiver):
+    """The name is resolved once, checked, and connected to as checked: a name that resolves
+    elsewhere by the time of the connection (DNS rebinding) moves nothing."""
+    import urllib.request
+
+    from core.destinations import destination_check, pinned_opener
+
+    checked = destination_check(receiver.url, allow_private=True)
+    port = receiver.url.split(":")[2].split("/")[0]
+    # A name no resolver knows: only the pinned address can be connected to.
+    request = urllib.request.Request(f"http://rebound.invalid:{port}/hook", data=b"{}")
+    with pinned_opener(checked).open(request, timeout=5) as response:
+        assert response.status == 200
+    assert receiver.wait(1)[0].headers["Host"] == f"rebound.invalid:{port}"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_waits_for_an_id_drawn_earlier_that_commits_later(receiver, signing):
     """An event whose id was drawn before a later one's, committed after it, is not skipped."""

@@ -47,6 +47,13 @@ def fresh(settings, redis_client, monkeypatch):
     settings.ENDPOINTS_CACHE_S = 0
     settings.PSYCHONAUTS_PROVIDER_RETRIES = 1
     settings.AUTOPILOT_ENDPOINT_FAILURES = 3
+    # The key variables these tests name, besides the default list.
+    settings.ENDPOINTS_KEY_ENVS = [
+        *settings.ENDPOINTS_KEY_ENVS,
+        "GATEWAY_TOKEN",
+        "CLAUDE_GATEWAY_KEY",
+        "NOT_SET_ANYWHERE",
+    ]
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     endpoints._reset_at.clear()
     endpoints.registry_invalidate()

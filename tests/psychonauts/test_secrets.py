@@ -27,6 +27,7 @@ from psychonauts.models import DiaryEntry, ToolCall
 from psychonauts.services import agent_run_execute
 from psychonauts.workspaces import branch_for
 from quanta.models import Quantum
+from tests.core.secret_shapes import ALL, leaked
 from tests.core.test_redaction import ANTHROPIC, AWS_ID, AWS_SECRET, GITHUB, KEY_BODY, SSH_KEY
 from tether.models import Risk
 from tether.services import change_review_create
@@ -34,16 +35,18 @@ from tether.services import change_review_create
 pytestmark = pytest.mark.django_db
 
 SECRETS = (AWS_ID, AWS_SECRET, GITHUB, ANTHROPIC, *KEY_BODY)
+# The file and the agent's words carry the whole table of shapes (tests/core/secret_shapes.py).
 FILE = (
     f"AWS_ACCESS_KEY_ID={AWS_ID}\n"
     f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}\n"
     f"GITHUB_TOKEN={GITHUB}\n"
-    f'anthropic = "{ANTHROPIC}"\n' + SSH_KEY
+    f'anthropic = "{ANTHROPIC}"\n' + SSH_KEY + ALL
 )
 
 SAID = (
     f"The id is {AWS_ID}, its secret {AWS_SECRET}.\n"
     f"The token is {GITHUB} and the model key {ANTHROPIC}.\nAnd the key:\n{SSH_KEY}"
+    f"And more:\n{ALL}"
 )
 NOTED = f"The deploy token is {GITHUB}"
 ENDED = f"Done: deploy/credentials.env holds {ANTHROPIC}."
@@ -77,11 +80,12 @@ def database_text() -> str:
 
 def assert_no_secret(text: str, where: str) -> None:
     """Not a secret, nor any 12 characters of one (a secret cut in two between streamed pieces
-    would pass a redaction piece by piece)."""
+    would pass a redaction piece by piece), nor any of the table of shapes."""
     for secret in SECRETS:
         for start in range(len(secret) - 11):
             part = secret[start : start + 12]
             assert part not in text, f"{where} holds {part!r} of {secret[:8]}…"
+    assert not leaked(text), f"{where} holds the secrets of {leaked(text)}"
 
 
 @pytest.fixture

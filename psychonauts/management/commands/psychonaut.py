@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,23 +77,24 @@ class Command(SafeCommand):
 
     def _observer(self, quiet: bool) -> services.Observer:
         # The runtime hands over redacted text (the deltas by whole lines); what is printed here
-        # is redacted once more, so nothing an agent wrote reaches the terminal unredacted.
+        # is redacted once more and made terminal-safe (self.stdout), so nothing an agent wrote
+        # reaches the terminal unredacted or acts on it (escape sequences, bidi overrides).
         def show(event_type: str, payload: dict[str, Any]) -> None:
             if quiet:
                 return
             if event_type == "delta":
-                sys.stdout.write(redact(payload["text"]))
-                sys.stdout.flush()
+                self.stdout.write(payload["text"], ending="")
+                self.stdout.flush()
             elif event_type == "phase":
-                self.stdout.write(self.style.HTTP_INFO(f"\n[{payload['phase']}]"))
+                self.stdout.write(f"\n[{payload['phase']}]", self.style.HTTP_INFO)
             elif event_type == "tool_call":
                 shown = redact(f"→ {payload['name']} {payload['input']}")
-                self.stdout.write(self.style.WARNING(shown))
+                self.stdout.write(shown, self.style.WARNING)
             elif event_type == "tool_result":
                 style = self.style.ERROR if payload["is_error"] else self.style.SUCCESS
-                self.stdout.write(style(f"← {shorten(redact(payload['output']), 300)}"))
+                self.stdout.write(f"← {shorten(redact(payload['output']), 300)}", style)
             elif event_type in {"usage", "started", "commit"}:
-                self.stdout.write(self.style.HTTP_INFO(redact(f"[{event_type}] {payload}")))
+                self.stdout.write(redact(f"[{event_type}] {payload}"), self.style.HTTP_INFO)
 
         return show
 
@@ -119,7 +119,7 @@ class Command(SafeCommand):
 
     def _outcome(self, outcome: Outcome) -> None:
         style = self.style.SUCCESS if outcome.status == "done" else self.style.ERROR
-        self.stdout.write(style(f"\n== {outcome.status}"))
+        self.stdout.write(f"\n== {outcome.status}", style)
         if outcome.result:
             self.stdout.write(redact(outcome.result))
         if outcome.error:
