@@ -372,6 +372,10 @@ def _violation(result: SandboxResult) -> str:
     suite is no incident, and a trauma would refuse it from then on."""
     if result.stopped == "output":
         return "printed more than the output limit"
+    if result.stopped == "memory":
+        return "went over the memory limit of a command"
+    if result.stopped == "worktree":
+        return "filled its worktree past the limit"
     for pattern, what in _VIOLATIONS:
         if pattern.search(result.stderr) or pattern.search(result.stdout):
             return what
@@ -403,6 +407,8 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
             f"printed more than {settings.SANDBOX_OUTPUT_BYTES // 1024} KiB and was killed\n"
             f"{truncate(result.output)}"
         )
+    if result.stopped in ("memory", "worktree"):
+        raise ToolFailure(f"stopped: {result.detail}\n{truncate(result.output)}")
     note = f"; sandbox: {violation}" if violation else ""
     return f"exit {result.returncode} ({result.elapsed_s:.1f}s{note})\n{truncate(result.output)}"
 
