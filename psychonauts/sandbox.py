@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Literal
 
 from django.conf import settings
+from django.db import connection
 
 from psychonauts.errors import PsychonautError
 from psychonauts.identities import PROBE_SLOT, SHARED_TREE, identity_slot
@@ -197,7 +198,9 @@ def _installation_folders() -> list[Path]:
 def _worker_homes() -> list[Path]:
     """The worker's home (its credentials: ~/.git-credentials, ~/.ssh, ~/.netrc, ~/.aws, ...)
     and root's."""
-    homes = [Path("/root"), Path("~").expanduser()]
+    homes = [Path("/root")]
+    with contextlib.suppress(RuntimeError):  # no HOME and no account
+        homes.append(Path("~").expanduser())
     with contextlib.suppress(KeyError):
         homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
     return homes
@@ -222,6 +225,13 @@ def _registered(registry: Path) -> tuple[Path, ...]:
     return _registry_read(registry, changed)
 
 
+# Top folders of the system: a registry entry naming one of them (or a folder in one) is
+# ignored, so that no entry (any local user can add one) hides what every command needs.
+_SYSTEM = frozenset(
+    {"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "dev", "proc", "sys"}
+)
+
+
 @functools.lru_cache(maxsize=8)
 def _registry_read(registry: Path, changed: int) -> tuple[Path, ...]:
     found: list[Path] = []
@@ -230,7 +240,11 @@ def _registry_read(registry: Path, changed: int) -> tuple[Path, ...]:
             if entry.suffix != ".paths":
                 continue
             with contextlib.suppress(OSError, UnicodeDecodeError):
-                found += [Path(line) for line in entry.read_text("utf-8").splitlines() if line]
+                for line in entry.read_text("utf-8").splitlines():
+                    path = Path(line)
+                    # At least two levels deep (`/srv/app`, not `/srv`), outside the system's.
+                    if path.is_absolute() and len(path.parts) >= 3 and path.parts[1] not in _SYSTEM:
+                        found.append(path)
     return tuple(found)
 
 
@@ -316,7 +330,8 @@ def _mounts(
 _GIT_CONFIG_KEPT = re.compile(
     r"core\.(repositoryformatversion|bare|filemode|symlinks|ignorecase|precomposeunicode"
     r"|logallrefupdates|autocrlf|eol|safecrlf|checkstat|trustctime|quotepath|splitindex"
-    r"|untrackedcache|commitgraph|multipackindex|abbrev|compression)"
+    r"|untrackedcache|commitgraph|multipackindex|abbrev|compression|sparsecheckout"
+    r"|sparsecheckoutcone)"
     r"|extensions\.[a-z0-9]+|index\.[a-z0-9]+|feature\.[a-z0-9]+|init\.defaultbranch"
     r"|branch\..+\.(remote|merge|rebase)|remote\.[^.]+\.fetch"
 )
@@ -500,7 +515,7 @@ def sandbox_run(
         raise SandboxUnavailable(_refusal(status))
     argv = shell_argv(command, timeout_s)
     boxed = status.state == "on"
-    uid = sandbox_uid(quantum_id) if boxed else None
+    uid = _uid_no_connection_kept(quantum_id) if boxed else None
     if uid is not None and workspace.stat().st_uid != uid:
         # The quantum's uid changed since its worktree was made (its slot went to another
         # quantum while it did not run): its files become the new uid's before it writes.
@@ -509,6 +524,19 @@ def sandbox_run(
     return _execute(argv, cwd=workspace, env=environment, timeout_s=timeout_s,
                     sandboxed=boxed, watch=Watch.of(workspace),
                     box=(workspace.resolve(), uid) if boxed else None)  # fmt: skip
+
+
+def _uid_no_connection_kept(quantum_id: int) -> int | None:
+    """The quantum's uid, leaving the database connection as it was: a caller that handed its
+    connection back before a command of minutes (the agent runtime does), or a thread that
+    never uses the database otherwise (the worktree preparers), does not sit on the one the
+    lookup opened."""
+    was_open = connection.connection is not None
+    try:
+        return sandbox_uid(quantum_id)
+    finally:
+        if not was_open and not connection.in_atomic_block:
+            connection.close()
 
 
 def _refusal(status: SandboxStatus) -> str:
@@ -900,7 +928,7 @@ def workspace_own(path: Path, *, quantum_id: int) -> None:
     pointer stays root's; the runtime's git works on it with `safe.directory`."""
     if settings.SANDBOX_MODE == "off":
         return
-    uid = sandbox_uid(quantum_id)
+    uid = _uid_no_connection_kept(quantum_id)
     if uid is not None:
         _own(path, uid)
 
