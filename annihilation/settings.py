@@ -416,7 +416,8 @@ SANDBOX_PROCESSES = env_int("ANNIHILATION_SANDBOX_PROCESSES", 256, minimum=8)
 SANDBOX_FILE_BYTES = env_int("ANNIHILATION_SANDBOX_FILE_MB", 1024, minimum=1) * 2**20
 SANDBOX_TMP_BYTES = env_int("ANNIHILATION_SANDBOX_TMP_MB", 512, minimum=1) * 2**20
 SANDBOX_OUTPUT_BYTES = env_int("ANNIHILATION_SANDBOX_OUTPUT_KB", 4096, minimum=1) * 2**10
-# More folders mounted empty inside the sandbox (colon-separated), e.g. ~/.ssh:~/.aws.
+# More folders mounted empty inside the sandbox (colon-separated), e.g. /srv/secrets:/opt/keys
+# (the worker's home and every installation's folders are hidden already).
 SANDBOX_HIDE = [
     Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p
 ]

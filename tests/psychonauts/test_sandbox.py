@@ -638,6 +638,16 @@ def test_the_processes_of_a_command_together_are_held_to_the_memory_limit(box: B
     assert _gone(sandbox_uid(QUANTUM))
 
 
+def test_without_the_sandbox_the_memory_of_a_command_s_processes_is_bounded_too(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_MODE = "off"
+
+    result = box.run(" & ".join([HOLD] * 4) + " & wait", timeout_s=40)
+
+    assert not result.sandboxed and result.stopped == "memory", result.output
+
+
 def test_what_a_command_keeps_in_its_tmp_counts_against_its_memory(box: Box) -> None:
     result = box.run(
         "head -c 300M /dev/zero > /tmp/big && head -c 100M /dev/zero > /dev/shm/big && " + HOLD,
@@ -867,3 +877,34 @@ def test_no_installation_on_the_host_reads_another_s_folders(
     assert TOKEN not in result.output
     assert "No such file" in result.output
     assert box.run("cat src/app.py").returncode == 0  # its own worktree is there
+
+
+def test_a_registry_entry_cannot_hide_the_system_s_folders(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    registry = Path(settings.SANDBOX_REGISTRY)
+    registry.mkdir(exist_ok=True)
+    (registry / "hostile.paths").write_text("/usr\n/usr/bin\n/etc/ssl\n/\n/var\n")
+
+    result = box.run(
+        "ls /usr/bin/env /etc/ssl /var/lib > /dev/null && git status --short && echo ok"
+    )
+
+    assert result.returncode == 0 and "ok" in result.stdout, result.output
+
+
+def test_an_installation_removed_from_the_host_leaves_the_registry(
+    box: Box, settings: SettingsWrapper, outside_tmp: Path
+) -> None:
+    mine = settings.ANNIHILATION_HOME
+    gone = outside_tmp / "gone-home"
+    gone.mkdir()
+    settings.ANNIHILATION_HOME = gone
+    installation_register()
+    shutil.rmtree(gone)
+    settings.ANNIHILATION_HOME = mine
+
+    installation_register()
+
+    entries = [p.read_text() for p in Path(settings.SANDBOX_REGISTRY).glob("*.paths")]
+    assert len(entries) == 1 and entries[0].startswith(f"{Path(mine).resolve()}\n")
