@@ -567,7 +567,11 @@ def _execute(
         info_r, info_w = os.pipe()
         os.set_blocking(info_r, False)
         argv = _boxed(argv, box[0], box[1], info_w)
-    dog = _Watchdog(watch, sandboxed=box is not None, info_fd=info_r) if watch else None
+    # Every tmpfs the sandbox mounts (its /tmp, /dev/shm, the empty folders): memory it may fill.
+    tmpfs = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--tmpfs")
+    dog = (
+        _Watchdog(watch, sandboxed=box is not None, info_fd=info_r, tmpfs=tmpfs) if watch else None
+    )
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -685,8 +689,11 @@ class _Watchdog:
     what its private /tmp and /dev/shm hold; and, less often (a walk costs more), what its
     worktree holds. Which limit a command went over is kept in `detail`, for the agent."""
 
-    def __init__(self, watch: Watch, *, sandboxed: bool, info_fd: int) -> None:
+    def __init__(
+        self, watch: Watch, *, sandboxed: bool, info_fd: int, tmpfs: Sequence[str] = ()
+    ) -> None:
         self.watch = watch
+        self.tmpfs = tmpfs
         self.sandboxed = sandboxed
         self.info_fd = info_fd
         self.info = b""
@@ -781,10 +788,10 @@ class _Watchdog:
         if not self.sandboxed or not self.init_pid:
             return 0
         used = 0
-        for folder in ("tmp", "dev/shm"):
+        for folder in self.tmpfs:
             with contextlib.suppress(OSError):
                 # The sandbox's own mounts, seen through its init's root.
-                st = os.statvfs(f"/proc/{self.init_pid}/root/{folder}")
+                st = os.statvfs(f"/proc/{self.init_pid}/root{folder}")
                 used += (st.f_blocks - st.f_bfree) * st.f_frsize
         return used
 
