@@ -45,7 +45,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -875,31 +875,45 @@ def _descendants(root: int) -> list[int]:
 
 def _worktree_usage(root: Path, skip: Sequence[Path]) -> tuple[int, int]:
     """(bytes, entries) below `root`: the apparent size of its files, the count of its files,
-    folders and links, `skip` left out. Walked through folder descriptors opened without
-    following links (a folder swapped for a link meanwhile is not followed out of the tree)."""
-    skipped = {str(path) for path in skip}
+    folders and links, `skip` left out."""
     size = count = 0
 
-    def scan(fd: int, path: str) -> list[str]:
+    def visit(fd: int, entry: os.DirEntry[str]) -> None:
         nonlocal size, count
+        count += 1
+        if entry.is_file(follow_symlinks=False):
+            size += entry.stat(follow_symlinks=False).st_size
+
+    _walk_beneath(root, skip=skip, visit=visit)
+    return size, count
+
+
+def _walk_beneath(
+    root: Path, *, skip: Sequence[Path], visit: Callable[[int, os.DirEntry[str]], None]
+) -> None:
+    """Call `visit(folder_fd, entry)` for every entry below `root` (`skip` left out, with what
+    is in it). Walked through folder descriptors, each opened from its parent's without
+    following links: a folder swapped for a link meanwhile (a command of the sandbox runs while
+    the worker walks) is not followed out of the tree. Depth first, one open folder per level.
+    `root` and `skip` are resolved paths."""
+    skipped = {str(path) for path in skip}
+
+    def scan(fd: int, path: str) -> list[str]:
         folders = []
         with contextlib.suppress(OSError), os.scandir(fd) as entries:
             for entry in entries:
                 if f"{path}/{entry.name}" in skipped:
                     continue
-                count += 1
                 with contextlib.suppress(OSError):
+                    visit(fd, entry)
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.name)
-                    elif entry.is_file(follow_symlinks=False):
-                        size += entry.stat(follow_symlinks=False).st_size
         return folders
 
     try:
         top = os.open(root, _DIR_FLAGS)
     except OSError:
-        return 0, 0
-    # Depth first, one open folder per level.
+        return
     stack = [(top, str(root), iter(scan(top, str(root))))]
     while stack:
         fd, path, names = stack[-1]
@@ -913,7 +927,6 @@ def _worktree_usage(root: Path, skip: Sequence[Path]) -> tuple[int, int]:
         except OSError:
             continue
         stack.append((child, f"{path}/{name}", iter(scan(child, f"{path}/{name}"))))
-    return size, count
 
 
 def _size(count: int) -> str:
@@ -941,8 +954,20 @@ def workspace_own(path: Path, *, quantum_id: int) -> None:
 
 
 def _own(path: Path, uid: int) -> None:
-    for item in _walk_no_git(path):
-        os.lchown(item, uid, uid)
+    """Everything below `path` but its `.git` (the worktree's pointer, or the shared tree's git
+    folder), and `path` itself, to `uid`: through folder descriptors, each entry changed where
+    it is, never through a link."""
+
+    def chown(fd: int, entry: os.DirEntry[str]) -> None:
+        os.chown(entry.name, uid, uid, dir_fd=fd, follow_symlinks=False)
+
+    root = path.resolve()
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
+    _walk_beneath(root, skip=[root / ".git"], visit=chown)
 
 
 def path_own(path: Path, *, quantum_id: int) -> None:
@@ -954,17 +979,6 @@ def path_own(path: Path, *, quantum_id: int) -> None:
     uid = sandbox_uid(SHARED_TREE if shared else quantum_id)
     if uid is not None:
         os.lchown(path, uid, uid)
-
-
-def _walk_no_git(root: Path) -> Iterator[Path]:
-    yield root
-    for folder, dirs, files in os.walk(root):
-        base = Path(folder)
-        if base == root:
-            dirs[:] = [d for d in dirs if d != ".git"]
-            files = [f for f in files if f != ".git"]
-        for name in (*dirs, *files):
-            yield base / name
 
 
 _status_lock = threading.Lock()

@@ -8,6 +8,7 @@ repository's refs, config and hooks, another quantum's worktree and branch, the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -908,3 +909,39 @@ def test_an_installation_removed_from_the_host_leaves_the_registry(
 
     entries = [p.read_text() for p in Path(settings.SANDBOX_REGISTRY).glob("*.paths")]
     assert len(entries) == 1 and entries[0].startswith(f"{Path(mine).resolve()}\n")
+
+
+def test_handing_a_worktree_to_its_uid_never_follows_a_folder_swapped_for_a_link(
+    box: Box,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root: files keep the worker's user")
+    target = box.outside / "sub"
+    for i in range(50):
+        (target / f"f{i}").write_text("root's\n")
+    owners = {p.name: p.stat().st_uid for p in target.iterdir()}
+    folder, link, aside = box.worktree / "d", box.worktree / "l", box.worktree / "d-aside"
+    folder.mkdir()
+    for i in range(50):
+        (folder / f"f{i}").write_text("mine\n")
+    link.symlink_to(target)
+    stop = threading.Event()
+
+    def swap() -> None:  # what a command of the sandbox could do meanwhile
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                folder.rename(aside)
+                link.rename(folder)
+                folder.rename(link)
+                aside.rename(folder)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for _ in range(150):
+            workspace_own(box.worktree, quantum_id=QUANTUM)
+    finally:
+        stop.set()
+        swapper.join(10)
+
+    assert {p.name: p.stat().st_uid for p in target.iterdir()} == owners
