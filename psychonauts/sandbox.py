@@ -317,10 +317,14 @@ def _mounts(
         args += ["--ro-bind", str(dot), str(dot)]
     for folder in inside:
         args += _empty(folder, "0755", tmp_bytes)
-    configs = tuple(
+    configs = [
         folder / name for folder in git_dirs for name in ("config", "config.worktree", "FETCH_HEAD")
-    )
-    return tuple(args), configs
+    ]
+    # Submodules' git folders (`modules/<name>/`) carry their own remote URLs.
+    for folder in git_dirs:
+        configs += sorted((folder / "modules").glob("**/config"))
+        configs += sorted((folder / "modules").glob("**/FETCH_HEAD"))
+    return tuple(args), tuple(configs)
 
 
 # What of a repository's git config the sandbox shows: what git needs to read the repository

@@ -797,6 +797,9 @@ def test_the_repository_s_git_credentials_are_not_readable_inside(
     git("config", "credential.helper", f"!echo password={TOKEN}", cwd=box.repo)
     git("config", "branch.main.remote", "origin", cwd=box.repo)
     (box.repo / ".git" / "FETCH_HEAD").write_text(f"abc\t\tbranch 'main' of https://{TOKEN}@x\n")
+    module = box.repo / ".git" / "modules" / "lib"
+    module.mkdir(parents=True)
+    (module / "config").write_text(f'[remote "origin"]\n\turl = https://{TOKEN}@example.com/l\n')
     workspace, quantum = box.worktree, QUANTUM
     if mode == "shared":
         settings.PSYCHONAUTS_WORKSPACE_MODE = "shared"
