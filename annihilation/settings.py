@@ -397,19 +397,35 @@ SANDBOX_NETWORK = env_bool("ANNIHILATION_SANDBOX_NETWORK", False)
 SANDBOX_PATH = env_str(
     "ANNIHILATION_SANDBOX_PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
-# A root worker runs each quantum's commands as uid BASE + (quantum id mod 100000): an id range
-# no account or subordinate-id range of the machine uses.
+# A root worker runs each quantum's commands as uid BASE + a slot of its own (0..100000, held
+# in Postgres: psychonauts/identities.py): an id range no account or subordinate-id range of the
+# machine uses. A slot left unrenewed this long may go to another holder when none is free.
 SANDBOX_UID_BASE = env_int("ANNIHILATION_SANDBOX_UID_BASE", 1_500_000_000, minimum=1000)
+SANDBOX_UID_STALE_S = env_int("ANNIHILATION_SANDBOX_UID_STALE_S", 86_400, minimum=3600)
 SANDBOX_CPU_S = env_int("ANNIHILATION_SANDBOX_CPU_S", 600, minimum=1)
+# The memory of one command: all its processes together plus its /tmp and /dev/shm (a
+# watchdog samples them every SANDBOX_SAMPLE_S and kills the command over the limit; each
+# process is also held to it by its data limit).
 SANDBOX_MEMORY_BYTES = env_int("ANNIHILATION_SANDBOX_MEMORY_MB", 2048, minimum=16) * 2**20
+SANDBOX_SAMPLE_S = env_float("ANNIHILATION_SANDBOX_SAMPLE_S", 0.1, minimum=0.01)
+# What a worktree may hold (its files and folders, .git aside): a command that takes it past
+# either limit is killed (checked during the command and after it).
+SANDBOX_WORKTREE_BYTES = env_int("ANNIHILATION_SANDBOX_WORKTREE_MB", 2048, minimum=1) * 2**20
+SANDBOX_WORKTREE_FILES = env_int("ANNIHILATION_SANDBOX_WORKTREE_FILES", 100_000, minimum=10)
 SANDBOX_PROCESSES = env_int("ANNIHILATION_SANDBOX_PROCESSES", 256, minimum=8)
 SANDBOX_FILE_BYTES = env_int("ANNIHILATION_SANDBOX_FILE_MB", 1024, minimum=1) * 2**20
 SANDBOX_TMP_BYTES = env_int("ANNIHILATION_SANDBOX_TMP_MB", 512, minimum=1) * 2**20
 SANDBOX_OUTPUT_BYTES = env_int("ANNIHILATION_SANDBOX_OUTPUT_KB", 4096, minimum=1) * 2**10
-# More folders mounted empty inside the sandbox (colon-separated), e.g. ~/.ssh:~/.aws.
+# More folders mounted empty inside the sandbox (colon-separated), e.g. /srv/secrets:/opt/keys
+# (the worker's home and every installation's folders are hidden already).
 SANDBOX_HIDE = [
     Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p
 ]
+# The host's registry of installations: each one lists its folders there (data, worktrees,
+# clone, repository, checkout), and every installation's sandbox hides all of them.
+SANDBOX_REGISTRY = env_path(
+    "ANNIHILATION_SANDBOX_REGISTRY", Path("/var/tmp/annihilation-installations")
+)
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
 # A quantum's verify commands: each may run this long (then it is killed and counts as failed).

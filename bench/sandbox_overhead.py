@@ -9,8 +9,10 @@ ratio. (No CPU figure: the sandboxed processes are reaped inside their PID names
 CPU they spend is not reported back to this process the way a plain child's is.)
 
     python bench/sandbox_overhead.py [--runs 200]
-Needs no database or Redis; the repository and its worktree live in a temporary folder (in RAM
-where the machine has /dev/shm).
+Each sandboxed command includes the watchdog (memory of its processes and /tmp sampled, its
+worktree walked before, during and after it). Needs the dev Postgres (DATABASE_URL: a root
+worker's sandbox uids are rows there; a database of its own is made), no Redis; the repository
+and its worktree live in a temporary folder (in RAM where the machine has /dev/shm).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
-from bench._setup import filesystem, scratch_dir  # noqa: E402
+from bench._setup import django_bench_db, filesystem, scratch_dir  # noqa: E402
 
 HOME = scratch_dir("annihilation-sandbox-bench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annihilation.settings")
@@ -35,9 +37,7 @@ os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
 os.environ.setdefault("DEBUG", "false")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # a strong one: DEBUG is off
 
-import django  # noqa: E402
-
-django.setup()
+django_bench_db("annihilation_bench_sandbox")
 
 from django.conf import settings  # noqa: E402
 

@@ -17,6 +17,7 @@ from psychonauts.models import (
     Endpoint,
     Mail,
     Role,
+    SandboxIdentity,
     ToolCall,
     Usage,
 )
@@ -132,3 +133,14 @@ class EndpointAdmin(admin.ModelAdmin[Endpoint]):
         for result in results:
             verdict = "up" if result.up else f"down: {result.reason}"
             self.message_user(request, f"{result.name}: {verdict}")
+
+
+@admin.register(SandboxIdentity)
+class SandboxIdentityAdmin(RecordAdmin):
+    """Viewable only: a row deleted while its holder runs would hand its uid to another."""
+
+    list_display = ["holder", "slot", "renewed_at", "released_at"]
+    search_fields = ["holder"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False

@@ -357,3 +357,29 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.provider} {self.model})"
+
+
+class SandboxIdentity(models.Model):
+    """The uid one holder's sandboxed commands run as (a root worker): SANDBOX_UID_BASE + slot.
+
+    A holder is a quantum (`q<id>`) or one of the runtime's own identities (the shared tree, the
+    scanners, the base check). No two rows share a slot, so no two holders share a uid: the
+    kernel's per-uid process limit and signals never cross from one to another. A row is live
+    while `released_at` is empty; its holder gets the same slot back when it comes again, and
+    another holder takes it over only after it has been released (or left unrenewed) for long
+    enough that nothing can still run under it (psychonauts/identities.py).
+    """
+
+    holder = models.CharField(max_length=40, unique=True)
+    slot = models.PositiveIntegerField(unique=True)
+    renewed_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Taking over a slot when none is free: the released (or stale) row renewed longest ago.
+            models.Index(fields=["renewed_at"], name="sandboxidentity_renewed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.holder} -> slot {self.slot}"

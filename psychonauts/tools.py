@@ -29,6 +29,7 @@ from psychonauts import leases
 from psychonauts.diary import diary_add
 from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Policy, Tier, command_judge
+from psychonauts.identities import SHARED_TREE
 from psychonauts.models import DiaryKind, Mail
 from psychonauts.providers.base import ContentBlock, ToolSpec
 from psychonauts.sandbox import SandboxResult, SandboxUnavailable, sandbox_run, sandbox_uid
@@ -182,7 +183,7 @@ def _sandbox_user(ctx: ToolContext) -> int | None:
     tree, one for every agent: `_shell`)."""
     if settings.SANDBOX_MODE == "off":
         return None
-    return sandbox_uid(0 if ctx.shared else ctx.quantum_id)
+    return sandbox_uid(SHARED_TREE if ctx.shared else ctx.quantum_id)
 
 
 def _own(fd: int, ctx: ToolContext) -> None:
@@ -558,6 +559,10 @@ def _violation(result: SandboxResult) -> str:
     suite is no incident, and a trauma would refuse it from then on."""
     if result.stopped == "output":
         return "printed more than the output limit"
+    if result.stopped == "memory":
+        return "went over the memory limit of a command"
+    if result.stopped == "worktree":
+        return "filled its worktree past the limit"
     return ""
 
 
@@ -569,7 +574,7 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
     result = sandbox_run(
         command,
         workspace=ctx.workspace,
-        quantum_id=0 if ctx.shared else ctx.quantum_id,
+        quantum_id=SHARED_TREE if ctx.shared else ctx.quantum_id,
         timeout_s=timeout,
         env={"ANNIHILATION_AGENT": ctx.agent_id},
     )
@@ -587,6 +592,8 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
             f"printed more than {settings.SANDBOX_OUTPUT_BYTES // 1024} KiB and was killed\n"
             f"{truncate(result.output)}"
         )
+    if result.stopped in ("memory", "worktree"):
+        raise ToolFailure(f"stopped: {result.detail}\n{truncate(result.output)}")
     note = f"; sandbox: {violation}" if violation else ""
     return f"exit {result.returncode} ({result.elapsed_s:.1f}s{note})\n{truncate(result.output)}"
 

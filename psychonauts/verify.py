@@ -98,6 +98,8 @@ def _check(command: str, *, workspace: Path, quantum_id: int, timeout_s: float) 
         reason = f"timed out after {timeout_s:g}s"
     elif result.stopped == "output":
         reason = "stopped: too much output"
+    elif result.stopped in ("memory", "worktree"):
+        reason = f"stopped: {result.detail}"
     elif result.returncode != 0:
         reason = f"exit status {result.returncode}"
     else:

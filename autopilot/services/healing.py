@@ -31,6 +31,7 @@ from bursts.services.stages import stage_spec
 from core.events import publish
 from core.redis import get_redis
 from psychonauts.endpoints import endpoint_mark_down
+from psychonauts.identities import BASE_CHECK
 from psychonauts.sandbox import workspace_own
 from psychonauts.verify import verify_commands_run
 from psychonauts.workspaces import (
@@ -50,8 +51,8 @@ TOPIC = "autopilot:healing"
 # The most of a failing check's summary a BaseCheck keeps, and a healing quantum's body quotes.
 SUMMARY_LIMIT = 20_000
 BODY_LIMIT = 8_000
-# The base checks run as this sandbox user's (they belong to no quantum).
-BASE_CHECK_QUANTUM = 0
+# The base checks run as their own sandbox identity (they belong to no quantum).
+BASE_CHECK_QUANTUM = BASE_CHECK
 
 
 # --- stuck agents -------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from core.events import publish
 from core.redaction import redact
 from psychonauts.central import shared_lock_try
 from psychonauts.errors import WorkspaceError
+from psychonauts.identities import SCANNER
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
 from psychonauts.verify import verify_command_problem
 from psychonauts.workspaces import repo_key, repo_local
@@ -73,8 +74,8 @@ logger = logging.getLogger(__name__)
 
 TOPIC = "autopilot:scan"
 PRIORITY = 3
-# The quantum of a finding runs as this quantum id in the sandbox (the scan has none of its own).
-SANDBOX_QUANTUM = 0
+# The scan runs as the scanners' own sandbox identity (no quantum's).
+SANDBOX_QUANTUM = SCANNER
 # Scanners in the order their findings are filed when a pass cannot file them all.
 SCANNER_ORDER = (failing.SCANNER, lint.SCANNER, long_functions.SCANNER, todo.SCANNER)
 LISTED_MAX = 50  # findings a quantum's body lists (the rest are counted)

@@ -16,6 +16,7 @@ from core.models import Session
 from hooks.models import GithubDelivery, GithubLink, WebhookDelivery, WebhookEndpoint
 from operations.models import Alert
 from psychonauts.endpoints import endpoint_add
+from psychonauts.identities import identity_slot
 from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.services import comment_add
@@ -50,6 +51,7 @@ def test_every_registered_model_has_working_admin_pages(admin_client):
     Mail.objects.create(sender="a", recipient="b", body="hi")
     DiaryEntry.objects.create(agent_run=agent, kind="learning", text="step carefully")
     CommandTrauma.objects.create(pattern="rm -rf", reason="it hurt")
+    identity_slot(quantum_id=a.pk)
     endpoint_add(name="local", model="llama3", base_url="http://127.0.0.1:11434/v1", enabled=False)
     Alert.objects.create(
         rule="no_worker", status="firing", value=1, threshold=1, message="step", fired_at=now()

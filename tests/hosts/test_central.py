@@ -27,6 +27,8 @@ from tests.hosts.conftest import Central, Host
 
 ROOT = Path(__file__).resolve().parents[2]
 MakeHost = Callable[[str, Central], Host]
+# A root worker's sandbox uids are rows of the database, read from the hosts' threads too.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _settings_value(value: str) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,8 @@ from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensur
 from tests.hosts.conftest import Central, Host
 
 MakeHost = Callable[[str, Central], Host]
+# A root worker's sandbox uids are rows of the database, read from the hosts' threads too.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_it_is_released_only_by_its_holder_and_each_holder_has_a_larger_fencing_token(

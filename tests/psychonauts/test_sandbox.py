@@ -8,6 +8,7 @@ repository's refs, config and hooks, another quantum's worktree and branch, the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -32,13 +33,24 @@ from psychonauts.git import git
 from psychonauts.guard import command_judge
 from psychonauts.models import CommandTrauma, Role, TraumaSource
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.sandbox import SandboxResult, sandbox_run, sandbox_status, sandbox_uid
+from psychonauts.sandbox import (
+    SandboxResult,
+    installation_register,
+    sandbox_run,
+    sandbox_status,
+    sandbox_uid,
+    workspace_own,
+)
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
 from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing"),
+    # A root worker's sandbox uids are rows of the database.
+    pytest.mark.django_db,
+]
 
 QUANTUM, OTHER = 7, 8
 SECRET = f"worker-secret-{uuid.uuid4().hex}"
@@ -126,6 +138,7 @@ def box(
     settings.SANDBOX_PROCESSES = 64
     settings.SANDBOX_MEMORY_BYTES = 512 * 2**20
     settings.SANDBOX_OUTPUT_BYTES = 256 * 2**10
+    settings.SANDBOX_REGISTRY = tmp_path / "installations"
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     (repo / "src" / "app.py").write_text("print('hello')\n")
@@ -599,3 +612,341 @@ def test_a_fifo_in_the_worktree_does_not_hold_the_file_tools(box: Box) -> None:
 
     assert time.monotonic() - started < 5
     assert results[0].is_error and results[1].is_error and not results[2].is_error
+
+
+# --- limits per command: all its processes, its /tmp, its worktree --------------------------
+
+# Each process holds 160 MiB, well under the per-process data limit (512 MiB in these tests).
+HOLD = (
+    "python3 -c \"import time; x = b'x' * (160 * 2**20); print('held', flush=True); "
+    'time.sleep(30)"'
+)
+
+
+def _gone(uid: int | None) -> bool:
+    """Whether no process of the uid is left (at once: the result is out after they died)."""
+    if uid is None:
+        return True
+    return subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout == b""
+
+
+def test_the_processes_of_a_command_together_are_held_to_the_memory_limit(box: Box) -> None:
+    started = time.monotonic()
+
+    result = box.run(" & ".join([HOLD] * 4) + " & wait", timeout_s=40)
+
+    assert result.stopped == "memory", result.output
+    assert time.monotonic() - started < 20
+    assert "over the limit of 512.0 MiB" in result.detail and "processes" in result.detail
+    assert _gone(sandbox_uid(QUANTUM))
+
+
+def test_without_the_sandbox_the_memory_of_a_command_s_processes_is_bounded_too(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_MODE = "off"
+
+    result = box.run(" & ".join([HOLD] * 4) + " & wait", timeout_s=40)
+
+    assert not result.sandboxed and result.stopped == "memory", result.output
+
+
+def test_what_a_command_keeps_in_its_tmp_counts_against_its_memory(box: Box) -> None:
+    result = box.run(
+        "head -c 300M /dev/zero > /tmp/big && head -c 100M /dev/zero > /dev/shm/big && " + HOLD,
+        timeout_s=40,
+    )
+
+    assert result.stopped == "memory", result.output
+    assert "/tmp and /dev/shm 400.0 MiB" in result.detail
+
+
+def test_a_command_that_fills_its_worktree_is_stopped_while_it_runs(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_WORKTREE_BYTES = 40 * 2**20
+    started = time.monotonic()
+
+    result = box.run("head -c 30M /dev/zero > a.bin; head -c 30M /dev/zero > b.bin; sleep 30")
+
+    assert result.stopped == "worktree", result.output
+    assert time.monotonic() - started < 10
+    assert "60.0 MiB (limit 40.0 MiB; +60.0 MiB by this command)" in result.detail
+
+
+def test_a_command_that_leaves_too_many_files_is_reported(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_WORKTREE_FILES = 500
+
+    result = box.run("mkdir many && cd many && seq 1000 | xargs touch && echo made")
+
+    assert result.stopped == "worktree" and "made" in result.stdout
+    assert "1,00" in result.detail and "files and folders (limit 500" in result.detail
+
+
+def test_a_command_that_cleans_a_worktree_over_its_limit_is_not_stopped(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    (box.worktree / "many").mkdir()
+    for i in range(600):
+        (box.worktree / "many" / str(i)).write_text("x")
+    workspace_own(box.worktree, quantum_id=QUANTUM)
+    settings.SANDBOX_WORKTREE_FILES = 500
+
+    result = box.run("rm -rf many/1* && ls many | wc -l")
+
+    assert result.stopped == "" and result.returncode == 0, result.detail
+
+
+def test_an_agent_over_a_limit_is_told_which_and_only_that_command_is_a_trauma(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    settings.SANDBOX_WORKTREE_BYTES = 20 * 2**20
+    command = "head -c 30M /dev/zero > dump.bin"
+
+    result = tool_execute(_ctx(box), "shell", {"command": command}, [])
+
+    assert result.is_error and "stopped: its worktree holds 30.0 MiB" in result.output
+    trauma = CommandTrauma.objects.get(source=TraumaSource.SANDBOX)
+    assert trauma.agent_id == f"{QUANTUM}_s0_coder" and "worktree" in trauma.reason
+    assert trauma.pattern == r"head\ \-c\ 30M\ /dev/zero\ >\ dump\.bin"
+
+
+# --- identities: a uid per live quantum --------------------------------------------------------
+
+
+def test_quanta_whose_ids_collide_run_as_different_uids(box: Box) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root: every command runs as the worker's user")
+    other = QUANTUM + 100_000
+
+    uids = {sandbox_uid(QUANTUM), sandbox_uid(other), sandbox_uid(0), sandbox_uid(-1)}
+
+    assert len(uids) == 4
+    assert sandbox_uid(QUANTUM) == sandbox_uid(QUANTUM)
+
+
+@pytest.mark.django_db(transaction=True)  # the two commands run in two threads
+def test_one_quantum_s_processes_neither_starve_nor_signal_another_s(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root: every command runs as the worker's user")
+    settings.SANDBOX_PROCESSES = 16
+    colliding = QUANTUM + 100_000
+    theirs = workspace_ensure(quantum_id=colliding)
+    results: list[SandboxResult] = []
+    holder = threading.Thread(
+        target=lambda: results.append(
+            box.run(
+                "for i in $(seq 12); do sleep 60 & done; touch ready; "
+                "until [ -e stop ]; do sleep 0.1; done; jobs -p | wc -l",
+                timeout_s=30,
+            )
+        )
+    )
+    holder.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not (box.worktree / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (box.worktree / "ready").exists()
+
+        result = sandbox_run(
+            "kill -9 -1; for i in 1 2 3 4 5 6; do sleep 0.1 & done; wait; echo forked",
+            workspace=theirs, quantum_id=colliding, timeout_s=20,
+        )  # fmt: skip
+    finally:
+        (box.worktree / "stop").touch()
+        holder.join(30)
+
+    assert "forked" in result.stdout and "Resource temporarily unavailable" not in result.output
+    assert results[0].stdout.split() == ["12"], results[0].output  # its sleepers all lived
+
+
+# --- what the sandbox can read -----------------------------------------------------------------
+
+TOKEN = f"ghp_{uuid.uuid4().hex}"
+
+
+def _rot13(text: str) -> str:
+    return text.translate(
+        str.maketrans(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+            "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm",
+        )
+    )
+
+
+GIT_SECRET_READS = (
+    "cat {GITDIR}/config; cat {GITDIR}/config.worktree; git config -l; git config --list "
+    "--show-origin; git remote -v; git config --get-all http.extraheader; "
+    "grep -ra ghp_ {GITDIR}; grep -rla ghp_ {GITDIR}; cat {GITDIR}/FETCH_HEAD; "
+    "tr 'A-Za-z' 'N-ZA-Mn-za-m' < {GITDIR}/config"
+)
+
+
+@pytest.mark.parametrize("mode", ["worktree", "shared"])
+def test_the_repository_s_git_credentials_are_not_readable_inside(
+    box: Box, settings: SettingsWrapper, mode: str
+) -> None:
+    git(
+        "config", "remote.origin.url", f"https://bot:{TOKEN}@example.com/org/repo.git", cwd=box.repo
+    )
+    git("config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*", cwd=box.repo)
+    git("config", "http.extraheader", f"Authorization: Bearer {TOKEN}", cwd=box.repo)
+    git("config", "credential.helper", f"!echo password={TOKEN}", cwd=box.repo)
+    git("config", "branch.main.remote", "origin", cwd=box.repo)
+    (box.repo / ".git" / "FETCH_HEAD").write_text(f"abc\t\tbranch 'main' of https://{TOKEN}@x\n")
+    module = box.repo / ".git" / "modules" / "lib"
+    module.mkdir(parents=True)
+    (module / "config").write_text(f'[remote "origin"]\n\turl = https://{TOKEN}@example.com/l\n')
+    workspace, quantum = box.worktree, QUANTUM
+    if mode == "shared":
+        settings.PSYCHONAUTS_WORKSPACE_MODE = "shared"
+        workspace, quantum = workspace_ensure(quantum_id=QUANTUM), 0
+
+    result = sandbox_run(
+        box.fill(GIT_SECRET_READS) + "; git status; git log --oneline -1; git rev-parse HEAD",
+        workspace=workspace, quantum_id=quantum, timeout_s=20,
+    )  # fmt: skip
+
+    assert TOKEN not in result.output and _rot13(TOKEN) not in result.output
+    assert "ghp_" not in result.output, result.output
+    assert "On branch" in result.stdout and "init" in result.stdout, result.output
+    assert "repositoryformatversion" in result.stdout  # the config is there, sanitized
+    # The worker's own git still reads the whole config.
+    assert TOKEN in git("config", "--get", "remote.origin.url", cwd=box.repo)
+
+
+def test_a_token_added_to_the_git_config_later_is_not_readable_either(box: Box) -> None:
+    box.run("git status")
+    git("config", "http.extraheader", f"Authorization: Bearer {TOKEN}", cwd=box.repo)
+
+    result = box.run("git config -l; cat {GITDIR}/config")
+
+    assert TOKEN not in result.output and "repositoryformatversion" in result.stdout
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A folder readable by everyone, outside /tmp (which the sandbox hides anyway)."""
+    folder = Path("/var/tmp") / f"annihilation-test-{uuid.uuid4().hex[:12]}"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _readable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    for item in (path, *path.parents):
+        if item == Path("/var/tmp"):
+            break
+        item.chmod(0o755 if item.is_dir() else 0o644)
+
+
+def test_the_worker_s_credential_files_are_not_readable_inside(
+    box: Box, outside_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = outside_tmp / "worker-home"
+    for name in (".git-credentials", ".netrc", ".config/gh/hosts.yml", ".ssh/id_ed25519"):
+        _readable(home / name, f"{TOKEN}\n")
+    monkeypatch.setenv("HOME", str(home))
+
+    result = box.run(f"cat {home}/.git-credentials {home}/.netrc; grep -ra ghp_ {home}")
+
+    assert TOKEN not in result.output
+    assert "No such file" in result.output
+
+
+def test_no_installation_on_the_host_reads_another_s_folders(
+    box: Box, settings: SettingsWrapper, outside_tmp: Path
+) -> None:
+    mine, checkout = settings.ANNIHILATION_HOME, settings.BASE_DIR
+    theirs = outside_tmp / "other-install" / "home"
+    _readable(theirs / "logs" / "worker.log", f"{TOKEN}\n")
+    _readable(theirs / "worktrees" / "q-1" / "app.py", f"{TOKEN}\n")
+    _readable(outside_tmp / "other-install" / "checkout" / ".env", f"{TOKEN}\n")
+    settings.ANNIHILATION_HOME = theirs
+    settings.PSYCHONAUTS_WORKTREES = theirs / "worktrees"
+    settings.BASE_DIR = outside_tmp / "other-install" / "checkout"
+    installation_register()  # what the other installation's worker did when it started
+    settings.ANNIHILATION_HOME = mine
+    settings.PSYCHONAUTS_WORKTREES = mine / "worktrees"
+    settings.BASE_DIR = checkout
+
+    result = box.run(f"cat {theirs}/logs/worker.log; grep -ra ghp_ {outside_tmp}")
+
+    assert TOKEN not in result.output
+    assert "No such file" in result.output
+    assert box.run("cat src/app.py").returncode == 0  # its own worktree is there
+
+
+def test_a_registry_entry_cannot_hide_the_system_s_folders(
+    box: Box, settings: SettingsWrapper
+) -> None:
+    registry = Path(settings.SANDBOX_REGISTRY)
+    registry.mkdir(exist_ok=True)
+    (registry / "hostile.paths").write_text("/usr\n/usr/bin\n/etc/ssl\n/\n/var\n")
+
+    result = box.run(
+        "ls /usr/bin/env /etc/ssl /var/lib > /dev/null && git status --short && echo ok"
+    )
+
+    assert result.returncode == 0 and "ok" in result.stdout, result.output
+
+
+def test_an_installation_removed_from_the_host_leaves_the_registry(
+    box: Box, settings: SettingsWrapper, outside_tmp: Path
+) -> None:
+    mine = settings.ANNIHILATION_HOME
+    gone = outside_tmp / "gone-home"
+    gone.mkdir()
+    settings.ANNIHILATION_HOME = gone
+    installation_register()
+    shutil.rmtree(gone)
+    settings.ANNIHILATION_HOME = mine
+
+    installation_register()
+
+    entries = [p.read_text() for p in Path(settings.SANDBOX_REGISTRY).glob("*.paths")]
+    assert len(entries) == 1 and entries[0].startswith(f"{Path(mine).resolve()}\n")
+
+
+def test_handing_a_worktree_to_its_uid_never_follows_a_folder_swapped_for_a_link(
+    box: Box,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root: files keep the worker's user")
+    target = box.outside / "sub"
+    for i in range(50):
+        (target / f"f{i}").write_text("root's\n")
+    owners = {p.name: p.stat().st_uid for p in target.iterdir()}
+    folder, link, aside = box.worktree / "d", box.worktree / "l", box.worktree / "d-aside"
+    folder.mkdir()
+    for i in range(50):
+        (folder / f"f{i}").write_text("mine\n")
+    link.symlink_to(target)
+    stop = threading.Event()
+
+    def swap() -> None:  # what a command of the sandbox could do meanwhile
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                folder.rename(aside)
+                link.rename(folder)
+                folder.rename(link)
+                aside.rename(folder)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for _ in range(150):
+            workspace_own(box.worktree, quantum_id=QUANTUM)
+    finally:
+        stop.set()
+        swapper.join(10)
+
+    assert {p.name: p.stat().st_uid for p in target.iterdir()} == owners
