@@ -260,23 +260,24 @@ def installation_register() -> None:
     folders = [home, *sorted({str(p.resolve()) for p in _installation_folders()} - {home})]
     text = "".join(f"{folder}\n" for folder in folders)
     try:
-        if entry.read_text("utf-8") == text:
-            return
+        current: str | None = entry.read_text("utf-8")
     except OSError:
-        pass
-    try:
-        if not registry.is_dir():
-            registry.mkdir(parents=True, exist_ok=True)
-            # Every installation on the host, whatever its user, adds its own entry; the sticky
-            # bit keeps each entry its owner's.
-            registry.chmod(0o1777)
-        scratch = registry / f".{entry.name}.{os.getpid()}"
-        scratch.write_text(text, "utf-8")
-        scratch.chmod(0o644)
-        scratch.replace(entry)
-    except OSError as exc:
-        logger.warning("could not list this installation in %s: %s", registry, exc)
-        return
+        current = None
+    if current != text:
+        try:
+            if not registry.is_dir():
+                registry.mkdir(parents=True, exist_ok=True)
+                # Every installation on the host, whatever its user, adds its own entry; the
+                # sticky bit keeps each entry its owner's.
+                registry.chmod(0o1777)
+            scratch = registry / f".{entry.name}.{os.getpid()}"
+            scratch.write_text(text, "utf-8")
+            scratch.chmod(0o644)
+            scratch.replace(entry)
+        except OSError as exc:
+            logger.warning("could not list this installation in %s: %s", registry, exc)
+            return
+    # Whether or not this entry changed: an installation removed since is dropped.
     for other in registry.glob("*.paths"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             first = other.read_text("utf-8").partition("\n")[0]

@@ -43,6 +43,7 @@ from psychonauts.sandbox import (
 )
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.tools import ToolContext, tool_execute
+from psychonauts.traumas import trauma_pattern, traumas_for
 from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 
@@ -710,7 +711,8 @@ def test_an_agent_over_a_limit_is_told_which_and_only_that_command_is_a_trauma(
     assert result.is_error and "stopped: its worktree holds 30.0 MiB" in result.output
     trauma = CommandTrauma.objects.get(source=TraumaSource.SANDBOX)
     assert trauma.agent_id == f"{QUANTUM}_s0_coder" and "worktree" in trauma.reason
-    assert trauma.pattern == r"head\ \-c\ 30M\ /dev/zero\ >\ dump\.bin"
+    assert trauma.quantum_id == QUANTUM and trauma.pattern == trauma_pattern(command)
+    assert traumas_for(quantum_id=QUANTUM + 1) == []
 
 
 # --- identities: a uid per live quantum --------------------------------------------------------
