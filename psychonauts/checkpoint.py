@@ -267,9 +267,12 @@ WITH turn AS (
     RETURNING {t_id}
 ), usage AS (
     INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
-                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cost_usd}, {u_created_at})
+                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
+                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
+                           {u_created_at})
     VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
-            %(tokens_out)s, %(cost)s, %(now)s)
+            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
+            %(now)s)
 ), calls AS (
     INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
                            {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
@@ -310,6 +313,9 @@ class TurnRecord:
     phase: str
     now: datetime
     prompt: str = ""  # on the turn that opens the conversation: its first message
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_long: int = 0
 
 
 def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, int]]:
@@ -334,6 +340,9 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
                 "provider": record.provider,
                 "model": record.model,
                 "cost": record.cost_usd,
+                "cache_read": record.cache_read,
+                "cache_write": record.cache_write,
+                "cache_write_long": record.cache_write_long,
                 "phase": record.phase,
                 "now": record.now,
                 **events.params(),

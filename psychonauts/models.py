@@ -116,8 +116,13 @@ class Usage(models.Model):
     )
     provider = models.CharField(max_length=50)
     model = models.CharField(max_length=100)
+    # Input tokens read from no cache and written to none; the prompt cache's reads and writes
+    # (five minutes, one hour) are apart, each priced at its share of the input price.
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    cache_write_long_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 

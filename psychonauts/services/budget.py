@@ -28,9 +28,32 @@ def _price(model: str) -> tuple[float, float]:
     return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
 
 
-def cost_usd(model: str, tokens_in: int, tokens_out: int) -> Decimal:
+# Prompt cache tokens, priced as a share of the model's input price (Anthropic's pricing: a read
+# costs a tenth, a write for five minutes a quarter more, a write for an hour twice the price).
+CACHE_READ_FACTOR = 0.1
+CACHE_WRITE_FACTOR = 1.25
+CACHE_WRITE_LONG_FACTOR = 2.0
+
+
+def cost_usd(
+    model: str,
+    tokens_in: int,
+    tokens_out: int,
+    *,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    cache_write_long: int = 0,
+) -> Decimal:
+    """What a call cost: `tokens_in` at the input price, the cache's tokens at their share of
+    it, `tokens_out` at the output price."""
     p_in, p_out = _price(model)
-    return Decimal(str(round((tokens_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
+    weighted_in = (
+        tokens_in
+        + cache_read * CACHE_READ_FACTOR
+        + cache_write * CACHE_WRITE_FACTOR
+        + cache_write_long * CACHE_WRITE_LONG_FACTOR
+    )
+    return Decimal(str(round((weighted_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
 
 
 @dataclass(frozen=True)
@@ -72,6 +95,8 @@ class CallSpend:
     tokens_in: int
     tokens_out: int
     usd: Decimal
+    cache_read: int = 0
+    cache_write: int = 0  # five minutes and one hour together
 
 
 # A gate refuses a call by raising: SuspendRun pauses the run (it waits, holding no worker,

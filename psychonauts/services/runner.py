@@ -417,7 +417,14 @@ class Runner:
         """The provider's answer, durable in one statement: the turn, its usage and cost, the
         run's counters and phase, its tool calls (pending, announced) and the buffered events."""
         model = response.model or self.model
-        cost = cost_usd(model, response.tokens_in, response.tokens_out)
+        cost = cost_usd(
+            model,
+            response.tokens_in,
+            response.tokens_out,
+            cache_read=response.cache_read,
+            cache_write=response.cache_write,
+            cache_write_long=response.cache_write_long,
+        )
         now = timezone.now()
         self.emit(
             "usage",
@@ -425,6 +432,8 @@ class Runner:
             model=model,
             tokens_in=response.tokens_in,
             tokens_out=response.tokens_out,
+            cache_read=response.cache_read,
+            cache_write=response.cache_write + response.cache_write_long,
             cost_usd=str(cost),
         )
         tool_uses = response.tool_uses
@@ -449,6 +458,9 @@ class Runner:
                 phase=self.run.phase,
                 now=now,
                 prompt=redact(self.prompt or "") if index == self.offset else "",
+                cache_read=response.cache_read,
+                cache_write=response.cache_write,
+                cache_write_long=response.cache_write_long,
             ),
             self.take_events(),
         )
@@ -462,6 +474,8 @@ class Runner:
                 tokens_in=response.tokens_in,
                 tokens_out=response.tokens_out,
                 usd=cost,
+                cache_read=response.cache_read,
+                cache_write=response.cache_write + response.cache_write_long,
             )
         )
         turn = AgentTurn(
