@@ -590,6 +590,11 @@ ENDPOINTS_HEALTH_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_TIMEOUT_S"
 ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
 # How long a model call waits for a free slot of its endpoint (max concurrency) before failing.
 ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
+# Rate limits (psychonauts.ratelimits): how often a call refused for load is asked again, the
+# longest wait it takes for a retry-after, and how long a lowered concurrency is remembered.
+ENDPOINTS_RATE_LIMIT_TRIES = env_int("ANNIHILATION_ENDPOINTS_RATE_LIMIT_TRIES", 6, minimum=1)
+ENDPOINTS_RETRY_AFTER_MAX_S = env_float("ANNIHILATION_ENDPOINTS_RETRY_AFTER_MAX_S", 60.0, minimum=0)
+ENDPOINTS_LIMIT_MEMORY_S = env_float("ANNIHILATION_ENDPOINTS_LIMIT_MEMORY_S", 600.0, minimum=1)
 # How long a process keeps its copy of the registry (seconds) before reading it again.
 ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
 

@@ -125,12 +125,27 @@ def is_retryable(exc: Exception) -> bool:
     return False
 
 
+def is_rate_limited(exc: Exception) -> bool:
+    """The API refused for load: HTTP 429 or 529, or an overloaded or rate limit error."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in (429, 529) or _error_type(exc) in (
+            "overloaded_error",
+            "rate_limit_error",
+        )
+    return False
+
+
 class AnthropicProvider:
     name = "anthropic"
     uses_llm = True
 
-    def __init__(self, client: anthropic.Anthropic | None = None) -> None:
+    def __init__(
+        self, client: anthropic.Anthropic | None = None, *, rate_limits_to_caller: bool = False
+    ) -> None:
         self._client = client
+        # A 429 or 529 ends the call at once (ProviderError from the SDK's error) rather than
+        # being retried here: the caller (an endpoint's slots) waits it out without its slot.
+        self.rate_limits_to_caller = rate_limits_to_caller
 
     @property
     def client(self) -> anthropic.Anthropic:
@@ -147,6 +162,8 @@ class AnthropicProvider:
             except (anthropic.APIStatusError, *_CONNECTION_LOST) as exc:
                 last = exc
                 if not is_retryable(exc) or attempt == attempts:
+                    break
+                if self.rate_limits_to_caller and is_rate_limited(exc):
                     break
                 delay = settings.PSYCHONAUTS_RETRY_BASE_S * 2 ** (attempt - 1)
                 delay *= 0.5 + random.random() / 2

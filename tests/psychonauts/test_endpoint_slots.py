@@ -5,12 +5,13 @@ Redis."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 
 import pytest
 
-from psychonauts import endpoints, semaphore
+from psychonauts import endpoints, ratelimits, semaphore
 from psychonauts.endpoints import endpoint_add, endpoint_provider, registry_snapshot
 from psychonauts.errors import SlotTimeout
 from psychonauts.providers.base import ProviderRequest, RunInfo
@@ -108,3 +109,63 @@ def test_a_waiter_that_gives_up_leaves_the_queue(redis_client):
     assert redis_client.zcard(f"{key}:queue") == 0
     semaphore.slot_release("holder", key=key)
     assert semaphore.slot_try_acquire("next", limit=1, key=key)
+
+
+# --- rate limits --------------------------------------------------------------------------------
+
+
+def test_a_rate_limited_call_waits_without_its_slot_and_lowers_the_concurrency(
+    settings, redis_client
+):
+    """The first call is refused (429, retry-after 0.6 s); while it waits, another agent's call
+    takes the endpoint's only slot and is answered; then the first is answered too, its
+    request the same. The endpoint's concurrency is marked lowered for every worker."""
+    settings.PSYCHONAUTS_PROVIDER_RETRIES = 3  # the SDK's own retries, were they used
+    refused = threading.Event()
+    done: list[int] = []
+
+    def reply(body):
+        if "agent 1" in json.dumps(body) and not refused.is_set():
+            refused.set()
+            return FakeReply(status=429, retry_after="0.6")
+        return FakeReply(text="ok", delay_s=0.05)
+
+    with fake_openai_server(reply) as fake:
+        endpoint_add(name="busy", model="qwen", base_url=fake.base_url, max_concurrency=1)
+        [conf] = registry_snapshot()
+        provider = endpoint_provider(conf)
+
+        def agent(n: int) -> None:
+            provider.complete(_request(n, conf.model), lambda text: None)
+            done.append(n)
+
+        first = threading.Thread(target=agent, args=(1,))
+        first.start()
+        assert refused.wait(10)
+        key, deadline = ratelimits.LIMIT_PREFIX + "busy", time.monotonic() + 10
+        while not redis_client.get(key) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert float(redis_client.get(key)) == 1
+        second = threading.Thread(target=agent, args=(2,))
+        second.start()
+        second.join(10)
+        first.join(10)
+
+    assert done == [2, 1]
+    bodies = [json.dumps(r["messages"]) for r in fake.requests]
+    assert bodies.count(json.dumps(fake.requests[0]["messages"])) == 2  # the same request again
+
+
+def test_good_calls_raise_the_concurrency_back_one_slot_at_a_time(redis_client):
+    assert ratelimits.endpoint_rate_limited("gpu", 8) == 4
+    assert ratelimits.endpoint_rate_limited("gpu", 8) == 2
+    assert ratelimits.endpoint_limit("gpu", 8) == 2
+    for _ in range(2):
+        ratelimits.endpoint_call_succeeded("gpu", 8)
+    assert ratelimits.endpoint_limit("gpu", 8) == 2  # 2 + 1/2 + 1/2.5
+    ratelimits.endpoint_call_succeeded("gpu", 8)
+    assert ratelimits.endpoint_limit("gpu", 8) == 3
+    for _ in range(40):
+        ratelimits.endpoint_call_succeeded("gpu", 8)
+    assert ratelimits.endpoint_limit("gpu", 8) == 8
+    assert redis_client.get(ratelimits.LIMIT_PREFIX + "gpu") is None
