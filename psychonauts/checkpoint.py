@@ -269,10 +269,10 @@ WITH turn AS (
     INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
                            {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
                            {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
-                           {u_created_at})
+                           {u_priced}, {u_created_at})
     VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
             %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
-            %(now)s)
+            %(priced)s, %(now)s)
 ), calls AS (
     INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
                            {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
@@ -309,7 +309,7 @@ class TurnRecord:
     tokens_out: int
     provider: str
     model: str
-    cost_usd: Decimal
+    cost_usd: Decimal | None  # None: the model's price is unknown
     phase: str
     now: datetime
     prompt: str = ""  # on the turn that opens the conversation: its first message
@@ -339,7 +339,8 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
                 "prompt": record.prompt,
                 "provider": record.provider,
                 "model": record.model,
-                "cost": record.cost_usd,
+                "cost": record.cost_usd or Decimal(0),
+                "priced": record.cost_usd is not None,
                 "cache_read": record.cache_read,
                 "cache_write": record.cache_write,
                 "cache_write_long": record.cache_write_long,
@@ -357,7 +358,7 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
         model=record.model,
         tokens_in=record.tokens_in,
         tokens_out=record.tokens_out,
-        cost_usd=record.cost_usd,
+        cost_usd=record.cost_usd or Decimal(0),
     )
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 

@@ -123,7 +123,10 @@ class Usage(models.Model):
     cache_read_tokens = models.PositiveIntegerField(default=0)
     cache_write_tokens = models.PositiveIntegerField(default=0)
     cache_write_long_tokens = models.PositiveIntegerField(default=0)
+    # 0 and priced False when the model's price is unknown (neither the registry nor
+    # PSYCHONAUTS_PRICES gives one): the call is shown as of unknown cost, never guessed.
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    priced = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -136,7 +139,9 @@ class Usage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.provider}/{self.model} ${self.cost_usd}"
+        return f"{self.provider}/{self.model} " + (
+            f"${self.cost_usd}" if self.priced else "(price unknown)"
+        )
 
 
 class Mail(models.Model):

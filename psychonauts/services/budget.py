@@ -18,14 +18,15 @@ from psychonauts.endpoints import registry_price
 from psychonauts.errors import BudgetExceeded
 
 
-def _price(model: str) -> tuple[float, float]:
+def _price(model: str) -> tuple[float, float] | None:
     """USD per million tokens (in, out): a registry endpoint's price for the model when one
-    gives it, else PSYCHONAUTS_PRICES, else the default."""
+    gives it, else PSYCHONAUTS_PRICES; None when neither knows the model (its price is
+    unknown: no other model's price stands in for it)."""
     registered = registry_price(model)
     if registered is not None:
         return registered
     prices: dict[str, tuple[float, float]] = settings.PSYCHONAUTS_PRICES
-    return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
+    return prices.get(model)
 
 
 # Prompt cache tokens, priced as a share of the model's input price (Anthropic's pricing: a read
@@ -43,10 +44,13 @@ def cost_usd(
     cache_read: int = 0,
     cache_write: int = 0,
     cache_write_long: int = 0,
-) -> Decimal:
+) -> Decimal | None:
     """What a call cost: `tokens_in` at the input price, the cache's tokens at their share of
-    it, `tokens_out` at the output price."""
-    p_in, p_out = _price(model)
+    it, `tokens_out` at the output price; None when the model's price is unknown."""
+    price = _price(model)
+    if price is None:
+        return None
+    p_in, p_out = price
     weighted_in = (
         tokens_in
         + cache_read * CACHE_READ_FACTOR
@@ -94,9 +98,10 @@ class CallSpend:
     model: str
     tokens_in: int
     tokens_out: int
-    usd: Decimal
+    usd: Decimal  # 0 when the model's price is unknown (priced False)
     cache_read: int = 0
     cache_write: int = 0  # five minutes and one hour together
+    priced: bool = True
 
 
 # A gate refuses a call by raising: SuspendRun pauses the run (it waits, holding no worker,
@@ -129,7 +134,9 @@ def budget_check(
 ) -> None:
     """Refuse the next call if it would take the quantum run (or the wave) over budget, or if a
     registered gate refuses it. `run.quantum` is loaded (the gates see its labels)."""
-    estimate = cost_usd(model, estimate_tokens_in, 0)
+    # A model of unknown price spends nothing the budgets can count (its calls are recorded
+    # as unpriced, and shown so).
+    estimate = cost_usd(model, estimate_tokens_in, 0) or Decimal(0)
     limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
     scope = "quantum run" if run.quantum_run_id else "agent run"
     if spend.run + estimate > limit:

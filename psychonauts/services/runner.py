@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -434,7 +435,7 @@ class Runner:
             tokens_out=response.tokens_out,
             cache_read=response.cache_read,
             cache_write=response.cache_write + response.cache_write_long,
-            cost_usd=str(cost),
+            cost_usd=None if cost is None else str(cost),
         )
         tool_uses = response.tool_uses
         if tool_uses:
@@ -473,7 +474,8 @@ class Runner:
                 model=model,
                 tokens_in=response.tokens_in,
                 tokens_out=response.tokens_out,
-                usd=cost,
+                usd=cost or Decimal(0),
+                priced=cost is not None,
                 cache_read=response.cache_read,
                 cache_write=response.cache_write + response.cache_write_long,
             )

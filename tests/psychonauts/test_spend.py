@@ -1,0 +1,81 @@
+"""Spend you can see: each agent's calls, tokens, cache share and cost, and a model whose price
+nobody gave shown as of unknown price rather than billed at another model's. Real agent runs
+against local fakes of the model APIs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from core.access import operator_ensure
+from psychonauts.models import Usage
+from psychonauts.selectors import agent_spend
+from psychonauts.services import agent_run_execute
+from tests.fakes.anthropic_server import FakeReply, PromptCache, fake_anthropic_server
+from tests.fakes.openai_server import FakeReply as OpenAIReply
+from tests.fakes.openai_server import fake_openai_server
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_unknown_models_calls_are_of_unknown_price(repo, make_run, monkeypatch, client):
+    """A local model neither the registry nor PSYCHONAUTS_PRICES prices costs nothing the
+    ledger invents: its calls are recorded unpriced and shown so."""
+    run = make_run("planner", provider="openai", model="qwen2.5-coder-1.5b")
+    with fake_openai_server([OpenAIReply(text="OK", tokens_in=5000, tokens_out=400)]) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        assert agent_run_execute(agent_run_id=run.pk).status == "done"
+
+    usage = Usage.objects.get(agent_run=run)
+    assert (usage.priced, usage.cost_usd, usage.tokens_in) == (False, Decimal(0), 5000)
+    run.refresh_from_db()
+    assert run.cost_usd == 0
+    spend = agent_spend(agent_run_id=run.pk)
+    assert (spend["calls"], spend["unpriced"], spend["cost"]) == (1, 1, "price unknown")
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    page = client.get(reverse("focus", args=[run.pk]))
+    assert page.status_code == 200, (page.status_code, page.headers)
+    assert "price unknown" in page.content.decode()
+
+
+def test_focus_shows_an_agents_tokens_cache_share_and_cost(repo, make_run, monkeypatch, client):
+    run = make_run("coder", provider="anthropic")
+    replies = [FakeReply(tool_uses=[("read_file", {"path": "README.md"})]), FakeReply(text="Done.")]
+    with fake_anthropic_server(replies, cache=PromptCache()) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        assert agent_run_execute(agent_run_id=run.pk).status == "done"
+
+    spend = agent_spend(agent_run_id=run.pk)
+    rows = list(Usage.objects.filter(agent_run=run))
+    assert spend["calls"] == 2 and spend["unpriced"] == 0
+    assert spend["cache_read"] == sum(u.cache_read_tokens for u in rows) > 0
+    assert spend["cost_usd"] == sum(u.cost_usd for u in rows)
+    assert spend["cache_share"] is not None and 0 < spend["cache_share"] < 1
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    html = client.get(reverse("focus", args=[run.pk])).content.decode()
+    assert f"<b>${spend['cost_usd']:.4f}</b>" in html
+    assert f"{spend['cache_read']} read from cache" in html
+
+
+def test_psychonaut_agents_lists_each_agents_tokens_cache_share_and_cost(make_run):
+    priced, local = make_run("coder"), make_run("planner")
+    Usage.objects.create(
+        agent_run=priced, provider="anthropic", model="claude-sonnet-4-6", tokens_in=100,
+        cache_read_tokens=900, tokens_out=50, cost_usd=Decimal("0.0012"),
+    )  # fmt: skip
+    Usage.objects.create(
+        agent_run=local, provider="openai", model="qwen", tokens_in=700, tokens_out=20,
+        priced=False,
+    )  # fmt: skip
+    out = StringIO()
+    call_command("psychonaut", "agents", "--rebuild", stdout=out)
+
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines()[3:]}
+    assert rows[str(priced.pk)].split()[-3:] == ["1000/50", "90%", "$0.0012"]
+    assert rows[str(local.pk)].split()[-4:] == ["700/20", "0%", "price", "unknown"]
