@@ -365,6 +365,10 @@ PSYCHONAUTS_PRICES = {
 PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float(
     "ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0
 )
+# Loops (psychonauts.loops): an agent is stopped when the same call returns the same result this
+# many times, or after this many turns in a row that only repeat calls made before.
+PSYCHONAUTS_LOOP_REPEATS = env_int("ANNIHILATION_LOOP_REPEATS", 3, minimum=2)
+PSYCHONAUTS_LOOP_WINDOW = env_int("ANNIHILATION_LOOP_WINDOW", 8, minimum=2)
 # Cache breakpoints on the anthropic provider's requests (psychonauts.providers.caching).
 PSYCHONAUTS_PROMPT_CACHE = env_bool("ANNIHILATION_PROMPT_CACHE", True)
 PSYCHONAUTS_MAX_TOKENS = env_int("ANNIHILATION_MAX_TOKENS", 4096, minimum=1)

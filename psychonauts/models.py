@@ -207,6 +207,7 @@ class TraumaSource(models.TextChoices):
     OPERATOR = "operator", "entered by the operator"
     GUARD = "guard", "a dangerous command the guard refused"
     SANDBOX = "sandbox", "a command that ran into a sandbox boundary"
+    LOOP = "loop", "a call an agent repeated with the same result until it was stopped"
 
 
 class CommandTrauma(models.Model):
@@ -222,6 +223,11 @@ class CommandTrauma(models.Model):
     hits = models.PositiveIntegerField(default=1, help_text="incidents recorded for it")
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A loop's trauma belongs to its quantum (told to the quantum's later agents); the guard's
+    # command patterns have none. Indexed: the prompt of each agent run reads its quantum's.
+    quantum = models.ForeignKey(
+        Quantum, null=True, blank=True, on_delete=models.CASCADE, related_name="traumas"
+    )
 
     class Meta:
         verbose_name_plural = "command traumas"

@@ -344,7 +344,9 @@ def _grep(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 def command_check(ctx: ToolContext, command: str) -> None:
     """The guard's verdict; a refused danger is recorded as a trauma."""
-    traumas = [(t.pattern, t.reason) for t in CommandTrauma.objects.filter(active=True)]
+    # A quantum's traumas (loops) are not command patterns: the guard's have no quantum.
+    active = CommandTrauma.objects.filter(active=True, quantum__isnull=True)
+    traumas = [(t.pattern, t.reason) for t in active]
     verdict = command_judge(command, allow=settings.PSYCHONAUTS_COMMAND_ALLOW, traumas=traumas)
     if verdict.allowed:
         return

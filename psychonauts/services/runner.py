@@ -40,6 +40,7 @@ from psychonauts.checkpoint import (
     turn_record,
 )
 from psychonauts.errors import PsychonautError, WorkspaceError
+from psychonauts.loops import loop_find, loop_trauma_record
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.providers.base import (
     Message,
@@ -354,6 +355,16 @@ class Runner:
                     return outcome
                 continue  # verification failed: the agent fixes it in its next turn
             self.finish_tools(turn, calls, originals)
+            self.stop_if_looping(turns[self.offset :])
+
+    def stop_if_looping(self, turns: list[AgentTurn]) -> None:
+        """End the run (in error, with the reason) when its turns show a loop, recording what
+        it repeated as a trauma of its quantum (psychonauts.loops)."""
+        loop = loop_find(turns)
+        if loop is None:
+            return
+        loop_trauma_record(loop=loop, quantum_id=self.run.quantum_id, agent_id=self.run.agent_id)
+        raise _Stop(loop.reason)
 
     def started_elsewhere(self, last: AgentTurn) -> bool:
         """A central repository, and this resumed run's earlier turns ran on another host. When
