@@ -8,6 +8,7 @@ tool call recorded as completed is never executed again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -102,11 +103,23 @@ def _route(run: AgentRun, role: Role) -> Route:
     if not provider.uses_llm:
         return Route(provider, provider.name)
     registry = registry_enabled()
+    miss = ""
     if registry:
-        routed = registry_route(role, registry, model=run.model, complexity=run.quantum.complexity)
-        if routed is not None:
+        routed = registry_route(
+            role, registry, model=run.model, complexity=complexity, provider=run.provider
+        )
+        if isinstance(routed, Route):
             return routed
-    named = run.model or role.model
+        miss = routed
+    route = _settings_route(provider, run.model or role.model, complexity)
+    if miss:
+        route = dataclasses.replace(route, note="; ".join(n for n in (miss, route.note) if n))
+    return route
+
+
+def _settings_route(provider: Provider, named: str, complexity: str) -> Route:
+    """The run's model as without a registry: the one named, else the tier's (skipping one
+    that is down for the next tier's)."""
     if named:
         return Route(provider, named)
     models: dict[str, str] = settings.PSYCHONAUTS_MODELS
@@ -127,42 +140,58 @@ def _route(run: AgentRun, role: Role) -> Route:
     )
 
 
-def registry_route(
-    role: Role, registry: tuple[EndpointConf, ...], *, model: str, complexity: str
-) -> Route | None:
-    """A registry endpoint for an LLM call of `role` (a run's, whose `model` and quantum's
-    `complexity` are given; "" when it names none), or None when the registry has none for it
-    (then the call is routed as without a registry).
+# Where the registry sends a tier's runs: its own endpoints, then only the tiers above (a
+# complex quantum never goes to a small model because it is the only one registered).
+REGISTRY_TIERS: dict[str, tuple[str, ...]] = {
+    Complexity.TRIVIAL: (Complexity.TRIVIAL, Complexity.STANDARD, Complexity.COMPLEX),
+    Complexity.STANDARD: (Complexity.STANDARD, Complexity.COMPLEX),
+    Complexity.COMPLEX: (Complexity.COMPLEX,),
+}
 
-    - A role naming a model takes the endpoints serving that model, whatever their tier; a run
-      naming a model no endpoint serves (chosen by whoever made it) is not the registry's.
-    - Otherwise the run's tier's endpoints, then the next tiers' (`FALLBACK`) when every one of
-      its own is down.
+
+def registry_route(
+    role: Role,
+    registry: tuple[EndpointConf, ...],
+    *,
+    model: str,
+    complexity: str,
+    provider: str = "",
+) -> Route | str:
+    """A registry endpoint for an LLM call of `role` (a run's, whose `model`, `provider` and
+    quantum's `complexity` are given; "" when it names none), or why the registry does not
+    route it ("" when it has nothing for it: then the call is routed as without a registry).
+
+    - What the run names wins: a `provider` keeps it to that provider's endpoints, a `model` to
+      the endpoints serving it; a role naming a model takes the endpoints serving that model,
+      whatever their tier. Named, and no endpoint serves it: not the registry's.
+    - Otherwise the run's tier's endpoints, then the tiers above (`REGISTRY_TIERS`) when every
+      one of its own is down; never a tier below.
     - Among the endpoints of a tier that are not down: the fewest failures in a row first (a
-      retry whose endpoint failed goes to another one), then the one serving the run's model
-      (a resumed run stays where it was), then the least loaded (calls in flight over its
-      limit). When all are full the run still goes to the least loaded, whose next free slot
-      it waits for.
-    - When every candidate is down: the first, and the note says so.
+      retry whose endpoint failed goes to another one), then the least loaded (calls in flight
+      over its limit). When all are full the run still goes to the least loaded, whose next
+      free slot it waits for.
+    - Only to an endpoint that is up: when every candidate is down, the registry does not route
+      the run, and says why.
     """
-    if role.model:
-        candidates = tuple(c for c in registry if c.model == role.model)
+    if provider:
+        registry = tuple(c for c in registry if c.provider == provider)
+    named = model or role.model
+    if named:
+        candidates = tuple(c for c in registry if c.model == named)
         if not candidates:
-            return None
+            return ""
         tiers: list[tuple[EndpointConf, ...]] = [candidates]
     else:
-        if model and not any(c.model == model for c in registry):
-            return None
-        order = FALLBACK.get(complexity, (complexity,))
+        order = REGISTRY_TIERS.get(complexity, (complexity,))
         tiers = [tuple(c for c in registry if c.tier == t) for t in order]
         tiers = [t for t in tiers if t]
         if not tiers:
-            return None
+            return ""
     states = {s.conf.name: s for s in endpoints_state(tuple(c for t in tiers for c in t))}
 
-    def rank(state: EndpointState) -> tuple[int, int, float, str]:
+    def rank(state: EndpointState) -> tuple[int, float, str]:
         c = state.conf
-        return (state.failures, c.model != model, state.in_flight / c.max_concurrency, c.name)
+        return (state.failures, state.in_flight / c.max_concurrency, c.name)
 
     first = tiers[0][0]
     for number, tier in enumerate(tiers):
@@ -182,12 +211,7 @@ def registry_route(
             notes.append(f"{chosen.name} has {healthy[0].failures} failures in a row")
         return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name)
     names = ", ".join(c.name for t in tiers for c in t)
-    return Route(
-        endpoint_provider(first),
-        first.model,
-        f"every endpoint is down ({names}); using {first.name}",
-        first.name,
-    )
+    return f"every registry endpoint for it is down ({names}); routed by the settings"
 
 
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> Outcome:
