@@ -661,6 +661,7 @@ ALERT_RULES = {
         ("endpoint_down", 1.0),  # model endpoints marked down
         ("question_waiting", 1800.0),  # seconds the oldest Tether question has waited
         ("review_waiting", 1800.0),  # seconds the oldest change review has been due
+        ("cache_miss", 0.5),  # share of input tokens not read from cache over ALERT_WINDOW_S
     )
 }
 # A running agent whose heartbeat is older than this counts as stuck.

@@ -359,6 +359,8 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
         tokens_in=record.tokens_in,
         tokens_out=record.tokens_out,
         cost_usd=record.cost_usd or Decimal(0),
+        cache_read=record.cache_read,
+        cache_write=record.cache_write + record.cache_write_long,
     )
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 
