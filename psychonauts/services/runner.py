@@ -21,6 +21,7 @@ from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
 from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry
+from psychonauts.cache_ttl import long_cache_pays
 from psychonauts.central import (
     CentralConflict,
     Fence,
@@ -326,6 +327,12 @@ class Runner:
                 messages=messages,
                 tools=tools,
                 max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+                long_cache=self.provider.uses_llm
+                and long_cache_pays(
+                    role=self.run.role,
+                    whole_chars=len(system) + len(json.dumps(messages)),
+                    new_chars=len(json.dumps(messages[-2:])),
+                ),
                 run=RunInfo(
                     agent_run_id=self.run.pk,
                     agent_id=self.run.agent_id,

@@ -30,7 +30,7 @@ def fake_env(monkeypatch, settings):
 
 def _looper(turns: int) -> list[FakeReply]:
     """`turns - 1` turns each reading a file, then a final answer."""
-    reads = [FakeReply(tool_uses=[("read_file", {"path": "README.md"})]) for _ in range(turns - 1)]
+    reads = [FakeReply(tool_uses=[("list_dir", {"path": f"dir{n}"})]) for n in range(turns - 1)]
     return [*reads, FakeReply(text="Done.")]
 
 
@@ -178,3 +178,44 @@ def test_the_fake_keeps_an_hour_long_entry_and_refuses_what_the_api_refuses():
         cache.usage(_body("a", "b", "c", "d", "e", marks=(0, 1, 2, 3, 4)))
     short = PromptCache().usage({"model": "m", "messages": [_body("x", marks=(0,))["messages"][0]]})
     assert short["cache_creation_input_tokens"] == 0  # under the minimum cacheable length
+
+
+def _waited(role: str, agent_run, times: int, gap_s: float) -> None:
+    """History: `times` calls of an agent run of `role`, each followed by a wait of `gap_s`."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    start = timezone.now() - timedelta(seconds=gap_s * (times + 1))
+    for n in range(times + 1):
+        usage = Usage.objects.create(agent_run=agent_run, provider="anthropic", model="m")
+        Usage.objects.filter(pk=usage.pk).update(created_at=start + timedelta(seconds=gap_s * n))
+
+
+@pytest.mark.parametrize(("gap_s", "long"), [(20 * 60, True), (30, False)])
+def test_an_hour_long_cache_is_written_when_agents_of_the_role_are_measured_waiting_long(
+    repo, make_run, fake_env, gap_s, long
+):
+    from psychonauts.cache_ttl import long_wait_forget
+
+    long_wait_forget()
+    _waited("coder", make_run("coder"), times=4, gap_s=gap_s)
+    run = make_run("coder", provider="anthropic")
+    with fake_anthropic_server(_looper(2), cache=PromptCache()) as fake:
+        fake_env(fake.base_url)
+        assert agent_run_execute(agent_run_id=run.pk).status == "done"
+    long_wait_forget()
+
+    ttls = {b["cache_control"].get("ttl", "5m") for b in fake.requests[0]["system"]}
+    assert ttls == ({"1h"} if long else {"5m"})
+    first = Usage.objects.filter(agent_run=run).order_by("pk").first()
+    assert first is not None
+    if long:
+        # Written for an hour: priced at twice the input price.
+        assert first.cache_write_long_tokens > 1024 and first.cache_write_tokens == 0
+        expected = (
+            first.tokens_in * 3 + first.cache_write_long_tokens * 6 + first.tokens_out * 15
+        ) / 1e6
+        assert float(first.cost_usd) == pytest.approx(expected, abs=1e-6)
+    else:
+        assert first.cache_write_long_tokens == 0 and first.cache_write_tokens > 1024
