@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 from django.db.models import Count, Q, QuerySet, Sum
 
+from bursts.models import RUN_TERMINAL, QuantumRun
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.registry import RegistryEntry, registry_list
 
@@ -111,6 +112,50 @@ def agents_spend(*, agent_run_ids: list[int]) -> dict[int, AgentSpend]:
 
 def agent_spend(*, agent_run_id: int) -> AgentSpend:
     return agents_spend(agent_run_ids=[agent_run_id])[agent_run_id]
+
+
+class RoleSpend(TypedDict):
+    role: str
+    spend: AgentSpend
+
+
+class WaveSpend(TypedDict):
+    """A wave's spend (the wave page): in all and by role, and the cost its quantum runs would
+    come to at the rate of those finished so far."""
+
+    total: AgentSpend
+    roles: list[RoleSpend]
+    runs_finished: int
+    runs: int
+    projected: str  # "" until a run has finished
+
+
+def wave_spend(*, wave_id: int) -> WaveSpend:
+    """Two grouped statements: the usage by role, the quantum runs by whether they finished."""
+    rows = list(
+        Usage.objects.filter(wave_id=wave_id)
+        .values("agent_run__role")
+        .annotate(**_SPEND_SUMS)
+        .order_by("agent_run__role")
+    )
+    roles = [RoleSpend(role=str(r["agent_run__role"]), spend=_spend(r)) for r in rows]
+    whole: dict[str, Any] = {key: sum(r.get(key) or 0 for r in rows) for key in _SPEND_SUMS}
+    total = _spend(whole)
+    counts = QuantumRun.objects.filter(wave_id=wave_id).aggregate(
+        runs=Count("id"), finished=Count("id", filter=Q(status__in=RUN_TERMINAL))
+    )
+    runs, finished = int(counts["runs"]), int(counts["finished"])
+    projected = ""
+    if finished:
+        estimate = total["cost_usd"] / finished * runs
+        projected = f"${estimate:.4f}" + (" (priced calls only)" if total["unpriced"] else "")
+    return WaveSpend(
+        total=total, roles=roles, runs_finished=finished, runs=runs, projected=projected
+    )
+
+
+def wave_spend_context(wave_id: int) -> dict[str, Any]:
+    return dict(wave_spend(wave_id=wave_id))
 
 
 def agent_verifications(*, agent_run_id: int) -> QuerySet[Verification]:

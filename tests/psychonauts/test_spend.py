@@ -79,3 +79,36 @@ def test_psychonaut_agents_lists_each_agents_tokens_cache_share_and_cost(make_ru
     rows = {line.split()[0]: line for line in out.getvalue().splitlines()[3:]}
     assert rows[str(priced.pk)].split()[-3:] == ["1000/50", "90%", "$0.0012"]
     assert rows[str(local.pk)].split()[-4:] == ["700/20", "0%", "price", "unknown"]
+
+
+def test_the_wave_page_shows_its_spend_by_role_and_its_projected_cost(make_quantum, client):
+    from bursts.models import AgentRun, Burst, QuantumRun, Wave
+
+    wave = Wave.objects.create()
+    burst = Burst.objects.create(wave=wave, number=1)
+    usd = {"coder": Decimal("0.3000"), "reviewer": Decimal("0.1000")}
+    for n, status in enumerate(("done", "running", "pending", "pending")):
+        quantum = make_quantum(f"q{n}")
+        run = QuantumRun.objects.create(
+            wave=wave, burst=burst, quantum=quantum, status=status, pipeline_name="default"
+        )
+        if status != "done":
+            continue
+        for role, cost in usd.items():
+            agent = AgentRun.objects.create(
+                agent_id=f"{quantum.pk}_s0_{role}", quantum=quantum, quantum_run=run, role=role
+            )
+            Usage.objects.create(
+                agent_run=agent, quantum_run=run, wave=wave, provider="anthropic",
+                model="claude-sonnet-4-6", tokens_in=100, cache_read_tokens=300,
+                tokens_out=10, cost_usd=cost,
+            )  # fmt: skip
+
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    html = client.get(reverse("wave", args=[wave.pk])).content.decode()
+
+    # $0.40 for the one finished run of four: $1.60 projected.
+    assert '<b id="wave-projected">$1.6000</b> for its 4 quantum runs (1 finished)' in html
+    assert '<tr id="wave-spend-coder"><td>coder</td><td class="num">1</td>' in html
+    assert '<td class="num">$0.3000</td>' in html and '<td class="num">$0.1000</td>' in html
+    assert "cache share 75%" in html
