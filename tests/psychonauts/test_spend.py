@@ -4,6 +4,7 @@ against local fakes of the model APIs."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from io import StringIO
 
@@ -112,3 +113,17 @@ def test_the_wave_page_shows_its_spend_by_role_and_its_projected_cost(make_quant
     assert '<tr id="wave-spend-coder"><td>coder</td><td class="num">1</td>' in html
     assert '<td class="num">$0.3000</td>' in html and '<td class="num">$0.1000</td>' in html
     assert "cache share 75%" in html
+
+
+def test_psychonaut_agents_json_carries_each_agents_spend(make_run):
+    run = make_run("coder")
+    Usage.objects.create(
+        agent_run=run, provider="anthropic", model="claude-sonnet-4-6", tokens_in=10,
+        cache_write_tokens=30, tokens_out=5, cost_usd=Decimal("0.0002"),
+    )  # fmt: skip
+    out = StringIO()
+    call_command("psychonaut", "agents", "--rebuild", "--json", stdout=out)
+
+    [entry] = [e for e in json.loads(out.getvalue()) if e["agent_run_id"] == run.pk]
+    assert entry["spend"]["cache_write"] == 30
+    assert entry["spend"]["cost"] == "$0.0002"

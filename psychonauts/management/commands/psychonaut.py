@@ -131,10 +131,10 @@ class Command(SafeCommand):
         if options["rebuild"]:
             registry_rebuild()
         entries = selectors.agents_running()
-        if options["json"]:
-            emit_json(self.stdout, entries)
-            return
         spend = selectors.agents_spend(agent_run_ids=[int(e["agent_run_id"]) for e in entries])
+        if options["json"]:
+            emit_json(self.stdout, [{**e, "spend": spend[int(e["agent_run_id"])]} for e in entries])
+            return
         self.stdout.write(f"sandbox {sandbox_status().describe()}")
         table(
             self.stdout,
