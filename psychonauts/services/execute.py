@@ -60,6 +60,7 @@ class Route:
     model: str
     note: str = ""  # why the run does not get its tier's model (it is down), for its events
     endpoint: str = ""  # the registry endpoint's name, when the registry routed the run
+    why: str = ""  # how the route was chosen, for the run's `started` event
 
     @property
     def health_key(self) -> tuple[str, str]:
@@ -98,10 +99,12 @@ def _route(run: AgentRun, role: Role) -> Route:
         and getattr(settings, "PSYCHONAUTS_TRIVIAL_NO_LLM", True)
         and complexity_classify(quantum.title, quantum.body).mechanical
     ):
-        return Route(provider_get("shell"), SHELL_MODEL)
+        return Route(
+            provider_get("shell"), SHELL_MODEL, why="mechanical steps of a trivial quantum"
+        )
     provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
     if not provider.uses_llm:
-        return Route(provider, provider.name)
+        return Route(provider, provider.name, why=f"provider {provider.name} (no model)")
     registry = registry_enabled()
     miss = ""
     if registry:
@@ -112,6 +115,9 @@ def _route(run: AgentRun, role: Role) -> Route:
             return routed
         miss = routed
     route = _settings_route(provider, run.model or role.model, complexity)
+    if run.model or role.model:
+        named_by = "the run" if run.model else f"role {role.name}"
+        route = dataclasses.replace(route, why=f"model named by {named_by}")
     if miss:
         route = dataclasses.replace(route, note="; ".join(n for n in (miss, route.note) if n))
     return route
@@ -132,7 +138,7 @@ def _settings_route(provider: Provider, named: str, complexity: str) -> Route:
     for model in candidates:
         if (provider.name, model) not in down:
             note = "" if model == candidates[0] else f"{candidates[0]} is down; routed to {model}"
-            return Route(provider, model, note)
+            return Route(provider, model, note, why=f"the {complexity} tier's model (settings)")
     return Route(
         provider,
         candidates[0],
@@ -209,7 +215,12 @@ def registry_route(
             notes.append(f"{down} down; routed to {chosen.name}")
         if healthy[0].failures:
             notes.append(f"{chosen.name} has {healthy[0].failures} failures in a row")
-        return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name)
+        why = f"endpoint {chosen.name} of tier {chosen.tier}"
+        if named:
+            why = f"endpoint {chosen.name}, serving the model {named} named"
+        elif provider:
+            why += f", provider {provider} named"
+        return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name, why)
     names = ", ".join(c.name for t in tiers for c in t)
     return f"every registry endpoint for it is down ({names}); routed by the settings"
 
@@ -268,6 +279,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             provider=runner.provider.name,
             model=runner.model,
             **({"endpoint": route.endpoint} if route.endpoint else {}),
+            **({"route": route.why} if route.why else {}),
         )
         if route.note:
             runner.emit(

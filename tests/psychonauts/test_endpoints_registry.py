@@ -200,14 +200,20 @@ def test_a_small_local_model_gets_only_its_tier_and_only_while_it_is_up(
         outcome = agent_run_execute(agent_run_id=explicit.pk)
         assert (outcome.status, outcome.result) == ("done", "anthropic")
 
-        _, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
+        trivial, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
         assert (outcome.status, outcome.result) == ("done", "local")
+        assert _started(trivial).payload["route"] == (
+            "endpoint local of tier trivial, provider openai named"
+        )
 
         endpoint_mark_down(provider="openai", model="local", reason="test", ttl_s=60)
         down, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
         assert (outcome.status, outcome.result, down.model) == ("done", "env", "tiny")
 
     assert len(local.requests) == 1
+    # The route and why, on each run.
+    assert _started(complex_run).payload["route"] == "the complex tier's model (settings)"
+    assert _started(explicit).payload["route"] == "the trivial tier's model (settings)"
     note = Event.objects.get(topic=f"agent:{down.agent_id}", type="routed").payload["note"]
     assert note == "every registry endpoint for it is down (local); routed by the settings"
 
