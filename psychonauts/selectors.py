@@ -154,6 +154,12 @@ def wave_spend(*, wave_id: int) -> WaveSpend:
     )
 
 
+def quantum_spend(*, quantum_id: int) -> AgentSpend:
+    """Everything the quantum's agents have spent, over all its runs."""
+    row = Usage.objects.filter(agent_run__quantum_id=quantum_id).aggregate(**_SPEND_SUMS)
+    return _spend(row)
+
+
 def wave_spend_context(wave_id: int) -> dict[str, Any]:
     return dict(wave_spend(wave_id=wave_id))
 

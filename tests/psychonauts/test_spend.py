@@ -127,3 +127,22 @@ def test_psychonaut_agents_json_carries_each_agents_spend(make_run):
     [entry] = [e for e in json.loads(out.getvalue()) if e["agent_run_id"] == run.pk]
     assert entry["spend"]["cache_write"] == 30
     assert entry["spend"]["cost"] == "$0.0002"
+
+
+def test_the_quantum_page_shows_what_its_agents_spent(make_quantum, make_run, client):
+    quantum = make_quantum()
+    for role, cost in (("coder", "0.0100"), ("reviewer", "0.0050")):
+        Usage.objects.create(
+            agent_run=make_run(role, quantum=quantum), provider="anthropic",
+            model="claude-sonnet-4-6", tokens_in=200, cache_read_tokens=600, tokens_out=20,
+            cost_usd=Decimal(cost),
+        )  # fmt: skip
+    Usage.objects.create(agent_run=make_run("coder"), provider="x", model="y", tokens_in=999)
+
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    html = client.get(reverse("quantum", args=[quantum.pk])).content.decode()
+
+    assert (
+        '<p id="quantum-spend" class="muted">spend: 2 model calls · 1600 tokens in, 75% from '
+        "cache · 40 out · <b>$0.0150</b></p>"
+    ) in html
