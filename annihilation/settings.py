@@ -362,10 +362,15 @@ PSYCHONAUTS_PRICES = {
     "noop": (0.0, 0.0),
     "shell": (0.0, 0.0),
 }
-PSYCHONAUTS_DEFAULT_PRICE = (3.0, 15.0)
 PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float(
     "ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0
 )
+# Loops (psychonauts.loops): an agent is stopped when the same call returns the same result this
+# many times, or after this many turns in a row that only repeat calls made before.
+PSYCHONAUTS_LOOP_REPEATS = env_int("ANNIHILATION_LOOP_REPEATS", 3, minimum=2)
+PSYCHONAUTS_LOOP_WINDOW = env_int("ANNIHILATION_LOOP_WINDOW", 8, minimum=2)
+# Cache breakpoints on the anthropic provider's requests (psychonauts.providers.caching).
+PSYCHONAUTS_PROMPT_CACHE = env_bool("ANNIHILATION_PROMPT_CACHE", True)
 PSYCHONAUTS_MAX_TOKENS = env_int("ANNIHILATION_MAX_TOKENS", 4096, minimum=1)
 PSYCHONAUTS_PROVIDER_RETRIES = env_int("ANNIHILATION_PROVIDER_RETRIES", 4, minimum=1)
 PSYCHONAUTS_RETRY_BASE_S = env_float("ANNIHILATION_RETRY_BASE_S", 1.0, minimum=0)
@@ -604,6 +609,11 @@ ENDPOINTS_HEALTH_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_TIMEOUT_S"
 ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
 # How long a model call waits for a free slot of its endpoint (max concurrency) before failing.
 ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
+# Rate limits (psychonauts.ratelimits): how often a call refused for load is asked again, the
+# longest wait it takes for a retry-after, and how long a lowered concurrency is remembered.
+ENDPOINTS_RATE_LIMIT_TRIES = env_int("ANNIHILATION_ENDPOINTS_RATE_LIMIT_TRIES", 6, minimum=1)
+ENDPOINTS_RETRY_AFTER_MAX_S = env_float("ANNIHILATION_ENDPOINTS_RETRY_AFTER_MAX_S", 60.0, minimum=0)
+ENDPOINTS_LIMIT_MEMORY_S = env_float("ANNIHILATION_ENDPOINTS_LIMIT_MEMORY_S", 600.0, minimum=1)
 # How long a process keeps its copy of the registry (seconds) before reading it again.
 ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
 # Where an endpoint's key may be sent (core.destinations): never to a link-local or cloud
@@ -679,6 +689,7 @@ ALERT_RULES = {
         ("endpoint_down", 1.0),  # model endpoints marked down
         ("question_waiting", 1800.0),  # seconds the oldest Tether question has waited
         ("review_waiting", 1800.0),  # seconds the oldest change review has been due
+        ("cache_miss", 0.5),  # share of input tokens not read from cache over ALERT_WINDOW_S
     )
 }
 # A running agent whose heartbeat is older than this counts as stuck.

@@ -76,6 +76,18 @@ TOKENS = Counter(
     "Model tokens used, by provider, model and direction (in, out).",
     ["provider", "model", "direction"],
 )
+PROMPT_TOKENS = Counter(
+    "annihilation_prompt_tokens_total",
+    "Model input tokens, all of them (read from no cache, read from the provider's prompt "
+    "cache, or written to it), by provider and model.",
+    ["provider", "model"],
+)
+CACHE_READ_TOKENS = Counter(
+    "annihilation_cache_read_tokens_total",
+    "Model input tokens read from the provider's prompt cache, by provider and model: over "
+    "annihilation_prompt_tokens_total, the cache hit ratio.",
+    ["provider", "model"],
+)
 COST = Counter(
     "annihilation_cost_usd_total",
     "What the model calls cost (USD), by provider and model.",
@@ -116,9 +128,20 @@ def error(kind: str) -> None:
 
 
 def usage_recorded(
-    *, provider: str, model: str, tokens_in: int, tokens_out: int, cost_usd: Any
+    *,
+    provider: str,
+    model: str,
+    tokens_in: int,
+    tokens_out: int,
+    cost_usd: Any,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> None:
-    """One model call's usage (cost as a Decimal or a float)."""
+    """One model call's usage (cost as a Decimal or a float; `tokens_in` those read from no
+    cache and written to none)."""
+    PROMPT_TOKENS.labels(provider=provider, model=model).inc(tokens_in + cache_read + cache_write)
+    if cache_read:
+        CACHE_READ_TOKENS.labels(provider=provider, model=model).inc(cache_read)
     TOKENS.labels(provider=provider, model=model, direction="in").inc(tokens_in)
     TOKENS.labels(provider=provider, model=model, direction="out").inc(tokens_out)
     COST.labels(provider=provider, model=model).inc(float(cost_usd))

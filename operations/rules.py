@@ -21,7 +21,11 @@ RULES: dict[str, str] = {
     "endpoint_down": "model endpoints marked down",
     "question_waiting": "seconds the oldest Tether question has waited",
     "review_waiting": "seconds the oldest change review has been due",
+    "cache_miss": "share of model input tokens not read from the prompt cache",
 }
+
+# Under this many input tokens in the window, the cache's share says nothing (a quiet system).
+CACHE_MISS_MIN_TOKENS = 20_000
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,31 @@ def no_worker_reading(idle: dict[str, int]) -> Reading:
     )
 
 
+def cache_miss_reading(figures: Figures, *, base: MetricSample | None, now: datetime) -> Reading:
+    """The share of the window's input tokens not read from a prompt cache: it rises when the
+    hit ratio falls (a prompt whose prefix changes each turn, a cache that expires between
+    turns). 0 when the window saw too few input tokens to say."""
+    window = now - base.at if base is not None else None
+    seconds = window.total_seconds() if window is not None else 0.0
+    prompt = _rate(figures["prompt_tokens_total"], base, "prompt_tokens_total", now) * seconds
+    read = _rate(figures["cache_read_tokens_total"], base, "cache_read_tokens_total", now) * seconds
+    if prompt < CACHE_MISS_MIN_TOKENS:
+        return reading("cache_miss", 0.0, f"{prompt:.0f} input tokens: too few to judge the cache")
+    miss = 1 - read / prompt
+    return reading(
+        "cache_miss",
+        miss,
+        f"{1 - miss:.0%} of {prompt:.0f} input tokens read from the prompt cache",
+    )
+
+
 def readings(
     figures: Figures, *, idle: dict[str, int], base: MetricSample | None, now: datetime
 ) -> list[Reading]:
     errors_per_min = _rate(figures["errors_total"], base, "errors_total", now) * 60
     usd_per_hour = _rate(figures["cost_usd_total"], base, "cost_usd_total", now) * 3600
     return [
+        cache_miss_reading(figures, base=base, now=now),
         no_worker_reading(idle),
         reading(
             "queue_backlog",

@@ -48,6 +48,8 @@ class Figures(TypedDict):
     errors_total: float
     cost_usd_total: float
     tokens_total: float
+    prompt_tokens_total: float  # model input tokens, cached or not
+    cache_read_tokens_total: float  # of those, read from a prompt cache
 
 
 def queue_depths() -> dict[str, int]:
@@ -160,6 +162,8 @@ def figures_now(*, now: datetime | None = None) -> Figures:
         "errors_total": totals.get("annihilation_errors_total", 0.0),
         "cost_usd_total": totals.get("annihilation_cost_usd_total", 0.0),
         "tokens_total": totals.get("annihilation_tokens_total", 0.0),
+        "prompt_tokens_total": totals.get("annihilation_prompt_tokens_total", 0.0),
+        "cache_read_tokens_total": totals.get("annihilation_cache_read_tokens_total", 0.0),
     }
 
 

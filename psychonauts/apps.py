@@ -21,6 +21,15 @@ class PsychonautsConfig(AppConfig):
         worker_warmup_register(_agents_warm_up)
         if on_runs_drained not in ON_RUNS_DRAINED:
             ON_RUNS_DRAINED.append(on_runs_drained)
+        _spend_section_register()
+
+
+def _spend_section_register() -> None:
+    """The wave page's spend: by role, its cache share, and its projected cost."""
+    from bursts.sections import WaveSection, wave_section_register
+    from psychonauts.selectors import wave_spend_context
+
+    wave_section_register(WaveSection("psychonauts/_wave_spend.html", wave_spend_context))
 
 
 def _agents_warm_up(concurrency: int) -> None:

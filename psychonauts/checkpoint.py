@@ -267,9 +267,12 @@ WITH turn AS (
     RETURNING {t_id}
 ), usage AS (
     INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
-                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cost_usd}, {u_created_at})
+                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
+                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
+                           {u_priced}, {u_created_at})
     VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
-            %(tokens_out)s, %(cost)s, %(now)s)
+            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
+            %(priced)s, %(now)s)
 ), calls AS (
     INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
                            {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
@@ -306,10 +309,13 @@ class TurnRecord:
     tokens_out: int
     provider: str
     model: str
-    cost_usd: Decimal
+    cost_usd: Decimal | None  # None: the model's price is unknown
     phase: str
     now: datetime
     prompt: str = ""  # on the turn that opens the conversation: its first message
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_long: int = 0
 
 
 def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, int]]:
@@ -333,7 +339,11 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
                 "prompt": record.prompt,
                 "provider": record.provider,
                 "model": record.model,
-                "cost": record.cost_usd,
+                "cost": record.cost_usd or Decimal(0),
+                "priced": record.cost_usd is not None,
+                "cache_read": record.cache_read,
+                "cache_write": record.cache_write,
+                "cache_write_long": record.cache_write_long,
                 "phase": record.phase,
                 "now": record.now,
                 **events.params(),
@@ -348,7 +358,9 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
         model=record.model,
         tokens_in=record.tokens_in,
         tokens_out=record.tokens_out,
-        cost_usd=record.cost_usd,
+        cost_usd=record.cost_usd or Decimal(0),
+        cache_read=record.cache_read,
+        cache_write=record.cache_write + record.cache_write_long,
     )
     return int(turn_id), dict(zip(tool_use_ids, call_ids, strict=True))
 

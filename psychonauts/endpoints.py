@@ -46,6 +46,13 @@ from core.redis import get_redis
 from psychonauts.errors import ProviderError, PsychonautError, SlotTimeout
 from psychonauts.models import Endpoint, EndpointProvider, HealthStatus
 from psychonauts.providers.base import OnText, Provider, ProviderRequest, ProviderResponse
+from psychonauts.ratelimits import (
+    endpoint_call_succeeded,
+    endpoint_limit,
+    endpoint_rate_limited,
+    openai_endpoint_client,
+    rate_limit_wait,
+)
 from psychonauts.semaphore import slot_held
 
 logger = logging.getLogger(__name__)
@@ -451,6 +458,7 @@ def endpoint_health_record(
 
 
 _anthropic_clients: dict[tuple[str, str, float], Any] = {}
+_openai_clients: dict[tuple[str, str, float], Any] = {}
 _anthropic_lock = threading.Lock()
 
 
@@ -475,20 +483,26 @@ def _base_provider(conf: EndpointConf) -> Provider:
                     timeout=timeout,
                 )
                 _anthropic_clients[(conf.base_url, api_key, timeout)] = client
-        return AnthropicProvider(client=client)
+        return AnthropicProvider(client=client, rate_limits_to_caller=True)
     from psychonauts.providers.openai import OpenAIProvider
 
-    return OpenAIProvider(
-        base_url=conf.base_url,
-        api_key=key if key is not None else os.environ.get("OPENAI_API_KEY", ""),
-        timeout_s=timeout,
-    )
+    api_key = key if key is not None else os.environ.get("OPENAI_API_KEY", "")
+    with _anthropic_lock:
+        client = _openai_clients.get((conf.base_url, api_key, timeout))
+        if client is None:
+            client = openai_endpoint_client(
+                base_url=conf.base_url, api_key=api_key, timeout_s=timeout
+            )
+            _openai_clients[(conf.base_url, api_key, timeout)] = client
+    return OpenAIProvider(client=client)
 
 
 class LimitedProvider:
     """An endpoint's provider whose every call holds one of the endpoint's slots (at most
-    max_concurrency calls at once across every worker; a call waits up to
-    ENDPOINTS_SLOT_WAIT_S for one, then fails with EndpointBusy)."""
+    max_concurrency calls at once across every worker, fewer while it rate-limits: see
+    `psychonauts.ratelimits`; a call waits up to ENDPOINTS_SLOT_WAIT_S for one, then fails with
+    EndpointBusy). A call refused for load (429, 529) gives its slot back, waits, and queues
+    again, up to ENDPOINTS_RATE_LIMIT_TRIES times."""
 
     uses_llm = True
 
@@ -505,19 +519,38 @@ class LimitedProvider:
         if problem is not None:
             raise EndpointRefused(f"endpoint {self.conf.name}: {problem}")
         holder = f"{request.run.agent_run_id}:{os.getpid()}:{threading.get_ident()}"
-        try:
-            with slot_held(
-                holder,
-                limit=self.conf.max_concurrency,
-                wait_s=settings.ENDPOINTS_SLOT_WAIT_S,
-                key=self.conf.slots_key,
-            ):
-                return self.inner.complete(request, on_text)
-        except SlotTimeout:
-            raise EndpointBusy(
-                f"endpoint {self.conf.name}: all {self.conf.max_concurrency} slots stayed busy "
-                f"for {settings.ENDPOINTS_SLOT_WAIT_S:g}s"
-            ) from None
+        conf = self.conf
+        attempt = 1
+        while True:
+            try:
+                with slot_held(
+                    holder,
+                    limit=endpoint_limit(conf.name, conf.max_concurrency),
+                    wait_s=settings.ENDPOINTS_SLOT_WAIT_S,
+                    key=conf.slots_key,
+                ):
+                    response = self.inner.complete(request, on_text)
+            except SlotTimeout:
+                raise EndpointBusy(
+                    f"endpoint {conf.name}: all {conf.max_concurrency} slots stayed busy "
+                    f"for {settings.ENDPOINTS_SLOT_WAIT_S:g}s"
+                ) from None
+            except ProviderError as exc:
+                wait = rate_limit_wait(exc, attempt=attempt)
+                if wait is None or attempt >= settings.ENDPOINTS_RATE_LIMIT_TRIES:
+                    raise
+                limit = endpoint_rate_limited(conf.name, conf.max_concurrency)
+                logger.warning(
+                    "endpoint %s rate-limited the call (%s): concurrency now %d, "
+                    "asking again in %.2fs",
+                    conf.name, exc, int(limit), wait,
+                    extra={"agent_run_id": request.run.agent_run_id, "endpoint": conf.name},
+                )  # fmt: skip
+                time.sleep(wait)  # holding no slot
+                attempt += 1
+                continue
+            endpoint_call_succeeded(conf.name, conf.max_concurrency)
+            return response
 
 
 def endpoint_provider(conf: EndpointConf) -> LimitedProvider:

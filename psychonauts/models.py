@@ -116,9 +116,17 @@ class Usage(models.Model):
     )
     provider = models.CharField(max_length=50)
     model = models.CharField(max_length=100)
+    # Input tokens read from no cache and written to none; the prompt cache's reads and writes
+    # (five minutes, one hour) are apart, each priced at its share of the input price.
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    cache_write_long_tokens = models.PositiveIntegerField(default=0)
+    # 0 and priced False when the model's price is unknown (neither the registry nor
+    # PSYCHONAUTS_PRICES gives one): the call is shown as of unknown cost, never guessed.
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    priced = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -131,7 +139,9 @@ class Usage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.provider}/{self.model} ${self.cost_usd}"
+        return f"{self.provider}/{self.model} " + (
+            f"${self.cost_usd}" if self.priced else "(price unknown)"
+        )
 
 
 class Mail(models.Model):
@@ -197,6 +207,7 @@ class TraumaSource(models.TextChoices):
     OPERATOR = "operator", "entered by the operator"
     GUARD = "guard", "a dangerous command the guard refused"
     SANDBOX = "sandbox", "a command that ran into a sandbox boundary"
+    LOOP = "loop", "a call an agent repeated with the same result until it was stopped"
 
 
 class CommandTrauma(models.Model):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any, TypedDict
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
+from bursts.models import RUN_TERMINAL, QuantumRun
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.registry import RegistryEntry, registry_list
 
@@ -44,6 +47,121 @@ def spend_usd(*, quantum_run_id: int | None = None, wave_id: int | None = None) 
     if wave_id is not None:
         qs = qs.filter(wave_id=wave_id)
     return qs.aggregate(s=Sum("cost_usd"))["s"] or Decimal(0)
+
+
+class AgentSpend(TypedDict):
+    """What an agent run's model calls took and cost (Focus, `psychonaut agents`)."""
+
+    calls: int
+    tokens_in: int  # read from no cache, written to none
+    tokens_out: int
+    cache_read: int
+    cache_write: int
+    cost_usd: Decimal  # of the priced calls
+    unpriced: int  # calls to a model whose price is unknown
+    cache_share: float | None  # of the input tokens, those read from cache; None: no input yet
+    cost: str  # cost_usd as shown: "$0.0123", "price unknown", "$0.0123 + 2 calls unpriced"
+
+
+def _spend(row: Mapping[str, Any]) -> AgentSpend:
+    def n(key: str) -> int:
+        return int(row.get(key) or 0)
+
+    read, write, plain = n("cache_read"), n("cache_write"), n("tokens_in")
+    whole = read + write + plain
+    cost = Decimal(row.get("cost_usd") or 0)
+    calls, unpriced = n("calls"), n("unpriced")
+    if calls and unpriced == calls:
+        shown = "price unknown"
+    else:
+        shown = f"${cost:.4f}" + (f" + {unpriced} calls unpriced" if unpriced else "")
+    return AgentSpend(
+        calls=calls,
+        tokens_in=plain,
+        tokens_out=n("tokens_out"),
+        cache_read=read,
+        cache_write=write,
+        cost_usd=cost,
+        unpriced=unpriced,
+        cache_share=read / whole if whole else None,
+        cost=shown,
+    )
+
+
+_SPEND_SUMS = {
+    "calls": Count("id"),
+    "tokens_in": Sum("tokens_in"),
+    "tokens_out": Sum("tokens_out"),
+    "cache_read": Sum("cache_read_tokens"),
+    "cache_write": Sum("cache_write_tokens") + Sum("cache_write_long_tokens"),
+    "cost_usd": Sum("cost_usd"),
+    "unpriced": Count("id", filter=Q(priced=False)),
+}
+
+
+def agents_spend(*, agent_run_ids: list[int]) -> dict[int, AgentSpend]:
+    """Each run's spend, in one query (every id has an entry, zero when it made no call)."""
+    rows = (
+        Usage.objects.filter(agent_run_id__in=agent_run_ids)
+        .values("agent_run_id")
+        .annotate(**_SPEND_SUMS)
+    )
+    found = {int(r["agent_run_id"]): _spend(r) for r in rows}
+    return {pk: found.get(pk) or _spend({}) for pk in agent_run_ids}
+
+
+def agent_spend(*, agent_run_id: int) -> AgentSpend:
+    return agents_spend(agent_run_ids=[agent_run_id])[agent_run_id]
+
+
+class RoleSpend(TypedDict):
+    role: str
+    spend: AgentSpend
+
+
+class WaveSpend(TypedDict):
+    """A wave's spend (the wave page): in all and by role, and the cost its quantum runs would
+    come to at the rate of those finished so far."""
+
+    total: AgentSpend
+    roles: list[RoleSpend]
+    runs_finished: int
+    runs: int
+    projected: str  # "" until a run has finished
+
+
+def wave_spend(*, wave_id: int) -> WaveSpend:
+    """Two grouped statements: the usage by role, the quantum runs by whether they finished."""
+    rows = list(
+        Usage.objects.filter(wave_id=wave_id)
+        .values("agent_run__role")
+        .annotate(**_SPEND_SUMS)
+        .order_by("agent_run__role")
+    )
+    roles = [RoleSpend(role=str(r["agent_run__role"]), spend=_spend(r)) for r in rows]
+    whole: dict[str, Any] = {key: sum(r.get(key) or 0 for r in rows) for key in _SPEND_SUMS}
+    total = _spend(whole)
+    counts = QuantumRun.objects.filter(wave_id=wave_id).aggregate(
+        runs=Count("id"), finished=Count("id", filter=Q(status__in=RUN_TERMINAL))
+    )
+    runs, finished = int(counts["runs"]), int(counts["finished"])
+    projected = ""
+    if finished:
+        estimate = total["cost_usd"] / finished * runs
+        projected = f"${estimate:.4f}" + (" (priced calls only)" if total["unpriced"] else "")
+    return WaveSpend(
+        total=total, roles=roles, runs_finished=finished, runs=runs, projected=projected
+    )
+
+
+def quantum_spend(*, quantum_id: int) -> AgentSpend:
+    """Everything the quantum's agents have spent, over all its runs."""
+    row = Usage.objects.filter(agent_run__quantum_id=quantum_id).aggregate(**_SPEND_SUMS)
+    return _spend(row)
+
+
+def wave_spend_context(wave_id: int) -> dict[str, Any]:
+    return dict(wave_spend(wave_id=wave_id))
 
 
 def agent_verifications(*, agent_run_id: int) -> QuerySet[Verification]:

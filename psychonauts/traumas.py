@@ -83,4 +83,6 @@ def traumas_for(*, quantum_id: int | None) -> list[tuple[str, str]]:
     scope = Q(quantum_id__isnull=True)
     if quantum_id is not None:
         scope |= Q(quantum_id=quantum_id)
-    return list(CommandTrauma.objects.filter(scope, active=True).values_list("pattern", "reason"))
+    # A loop's trauma names a repeated call, not a command pattern (psychonauts/loops.py).
+    commands = CommandTrauma.objects.filter(scope, active=True).exclude(source=TraumaSource.LOOP)
+    return list(commands.values_list("pattern", "reason"))

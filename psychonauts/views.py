@@ -16,7 +16,7 @@ from core.live import LivePageError, live_attrs, live_page
 from psychonauts.diffs import diff_parse
 from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
 from psychonauts.sections import focus_sections
-from psychonauts.selectors import agent_verifications, role_names, role_tools
+from psychonauts.selectors import agent_spend, agent_verifications, role_names, role_tools
 from psychonauts.services import agent_run_create
 from psychonauts.services.verification import verdict_find
 from psychonauts.tasks import execute_agent_run
@@ -61,6 +61,7 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
         "psychonauts/focus.html",
         {
             "run": run,
+            "spend": agent_spend(agent_run_id=run.pk),
             "stream": agent_stream(run=run),
             "tool_calls": agent_tool_calls(agent_run_id=run.pk),
             "diary": agent_diary(agent_run_id=run.pk),

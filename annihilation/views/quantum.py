@@ -11,7 +11,7 @@ from django.shortcuts import render
 from bursts.selectors import quantum_runs
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
-from psychonauts.selectors import quantum_verifications, role_names
+from psychonauts.selectors import quantum_spend, quantum_verifications, role_names
 from quanta.errors import QuantumNotFound
 from quanta.forms import (
     AgentRunForm,
@@ -89,6 +89,7 @@ def _detail_context(quantum_id: int) -> dict[str, Any]:
         "comments": quantum_comments(quantum_id=quantum_id),
         "runs": quantum_runs(quantum_id=quantum_id),
         "verifications": quantum_verifications(quantum_id=quantum_id),
+        "spend": quantum_spend(quantum_id=quantum_id),
     }
 
 

@@ -32,6 +32,7 @@ from psychonauts.providers.base import (
     expect_int,
     expect_str,
 )
+from psychonauts.providers.caching import cached_body
 
 logger = logging.getLogger(__name__)
 
@@ -124,12 +125,27 @@ def is_retryable(exc: Exception) -> bool:
     return False
 
 
+def is_rate_limited(exc: Exception) -> bool:
+    """The API refused for load: HTTP 429 or 529, or an overloaded or rate limit error."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in (429, 529) or _error_type(exc) in (
+            "overloaded_error",
+            "rate_limit_error",
+        )
+    return False
+
+
 class AnthropicProvider:
     name = "anthropic"
     uses_llm = True
 
-    def __init__(self, client: anthropic.Anthropic | None = None) -> None:
+    def __init__(
+        self, client: anthropic.Anthropic | None = None, *, rate_limits_to_caller: bool = False
+    ) -> None:
         self._client = client
+        # A 429 or 529 ends the call at once (ProviderError from the SDK's error) rather than
+        # being retried here: the caller (an endpoint's slots) waits it out without its slot.
+        self.rate_limits_to_caller = rate_limits_to_caller
 
     @property
     def client(self) -> anthropic.Anthropic:
@@ -146,6 +162,8 @@ class AnthropicProvider:
             except (anthropic.APIStatusError, *_CONNECTION_LOST) as exc:
                 last = exc
                 if not is_retryable(exc) or attempt == attempts:
+                    break
+                if self.rate_limits_to_caller and is_rate_limited(exc):
                     break
                 delay = settings.PSYCHONAUTS_RETRY_BASE_S * 2 ** (attempt - 1)
                 delay *= 0.5 + random.random() / 2
@@ -178,15 +196,21 @@ class AnthropicProvider:
         request (its authentication, headers, timeouts and status errors) and decodes the event
         stream; the OpenTelemetry span `messages.create` would add is not made.
         """
-        body: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "system": request.system,
-            "messages": request.messages,
-            "stream": True,
-        }
-        if request.tools:
-            body["tools"] = request.tools
+        body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+        if settings.PSYCHONAUTS_PROMPT_CACHE:
+            body.update(
+                cached_body(
+                    system=request.system,
+                    tools=request.tools,
+                    messages=request.messages,
+                    long_ttl=request.long_cache,
+                )
+            )
+        else:
+            body.update(system=request.system, messages=request.messages)
+            if request.tools:
+                body["tools"] = request.tools
+        body["stream"] = True
         stream = _Stream(request.model)
         response = self.client.post(
             "/v1/messages",
@@ -224,6 +248,7 @@ class _Stream:
     def __init__(self, model: str) -> None:
         self.blocks: dict[int, _Block] = {}
         self.model, self.stop_reason, self.tokens_in, self.tokens_out = model, "end_turn", 0, 0
+        self.cache_read = self.cache_write = self.cache_write_long = 0
 
     def take(self, event: dict[str, Any], on_text: OnText) -> None:
         """One event; KeyError, TypeError or AttributeError when it is not shaped as documented."""
@@ -251,8 +276,17 @@ class _Stream:
         elif kind == "message_start":
             message = event["message"]
             self.model = expect_str(message.get("model") or self.model)
-            self.tokens_in = expect_int(message["usage"]["input_tokens"])
-            self.tokens_out = expect_int(message["usage"]["output_tokens"])
+            usage = message["usage"]
+            self.tokens_in = expect_int(usage["input_tokens"])
+            self.tokens_out = expect_int(usage["output_tokens"])
+            self.cache_read = expect_int(usage.get("cache_read_input_tokens") or 0)
+            written = expect_int(usage.get("cache_creation_input_tokens") or 0)
+            # The split by TTL, when the API gives it; otherwise all of it for five minutes.
+            split = usage.get("cache_creation") or {}
+            self.cache_write_long = min(
+                written, expect_int(split.get("ephemeral_1h_input_tokens") or 0)
+            )
+            self.cache_write = written - self.cache_write_long
         elif kind == "message_delta":
             self.stop_reason = expect_str(event["delta"].get("stop_reason") or self.stop_reason)
             self.tokens_out = expect_int(event["usage"]["output_tokens"])
@@ -271,6 +305,9 @@ class _Stream:
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,
             model=self.model,
+            cache_read=self.cache_read,
+            cache_write=self.cache_write,
+            cache_write_long=self.cache_write_long,
         )
 
 

@@ -61,15 +61,23 @@ class ProviderRequest:
     tools: list[ToolSpec]
     max_tokens: int
     run: RunInfo
+    # The agent is likely to wait longer than the cache's five minutes before its next turn:
+    # what this call caches is kept for an hour (see providers.caching).
+    long_cache: bool = False
 
 
 @dataclass(frozen=True)
 class ProviderResponse:
     content: list[ContentBlock]
     stop_reason: str
-    tokens_in: int = 0
+    tokens_in: int = 0  # input tokens read from no cache and written to none
     tokens_out: int = 0
     model: str = ""
+    # Input tokens read from the provider's prompt cache, and written to it (for five minutes,
+    # or for an hour): with tokens_in, the whole prompt.
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_long: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -279,6 +279,15 @@ class _Call:
     parts: list[str] = field(default_factory=list)
 
 
+def prompt_cached_tokens(usage: dict[str, Any]) -> int:
+    """The prompt tokens the server read from its prefix cache: OpenAI's
+    `usage.prompt_tokens_details.cached_tokens` (servers that cache automatically report it;
+    the prompt's stable prefix, the system message, tools and earlier turns sent unchanged,
+    is what they match)."""
+    details = usage.get("prompt_tokens_details") or {}
+    return expect_int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+
+
 class _Stream:
     def __init__(self, model: str) -> None:
         self.model = model
@@ -287,7 +296,7 @@ class _Stream:
         self.calls: dict[int, _Call] = {}
         self.finish = ""
         self.done = False
-        self.tokens_in = self.tokens_out = 0
+        self.tokens_in = self.tokens_out = self.cached = 0
 
     def take(self, chunk: dict[str, Any], on_text: OnText) -> None:
         """One chunk; KeyError, TypeError, AttributeError or IndexError when it is not shaped
@@ -301,6 +310,7 @@ class _Stream:
         if usage:
             self.tokens_in = expect_int(usage.get("prompt_tokens") or 0)
             self.tokens_out = expect_int(usage.get("completion_tokens") or 0)
+            self.cached = prompt_cached_tokens(usage)
         for choice in chunk["choices"]:
             if expect_int(choice.get("index", 0)) != 0:
                 continue
@@ -354,7 +364,9 @@ class _Stream:
         return ProviderResponse(
             content=content,
             stop_reason=stop,
-            tokens_in=self.tokens_in,
+            # prompt_tokens counts the cached ones too: tokens_in is the rest.
+            tokens_in=max(self.tokens_in - self.cached, 0),
+            cache_read=min(self.cached, self.tokens_in),
             tokens_out=self.tokens_out,
             model=self.model,
             extra={"served_by": self.served_by} if self.served_by else {},

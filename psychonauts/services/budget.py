@@ -18,19 +18,46 @@ from psychonauts.endpoints import registry_price
 from psychonauts.errors import BudgetExceeded
 
 
-def _price(model: str) -> tuple[float, float]:
+def _price(model: str) -> tuple[float, float] | None:
     """USD per million tokens (in, out): a registry endpoint's price for the model when one
-    gives it, else PSYCHONAUTS_PRICES, else the default."""
+    gives it, else PSYCHONAUTS_PRICES; None when neither knows the model (its price is
+    unknown: no other model's price stands in for it)."""
     registered = registry_price(model)
     if registered is not None:
         return registered
     prices: dict[str, tuple[float, float]] = settings.PSYCHONAUTS_PRICES
-    return prices.get(model, settings.PSYCHONAUTS_DEFAULT_PRICE)
+    return prices.get(model)
 
 
-def cost_usd(model: str, tokens_in: int, tokens_out: int) -> Decimal:
-    p_in, p_out = _price(model)
-    return Decimal(str(round((tokens_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
+# Prompt cache tokens, priced as a share of the model's input price (Anthropic's pricing: a read
+# costs a tenth, a write for five minutes a quarter more, a write for an hour twice the price).
+CACHE_READ_FACTOR = 0.1
+CACHE_WRITE_FACTOR = 1.25
+CACHE_WRITE_LONG_FACTOR = 2.0
+
+
+def cost_usd(
+    model: str,
+    tokens_in: int,
+    tokens_out: int,
+    *,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    cache_write_long: int = 0,
+) -> Decimal | None:
+    """What a call cost: `tokens_in` at the input price, the cache's tokens at their share of
+    it, `tokens_out` at the output price; None when the model's price is unknown."""
+    price = _price(model)
+    if price is None:
+        return None
+    p_in, p_out = price
+    weighted_in = (
+        tokens_in
+        + cache_read * CACHE_READ_FACTOR
+        + cache_write * CACHE_WRITE_FACTOR
+        + cache_write_long * CACHE_WRITE_LONG_FACTOR
+    )
+    return Decimal(str(round((weighted_in * p_in + tokens_out * p_out) / 1_000_000, 6)))
 
 
 @dataclass(frozen=True)
@@ -71,7 +98,10 @@ class CallSpend:
     model: str
     tokens_in: int
     tokens_out: int
-    usd: Decimal
+    usd: Decimal  # 0 when the model's price is unknown (priced False)
+    cache_read: int = 0
+    cache_write: int = 0  # five minutes and one hour together
+    priced: bool = True
 
 
 # A gate refuses a call by raising: SuspendRun pauses the run (it waits, holding no worker,
@@ -104,7 +134,9 @@ def budget_check(
 ) -> None:
     """Refuse the next call if it would take the quantum run (or the wave) over budget, or if a
     registered gate refuses it. `run.quantum` is loaded (the gates see its labels)."""
-    estimate = cost_usd(model, estimate_tokens_in, 0)
+    # A model of unknown price spends nothing the budgets can count (its calls are recorded
+    # as unpriced, and shown so).
+    estimate = cost_usd(model, estimate_tokens_in, 0) or Decimal(0)
     limit = Decimal(str(settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD))
     scope = "quantum run" if run.quantum_run_id else "agent run"
     if spend.run + estimate > limit:

@@ -8,6 +8,7 @@ tool call recorded as completed is never executed again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ class Route:
     model: str
     note: str = ""  # why the run does not get its tier's model (it is down), for its events
     endpoint: str = ""  # the registry endpoint's name, when the registry routed the run
+    why: str = ""  # how the route was chosen, for the run's `started` event
 
     @property
     def health_key(self) -> tuple[str, str]:
@@ -97,16 +99,33 @@ def _route(run: AgentRun, role: Role) -> Route:
         and getattr(settings, "PSYCHONAUTS_TRIVIAL_NO_LLM", True)
         and complexity_classify(quantum.title, quantum.body).mechanical
     ):
-        return Route(provider_get("shell"), SHELL_MODEL)
+        return Route(
+            provider_get("shell"), SHELL_MODEL, why="mechanical steps of a trivial quantum"
+        )
     provider = provider_get(run.provider or settings.PSYCHONAUTS_PROVIDER or role.provider)
     if not provider.uses_llm:
-        return Route(provider, provider.name)
+        return Route(provider, provider.name, why=f"provider {provider.name} (no model)")
     registry = registry_enabled()
+    miss = ""
     if registry:
-        routed = registry_route(role, registry, model=run.model, complexity=run.quantum.complexity)
-        if routed is not None:
+        routed = registry_route(
+            role, registry, model=run.model, complexity=complexity, provider=run.provider
+        )
+        if isinstance(routed, Route):
             return routed
-    named = run.model or role.model
+        miss = routed
+    route = _settings_route(provider, run.model or role.model, complexity)
+    if run.model or role.model:
+        named_by = "the run" if run.model else f"role {role.name}"
+        route = dataclasses.replace(route, why=f"model named by {named_by}")
+    if miss:
+        route = dataclasses.replace(route, note="; ".join(n for n in (miss, route.note) if n))
+    return route
+
+
+def _settings_route(provider: Provider, named: str, complexity: str) -> Route:
+    """The run's model as without a registry: the one named, else the tier's (skipping one
+    that is down for the next tier's)."""
     if named:
         return Route(provider, named)
     models: dict[str, str] = settings.PSYCHONAUTS_MODELS
@@ -119,7 +138,7 @@ def _route(run: AgentRun, role: Role) -> Route:
     for model in candidates:
         if (provider.name, model) not in down:
             note = "" if model == candidates[0] else f"{candidates[0]} is down; routed to {model}"
-            return Route(provider, model, note)
+            return Route(provider, model, note, why=f"the {complexity} tier's model (settings)")
     return Route(
         provider,
         candidates[0],
@@ -127,42 +146,58 @@ def _route(run: AgentRun, role: Role) -> Route:
     )
 
 
-def registry_route(
-    role: Role, registry: tuple[EndpointConf, ...], *, model: str, complexity: str
-) -> Route | None:
-    """A registry endpoint for an LLM call of `role` (a run's, whose `model` and quantum's
-    `complexity` are given; "" when it names none), or None when the registry has none for it
-    (then the call is routed as without a registry).
+# Where the registry sends a tier's runs: its own endpoints, then only the tiers above (a
+# complex quantum never goes to a small model because it is the only one registered).
+REGISTRY_TIERS: dict[str, tuple[str, ...]] = {
+    Complexity.TRIVIAL: (Complexity.TRIVIAL, Complexity.STANDARD, Complexity.COMPLEX),
+    Complexity.STANDARD: (Complexity.STANDARD, Complexity.COMPLEX),
+    Complexity.COMPLEX: (Complexity.COMPLEX,),
+}
 
-    - A role naming a model takes the endpoints serving that model, whatever their tier; a run
-      naming a model no endpoint serves (chosen by whoever made it) is not the registry's.
-    - Otherwise the run's tier's endpoints, then the next tiers' (`FALLBACK`) when every one of
-      its own is down.
+
+def registry_route(
+    role: Role,
+    registry: tuple[EndpointConf, ...],
+    *,
+    model: str,
+    complexity: str,
+    provider: str = "",
+) -> Route | str:
+    """A registry endpoint for an LLM call of `role` (a run's, whose `model`, `provider` and
+    quantum's `complexity` are given; "" when it names none), or why the registry does not
+    route it ("" when it has nothing for it: then the call is routed as without a registry).
+
+    - What the run names wins: a `provider` keeps it to that provider's endpoints, a `model` to
+      the endpoints serving it; a role naming a model takes the endpoints serving that model,
+      whatever their tier. Named, and no endpoint serves it: not the registry's.
+    - Otherwise the run's tier's endpoints, then the tiers above (`REGISTRY_TIERS`) when every
+      one of its own is down; never a tier below.
     - Among the endpoints of a tier that are not down: the fewest failures in a row first (a
-      retry whose endpoint failed goes to another one), then the one serving the run's model
-      (a resumed run stays where it was), then the least loaded (calls in flight over its
-      limit). When all are full the run still goes to the least loaded, whose next free slot
-      it waits for.
-    - When every candidate is down: the first, and the note says so.
+      retry whose endpoint failed goes to another one), then the least loaded (calls in flight
+      over its limit). When all are full the run still goes to the least loaded, whose next
+      free slot it waits for.
+    - Only to an endpoint that is up: when every candidate is down, the registry does not route
+      the run, and says why.
     """
-    if role.model:
-        candidates = tuple(c for c in registry if c.model == role.model)
+    if provider:
+        registry = tuple(c for c in registry if c.provider == provider)
+    named = model or role.model
+    if named:
+        candidates = tuple(c for c in registry if c.model == named)
         if not candidates:
-            return None
+            return ""
         tiers: list[tuple[EndpointConf, ...]] = [candidates]
     else:
-        if model and not any(c.model == model for c in registry):
-            return None
-        order = FALLBACK.get(complexity, (complexity,))
+        order = REGISTRY_TIERS.get(complexity, (complexity,))
         tiers = [tuple(c for c in registry if c.tier == t) for t in order]
         tiers = [t for t in tiers if t]
         if not tiers:
-            return None
+            return ""
     states = {s.conf.name: s for s in endpoints_state(tuple(c for t in tiers for c in t))}
 
-    def rank(state: EndpointState) -> tuple[int, int, float, str]:
+    def rank(state: EndpointState) -> tuple[int, float, str]:
         c = state.conf
-        return (state.failures, c.model != model, state.in_flight / c.max_concurrency, c.name)
+        return (state.failures, state.in_flight / c.max_concurrency, c.name)
 
     first = tiers[0][0]
     for number, tier in enumerate(tiers):
@@ -180,14 +215,14 @@ def registry_route(
             notes.append(f"{down} down; routed to {chosen.name}")
         if healthy[0].failures:
             notes.append(f"{chosen.name} has {healthy[0].failures} failures in a row")
-        return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name)
+        why = f"endpoint {chosen.name} of tier {chosen.tier}"
+        if named:
+            why = f"endpoint {chosen.name}, serving the model {named} named"
+        elif provider:
+            why += f", provider {provider} named"
+        return Route(endpoint_provider(chosen), chosen.model, "; ".join(notes), chosen.name, why)
     names = ", ".join(c.name for t in tiers for c in t)
-    return Route(
-        endpoint_provider(first),
-        first.model,
-        f"every endpoint is down ({names}); using {first.name}",
-        first.name,
-    )
+    return f"every registry endpoint for it is down ({names}); routed by the settings"
 
 
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> Outcome:
@@ -244,6 +279,7 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             provider=runner.provider.name,
             model=runner.model,
             **({"endpoint": route.endpoint} if route.endpoint else {}),
+            **({"route": route.why} if route.why else {}),
         )
         if route.note:
             runner.emit(

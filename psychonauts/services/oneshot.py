@@ -11,7 +11,7 @@ from psychonauts.models import Role
 from psychonauts.providers import provider_get
 from psychonauts.providers.base import Provider, ProviderRequest, ProviderResponse, RunInfo
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services.execute import registry_route
+from psychonauts.services.execute import Route, registry_route
 from quanta.models import Complexity
 
 
@@ -38,7 +38,7 @@ def role_complete(*, role: str, prompt: str, run: RunInfo) -> ProviderResponse:
             if registry
             else None
         )
-        if routed is not None:
+        if isinstance(routed, Route):
             provider, model = routed.provider, routed.model
     request = ProviderRequest(
         model=model,

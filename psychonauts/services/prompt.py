@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bursts.models import AgentRun
+from psychonauts.loops import loop_section
 
-# Sections other apps add to every prompt, in order, after the context: f(agent_run) -> text,
-# or "" to add nothing to this run's prompt.
-PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = []
+
+def _loops(run: AgentRun) -> str:
+    return loop_section(run.quantum_id)
+
+
+# Sections added to every prompt, in order, after the context: f(agent_run) -> text, or "" to
+# add nothing to this run's prompt. Other apps append theirs.
+PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = [_loops]
 
 
 def agent_prompt(run: AgentRun) -> str:

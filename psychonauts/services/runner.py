@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from bursts.models import AgentPhase, AgentRun, AgentStatus, QuantumRun
 from core.events import EventBatch, publish_many
 from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts import registry
+from psychonauts.cache_ttl import long_cache_pays
 from psychonauts.central import (
     CentralConflict,
     Fence,
@@ -40,6 +42,7 @@ from psychonauts.checkpoint import (
 )
 from psychonauts.errors import PsychonautError, WorkspaceError
 from psychonauts.git import git
+from psychonauts.loops import loop_find, loop_trauma_record
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.providers.base import (
     Message,
@@ -324,6 +327,12 @@ class Runner:
                 messages=messages,
                 tools=tools,
                 max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+                long_cache=self.provider.uses_llm
+                and long_cache_pays(
+                    role=self.run.role,
+                    whole_chars=len(system) + len(json.dumps(messages)),
+                    new_chars=len(json.dumps(messages[-2:])),
+                ),
                 run=RunInfo(
                     agent_run_id=self.run.pk,
                     agent_id=self.run.agent_id,
@@ -353,6 +362,16 @@ class Runner:
                     return outcome
                 continue  # verification failed: the agent fixes it in its next turn
             self.finish_tools(turn, calls, originals)
+            self.stop_if_looping(turns[self.offset :])
+
+    def stop_if_looping(self, turns: list[AgentTurn]) -> None:
+        """End the run (in error, with the reason) when its turns show a loop, recording what
+        it repeated as a trauma of its quantum (psychonauts.loops)."""
+        loop = loop_find(turns)
+        if loop is None:
+            return
+        loop_trauma_record(loop=loop, quantum_id=self.run.quantum_id, agent_id=self.run.agent_id)
+        raise _Stop(loop.reason)
 
     def started_elsewhere(self, last: AgentTurn) -> bool:
         """A central repository, and this resumed run's earlier turns ran on another host. When
@@ -417,7 +436,14 @@ class Runner:
         """The provider's answer, durable in one statement: the turn, its usage and cost, the
         run's counters and phase, its tool calls (pending, announced) and the buffered events."""
         model = response.model or self.model
-        cost = cost_usd(model, response.tokens_in, response.tokens_out)
+        cost = cost_usd(
+            model,
+            response.tokens_in,
+            response.tokens_out,
+            cache_read=response.cache_read,
+            cache_write=response.cache_write,
+            cache_write_long=response.cache_write_long,
+        )
         now = timezone.now()
         self.emit(
             "usage",
@@ -425,7 +451,9 @@ class Runner:
             model=model,
             tokens_in=response.tokens_in,
             tokens_out=response.tokens_out,
-            cost_usd=str(cost),
+            cache_read=response.cache_read,
+            cache_write=response.cache_write + response.cache_write_long,
+            cost_usd=None if cost is None else str(cost),
         )
         tool_uses = response.tool_uses
         if tool_uses:
@@ -449,6 +477,9 @@ class Runner:
                 phase=self.run.phase,
                 now=now,
                 prompt=redact(self.prompt or "") if index == self.offset else "",
+                cache_read=response.cache_read,
+                cache_write=response.cache_write,
+                cache_write_long=response.cache_write_long,
             ),
             self.take_events(),
         )
@@ -461,7 +492,10 @@ class Runner:
                 model=model,
                 tokens_in=response.tokens_in,
                 tokens_out=response.tokens_out,
-                usd=cost,
+                usd=cost or Decimal(0),
+                priced=cost is not None,
+                cache_read=response.cache_read,
+                cache_write=response.cache_write + response.cache_write_long,
             )
         )
         turn = AgentTurn(

@@ -3,10 +3,14 @@
 The official SDK is pointed at it with `base_url`; each POST /v1/messages gets the next reply
 from a list or a function of the request body. As in the real API, every SSE frame has an
 `event:` line and a `data:` line, and message_start must carry usage.
+
+Given a `PromptCache`, the fake caches prompts by the API's rules and reports the usage the API
+would: see `PromptCache`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import threading
@@ -34,8 +38,142 @@ class FakeReply:
 ReplySource = list[FakeReply] | Callable[[dict[str, Any]], FakeReply]
 
 
+class CacheRefused(Exception):
+    """A request the API refuses for its cache marks (HTTP 400, invalid_request_error)."""
+
+
+class PromptCache:
+    """The Messages API's prompt caching rules, as documented:
+
+    - a request is a sequence of blocks: the tools, then the system blocks, then each message's
+      content blocks (a string content is one block); an entry caches the prefix up to and
+      including a block marked with `cache_control`, for one model;
+    - at most 4 marks a request; marks with `"ttl": "1h"` before any with the default 5 minutes;
+    - a prefix shorter than the model's minimum cacheable length (`min_tokens`; 1024 tokens, 2048
+      for the Haiku models when not given) is not cached;
+    - for each mark, the longest cached prefix is looked for at that block and at most 19 blocks
+      before it (20 in all), among the prefixes earlier requests marked;
+    - an entry lives for its TTL after it was last written or read;
+    - usage: `cache_read_input_tokens` the prefix read, `cache_creation_input_tokens` what was
+      written after it up to the last cacheable mark (split by TTL in `cache_creation`),
+      `input_tokens` the rest.
+
+    A block counts `len(json)/4` tokens (the same content, the same count; no tokenizer).
+    `clock` is the time in seconds; `advance` moves the fake's own time forward.
+    """
+
+    LOOKBACK = 20
+    TTL_S = {"5m": 300.0, "1h": 3600.0}
+
+    def __init__(self, *, min_tokens: int | None = None) -> None:
+        self.min_tokens = min_tokens
+        self._entries: dict[tuple[str, str], tuple[float, float]] = {}  # key -> (expiry, ttl)
+        self._lock = threading.Lock()
+        self._offset = 0.0
+
+    def clock(self) -> float:
+        return time.monotonic() + self._offset
+
+    def advance(self, seconds: float) -> None:
+        self._offset += seconds
+
+    def _minimum(self, model: str) -> int:
+        if self.min_tokens is not None:
+            return self.min_tokens
+        return 2048 if "haiku" in model else 1024
+
+    @staticmethod
+    def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = [{"tool": t} for t in body.get("tools") or []]
+        system = body.get("system")
+        if isinstance(system, str) and system:
+            blocks.append({"system": {"type": "text", "text": system}})
+        elif isinstance(system, list):
+            blocks.extend({"system": b} for b in system)
+        for message in body.get("messages") or []:
+            content = message["content"]
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            for n, block in enumerate(content):
+                blocks.append({"role": message["role"] if n == 0 else "", "block": block})
+        return blocks
+
+    @staticmethod
+    def _mark(block: dict[str, Any]) -> dict[str, Any] | None:
+        inner = next(iter(block.values())) if "block" not in block else block["block"]
+        mark = inner.get("cache_control") if isinstance(inner, dict) else None
+        return mark if isinstance(mark, dict) else None
+
+    @staticmethod
+    def _canonical(block: dict[str, Any]) -> str:
+        def strip(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: strip(v) for k, v in value.items() if k != "cache_control"}
+            if isinstance(value, list):
+                return [strip(v) for v in value]
+            return value
+
+        return json.dumps(strip(block), sort_keys=True)
+
+    def usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request's usage, caching what it marks; CacheRefused for marks the API refuses."""
+        model = str(body.get("model", ""))
+        blocks = self._blocks(body)
+        hashes: list[str] = []
+        cumulative: list[int] = []
+        digest, total = hashlib.sha256(model.encode()), 0
+        for block in blocks:
+            text = self._canonical(block)
+            digest.update(text.encode())
+            hashes.append(digest.copy().hexdigest())
+            total += max(1, len(text) // 4)
+            cumulative.append(total)
+        marks = [(i, m) for i, b in enumerate(blocks) if (m := self._mark(b)) is not None]
+        if len(marks) > 4:
+            raise CacheRefused("A maximum of 4 blocks with cache_control may be provided.")
+        ttls = [str(m.get("ttl", "5m")) for _, m in marks]
+        if any(t not in self.TTL_S for t in ttls):
+            raise CacheRefused("cache_control.ttl: Input should be '5m' or '1h'")
+        if "1h" in ttls and "5m" in ttls[: len(ttls) - ttls[::-1].index("1h")]:
+            raise CacheRefused("cache_control blocks with a 1h ttl must come before 5m ones")
+        minimum = self._minimum(model)
+        with self._lock:
+            now = self.clock()
+            for key in [k for k, (expiry, _) in self._entries.items() if expiry <= now]:
+                del self._entries[key]
+            read = -1
+            for index, _ in marks:
+                for j in range(index, max(-1, index - self.LOOKBACK), -1):
+                    entry = self._entries.get((model, hashes[j]))
+                    if entry is not None:
+                        self._entries[(model, hashes[j])] = (now + entry[1], entry[1])
+                        read = max(read, j)
+                        break
+            written = {"5m": 0, "1h": 0}
+            boundary = read
+            for (index, _), ttl in zip(marks, ttls, strict=True):
+                if index <= boundary or cumulative[index] < minimum:
+                    continue
+                before = cumulative[boundary] if boundary >= 0 else 0
+                written[ttl] += cumulative[index] - before
+                self._entries[(model, hashes[index])] = (now + self.TTL_S[ttl], self.TTL_S[ttl])
+                boundary = index
+        cached = cumulative[boundary] if boundary >= 0 else 0
+        return {
+            "input_tokens": total - cached,
+            "cache_read_input_tokens": cumulative[read] if read >= 0 else 0,
+            "cache_creation_input_tokens": written["5m"] + written["1h"],
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written["5m"],
+                "ephemeral_1h_input_tokens": written["1h"],
+            },
+        }
+
+
 class FakeAnthropic:
-    def __init__(self, replies: ReplySource) -> None:
+    def __init__(self, replies: ReplySource, cache: PromptCache | None = None) -> None:
+        self.cache = cache
+        self.usages: list[dict[str, Any]] = []  # with a cache: each request's, in order
         self._replies = replies
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -51,7 +189,9 @@ class FakeAnthropic:
                 return FakeReply(text="(fake server has no more replies)")
             return self._replies.pop(0)
 
-    def frames(self, reply: FakeReply, model: str) -> Iterator[bytes]:
+    def frames(
+        self, reply: FakeReply, model: str, usage: dict[str, Any] | None = None
+    ) -> Iterator[bytes]:
         def frame(name: str, data: dict[str, Any]) -> bytes:
             return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
 
@@ -67,7 +207,10 @@ class FakeAnthropic:
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": reply.tokens_in, "output_tokens": 1},
+                    "usage": {
+                        **(usage or {"input_tokens": reply.tokens_in}),
+                        "output_tokens": 1,
+                    },
                 }
             },
         )
@@ -139,6 +282,15 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             reply = fake.next_reply(body)
             if reply.delay_s:
                 time.sleep(reply.delay_s)
+            usage = None
+            if fake.cache is not None and reply.status == 200:
+                try:
+                    usage = fake.cache.usage(body)
+                except CacheRefused as exc:
+                    self._error(400, "invalid_request_error", str(exc))
+                    return
+                with fake._lock:
+                    fake.usages.append(usage)
             if reply.status != 200:
                 payload = json.dumps(
                     {
@@ -152,7 +304,7 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(payload)
                 return
-            data = b"".join(fake.frames(reply, str(body.get("model", "fake"))))
+            data = b"".join(fake.frames(reply, str(body.get("model", "fake")), usage))
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("content-length", str(len(data)))
@@ -162,6 +314,16 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self.wfile.write(data)
+
+        def _error(self, status: int, kind: str, message: str) -> None:
+            payload = json.dumps(
+                {"type": "error", "error": {"type": kind, "message": message}}
+            ).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
 
     return Handler
 
@@ -174,9 +336,11 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def fake_anthropic_server(replies: ReplySource) -> Iterator[FakeAnthropic]:
+def fake_anthropic_server(
+    replies: ReplySource, *, cache: PromptCache | None = None
+) -> Iterator[FakeAnthropic]:
     """Serve on a free loopback port; `fake.base_url` is what the SDK needs."""
-    fake = FakeAnthropic(replies)
+    fake = FakeAnthropic(replies, cache)
     server = _Server(("127.0.0.1", 0), _handler(fake))
     fake.base_url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -36,6 +36,7 @@ class FakeReply:
     finish: str = ""  # the finish reason; by default "tool_calls" or "stop"
     tokens_in: int = 11
     tokens_out: int = 7
+    cached_tokens: int = 0  # of tokens_in, read from the server's prefix cache (when > 0)
 
 
 ReplySource = list[FakeReply] | Callable[[dict[str, Any]], FakeReply]
@@ -144,6 +145,11 @@ class FakeOpenAI:
                     "prompt_tokens": reply.tokens_in,
                     "completion_tokens": reply.tokens_out,
                     "total_tokens": reply.tokens_in + reply.tokens_out,
+                    **(
+                        {"prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
+                        if reply.cached_tokens
+                        else {}
+                    ),
                 },
             }
             yield f"data: {json.dumps(data)}\n\n".encode()

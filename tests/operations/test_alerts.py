@@ -201,3 +201,32 @@ def test_the_tick_measures_error_rate_and_spend_over_the_window(quick_ping, sett
     assert changed["error_rate"].status == AlertStatus.FIRING
     assert changed["error_rate"].value == pytest.approx(10, rel=0.01)
     assert changed["budget_burn"].message == "spending $15.00 an hour"
+
+
+def test_the_tick_fires_when_the_prompt_cache_hit_ratio_falls(quick_ping, settings) -> None:
+    from core import metrics
+
+    settings.ALERT_RULES = {
+        **settings.ALERT_RULES,
+        "cache_miss": {"threshold": 0.5, "cooldown_s": 0.0},
+    }
+    now = timezone.now()
+    # In the window: 100,000 input tokens, 30,000 of them read from the cache (a 30% hit ratio).
+    metrics.usage_recorded(
+        provider="anthropic", model="claude-sonnet-4-6", tokens_in=60_000, tokens_out=10,
+        cost_usd=0.2, cache_read=30_000, cache_write=10_000,
+    )  # fmt: skip
+    totals = metrics.counter_totals()
+    MetricSample.objects.create(
+        at=now - timedelta(minutes=2),
+        values={
+            "prompt_tokens_total": totals["annihilation_prompt_tokens_total"] - 100_000,
+            "cache_read_tokens_total": totals["annihilation_cache_read_tokens_total"] - 30_000,
+        },
+    )
+
+    changed = {a.rule: a for a in operations_tick(now=now)}
+
+    assert changed["cache_miss"].status == AlertStatus.FIRING
+    assert changed["cache_miss"].value == pytest.approx(0.7, abs=0.01)
+    assert changed["cache_miss"].message == "30% of 100000 input tokens read from the prompt cache"

@@ -157,23 +157,72 @@ def test_every_endpoint_of_the_tier_failing_fails_the_retry_with_the_reason(
     assert len(a.requests) == 1 and len(b.requests) == 1
 
 
-def test_a_down_endpoint_is_skipped_and_a_down_tier_falls_back(repo, make_quantum, make_run):
+def test_a_down_endpoint_is_skipped_and_a_down_tier_falls_back_up(repo, make_quantum, make_run):
     with (
-        fake_openai_server([FakeReply(text="small")]) as small,
-        fake_openai_server([FakeReply(text="never")]) as medium,
+        fake_openai_server([FakeReply(text="never")]) as small,
+        fake_openai_server([FakeReply(text="medium")]) as medium,
     ):
         endpoint_add(name="small", model="qwen:1b", base_url=small.base_url, tier="trivial")
         endpoint_add(name="medium", model="qwen:7b", base_url=medium.base_url, tier="standard")
-        endpoint_mark_down(provider="openai", model="medium", reason="test", ttl_s=60)
-        run, outcome = _execute(make_run, make_quantum("Add a greeting", complexity="standard"))
+        endpoint_mark_down(provider="openai", model="small", reason="test", ttl_s=60)
+        run, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
 
     assert outcome.status == "done", outcome.error
-    assert run.model == "qwen:1b"
-    assert medium.requests == []
+    assert run.model == "qwen:7b"
+    assert small.requests == []
     routed = Event.objects.get(topic=f"agent:{run.agent_id}", type="routed")
     assert (
-        "every endpoint of tier standard is down; routed to tier trivial" in routed.payload["note"]
+        "every endpoint of tier trivial is down; routed to tier standard" in routed.payload["note"]
     )
+
+
+def test_a_small_local_model_gets_only_its_tier_and_only_while_it_is_up(
+    repo, make_quantum, make_run, monkeypatch, settings
+):
+    """The README's example: one local model registered with `--tier trivial`. A complex
+    quantum and a run naming another provider are not sent to it, and a trivial quantum is not
+    sent to it while it is down: they are routed as without a registry, and say why."""
+    settings.PSYCHONAUTS_MODELS = {
+        **settings.PSYCHONAUTS_MODELS,
+        "complex": "big",
+        "trivial": "tiny",
+    }
+    with (
+        fake_openai_server(lambda body: FakeReply(text="local")) as local,
+        fake_openai_server(lambda body: FakeReply(text="env")) as env,
+        fake_anthropic_server(lambda body: AnthropicReply(text="anthropic")) as claude,
+    ):
+        endpoint_add(name="local", model="qwen:1b", base_url=local.base_url, tier="trivial")
+        monkeypatch.setenv("OPENAI_BASE_URL", env.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "k")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", claude.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+
+        complex_run, outcome = _execute(make_run, make_quantum("Redesign", complexity="complex"))
+        assert (outcome.status, outcome.result, complex_run.model) == ("done", "env", "big")
+
+        explicit = make_run(
+            "planner", quantum=make_quantum("Fix it", complexity="trivial"), provider="anthropic"
+        )
+        outcome = agent_run_execute(agent_run_id=explicit.pk)
+        assert (outcome.status, outcome.result) == ("done", "anthropic")
+
+        trivial, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
+        assert (outcome.status, outcome.result) == ("done", "local")
+        assert _started(trivial).payload["route"] == (
+            "endpoint local of tier trivial, provider openai named"
+        )
+
+        endpoint_mark_down(provider="openai", model="local", reason="test", ttl_s=60)
+        down, outcome = _execute(make_run, make_quantum("Fix a typo", complexity="trivial"))
+        assert (outcome.status, outcome.result, down.model) == ("done", "env", "tiny")
+
+    assert len(local.requests) == 1
+    # The route and why, on each run.
+    assert _started(complex_run).payload["route"] == "the complex tier's model (settings)"
+    assert _started(explicit).payload["route"] == "the trivial tier's model (settings)"
+    note = Event.objects.get(topic=f"agent:{down.agent_id}", type="routed").payload["note"]
+    assert note == "every registry endpoint for it is down (local); routed by the settings"
 
 
 def test_a_run_that_finds_its_endpoint_full_goes_to_another_of_the_tier(
@@ -243,7 +292,10 @@ def test_an_anthropic_endpoint_of_the_registry_gets_its_runs(
             name="claude-gw", provider="anthropic", model="claude-sonnet-4-6",
             base_url=fake.base_url, api_key_env="CLAUDE_GATEWAY_KEY",
         )  # fmt: skip
-        run, outcome = _execute(make_run, make_quantum("Add a greeting", complexity="standard"))
+        quantum = make_quantum("Add a greeting", complexity="standard")
+        run = make_run("planner", quantum=quantum, provider="anthropic")
+        outcome = agent_run_execute(agent_run_id=run.pk)
+        run.refresh_from_db()
 
     assert outcome.status == "done", outcome.error
     assert outcome.result == "from claude"

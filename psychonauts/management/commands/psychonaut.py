@@ -131,15 +131,18 @@ class Command(SafeCommand):
         if options["rebuild"]:
             registry_rebuild()
         entries = selectors.agents_running()
+        spend = selectors.agents_spend(agent_run_ids=[int(e["agent_run_id"]) for e in entries])
         if options["json"]:
-            emit_json(self.stdout, entries)
+            emit_json(self.stdout, [{**e, "spend": spend[int(e["agent_run_id"])]} for e in entries])
             return
         self.stdout.write(f"sandbox {sandbox_status().describe()}")
         table(
             self.stdout,
-            ["run", "agent", "attempt", "status", "phase", "host", "worker", "heartbeat"],
+            ["run", "agent", "attempt", "status", "phase", "host", "worker", "heartbeat",
+             "tokens in/out", "cache", "cost"],
             [[e["agent_run_id"], e["agent_id"], e["attempt"], e["status"], e["phase"],
-              e["host"], e["worker"], e["heartbeat"]] for e in entries],
+              e["host"], e["worker"], e["heartbeat"], *_spend_cells(spend[int(e["agent_run_id"])])]
+             for e in entries],
         )  # fmt: skip
 
     def _sweep(self, options: dict[str, Any]) -> None:
@@ -150,3 +153,13 @@ class Command(SafeCommand):
             f"removed the worktrees of {len(removed)} closed quanta"
             + (f": {listed}" if removed else "")
         )
+
+
+def _spend_cells(spend: selectors.AgentSpend) -> list[str]:
+    whole_in = spend["tokens_in"] + spend["cache_read"] + spend["cache_write"]
+    share = spend["cache_share"]
+    return [
+        f"{whole_in}/{spend['tokens_out']}",
+        "-" if share is None else f"{share:.0%}",
+        spend["cost"],
+    ]
