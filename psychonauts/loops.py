@@ -30,6 +30,8 @@ from django.conf import settings
 from psychonauts.models import AgentTurn, CommandTrauma, TraumaSource
 
 _SHOWN = 200  # characters of a call's input in a reason
+# A shell result leads with its exit status and how long it took: the time is no new result.
+_ELAPSED = re.compile(r"\A(exit -?[0-9]+ \()[0-9]+(?:\.[0-9]+)?s")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,10 @@ def _calls(turn: AgentTurn) -> list[_Call]:
         result = results.get(str(block.get("id")))
         if result is None:
             continue  # not answered yet
-        content = json.dumps(result.get("content"), sort_keys=True)
+        answer = result.get("content")
+        if isinstance(answer, str):
+            answer = _ELAPSED.sub(r"\1", answer, count=1)
+        content = json.dumps(answer, sort_keys=True)
         digest = hashlib.sha256(content.encode()).hexdigest()
         name = str(block.get("name", ""))
         args = json.dumps(block.get("input") or {}, sort_keys=True)

@@ -41,6 +41,21 @@ def test_an_agent_repeating_a_call_with_the_same_result_is_stopped(
     assert not CommandTrauma.objects.filter(quantum_id__isnull=True).exists()
 
 
+def test_an_agent_running_the_same_failing_command_is_stopped_whatever_each_run_took(
+    repo, make_quantum, make_run, scripts
+):
+    """Each run of the command takes its own time; its output is the same."""
+    command = 'shell: {command: "sleep 0.$RANDOM; echo FAILED test_x; exit 1"}'
+    scripts("shell-looper", _script("shell-looper", [command] * 12))
+    run = make_run("coder", quantum=make_quantum(labels=["shell-looper"]))
+
+    outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("loop: the same shell call"), outcome.error
+    assert AgentTurn.objects.filter(agent_run=run).count() == 3
+
+
 def test_an_agent_going_round_in_circles_is_stopped_for_no_progress(
     repo, make_quantum, make_run, scripts, settings
 ):
@@ -83,6 +98,8 @@ def test_an_agent_retrying_a_flaky_test_twice_is_not_stopped(repo, make_quantum,
         if t.tool_results and t.assistant[-1]["name"] == "shell"
     ]
     assert len(results) == 3
-    assert results[0] == results[1] and "FAILED" in results[0]
+    # The same output both times (but how long each took): still not a loop, its result changed.
+    assert results[0].partition("\n")[2] == results[1].partition("\n")[2]
+    assert "FAILED" in results[0]
     assert "1 passed" in results[2]
     assert not CommandTrauma.objects.exists()
