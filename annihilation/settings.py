@@ -410,6 +410,16 @@ SANDBOX_OUTPUT_BYTES = env_int("ANNIHILATION_SANDBOX_OUTPUT_KB", 4096, minimum=1
 SANDBOX_HIDE = [
     Path(p).expanduser() for p in env_str("ANNIHILATION_SANDBOX_HIDE", "").split(":") if p
 ]
+# Repositories' environments (psychonauts/environments): built folders live here, outside
+# every worktree; the operator's own declaration for the default repository (a YAML file, it
+# wins over the repository's `.annihilation/environment.yaml`); a build's time and size limits;
+# how many built folders and for how long unused ones are kept.
+ENV_ROOT = env_path("ANNIHILATION_ENV_ROOT", ANNIHILATION_HOME / "environments")
+ENV_DECLARATION = env_str("ANNIHILATION_ENV_DECLARATION", "")
+ENV_BUILD_TIMEOUT_S = env_float("ANNIHILATION_ENV_BUILD_TIMEOUT_S", 1800.0, minimum=1)
+ENV_MAX_BYTES = env_int("ANNIHILATION_ENV_MAX_MB", 4096, minimum=1) * 2**20
+ENV_KEEP = env_int("ANNIHILATION_ENV_KEEP", 8, minimum=1)
+ENV_KEEP_DAYS = env_float("ANNIHILATION_ENV_KEEP_DAYS", 14.0, minimum=0)
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
 # A quantum's verify commands: each may run this long (then it is killed and counts as failed).

@@ -342,3 +342,6 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.provider} {self.model})"
+
+
+from psychonauts.environments.models import BuildStatus, EnvironmentBuild  # noqa: E402, F401

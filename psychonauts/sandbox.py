@@ -44,6 +44,13 @@ SandboxState = Literal["on", "off", "unavailable"]
 
 # Each quantum's commands run as their own uid when the worker is root: BASE + id mod SPAN.
 UID_SPAN = 100_000
+# The identity environments are built as: outside every quantum's range.
+BUILDER_UID_OFFSET = UID_SPAN
+# Where a repository's environment folder appears inside the sandbox: one fixed path, the same
+# when it is built (writable) and when it is used (read-only), so the absolute paths a build
+# writes (a virtualenv's scripts, npm's links) hold wherever it is mounted. Under /run, which
+# the sandbox mounts empty, so the mount point can be made on a read-only root.
+ENV_MOUNT = Path("/run/env")
 
 
 class SandboxUnavailable(PsychonautError):
@@ -74,6 +81,36 @@ class SandboxResult:
         return self.stdout + (f"\n[stderr]\n{self.stderr}" if self.stderr else "")
 
 
+@dataclass(frozen=True)
+class SandboxEnvironment:
+    """A repository's environment folder for a command: mounted at ENV_MOUNT, its PATH entries
+    put before the sandbox's PATH and its variables set. `writable` while it is built: the
+    command then runs as the builder's identity, not a quantum's. `proxy`: a unix socket of the
+    host's egress proxy, bound in at ENV_PROXY_SOCKET (the command's only way out)."""
+
+    folder: Path
+    writable: bool = False
+    path: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    proxy: Path | None = None
+
+    def bind_args(self) -> list[str]:
+        args = ["--bind" if self.writable else "--ro-bind", str(self.folder), str(ENV_MOUNT)]
+        if self.proxy is not None:
+            args += ["--bind", str(self.proxy), str(ENV_PROXY_SOCKET)]
+        return args
+
+    def variables_with(self, base_path: str) -> dict[str, str]:
+        found = {"ANNIHILATION_ENV": str(ENV_MOUNT), **dict(self.variables)}
+        entries = [e if e.startswith("/") else f"{ENV_MOUNT}/{e}" for e in self.path]
+        found["PATH"] = ":".join([*entries, base_path])
+        return found
+
+
+# The egress proxy's socket inside the sandbox (beside the environment, under the empty /run).
+ENV_PROXY_SOCKET = Path("/run/proxy.sock")
+
+
 def _is_root() -> bool:
     return os.geteuid() == 0
 
@@ -83,6 +120,13 @@ def sandbox_uid(quantum_id: int) -> int | None:
     if not _is_root():
         return None
     return int(settings.SANDBOX_UID_BASE) + quantum_id % UID_SPAN
+
+
+def builder_uid() -> int | None:
+    """The uid environments are built as (no quantum's), or None as for `sandbox_uid`."""
+    if not _is_root():
+        return None
+    return int(settings.SANDBOX_UID_BASE) + BUILDER_UID_OFFSET
 
 
 def _traversable(folder: Path, uid: int) -> bool:
@@ -236,11 +280,21 @@ def _environment(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def sandbox_argv(argv: Sequence[str], *, workspace: Path, quantum_id: int) -> list[str]:
-    """The full command line that runs `argv` in the sandbox of a quantum's workspace."""
+def sandbox_argv(
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    quantum_id: int,
+    environment: SandboxEnvironment | None = None,
+) -> list[str]:
+    """The full command line that runs `argv` in the sandbox of a quantum's workspace (with a
+    repository's environment mounted, when given)."""
     workspace = workspace.resolve()
-    uid = sandbox_uid(quantum_id)
+    building = environment is not None and environment.writable
+    uid = builder_uid() if building else sandbox_uid(quantum_id)
     box = [settings.SANDBOX_BWRAP, *_mount_args(workspace, uid)]
+    if environment is not None:
+        box += environment.bind_args()
     box += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if not settings.SANDBOX_NETWORK:
         box.append("--unshare-net")
@@ -268,19 +322,32 @@ def sandbox_run(
     quantum_id: int,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    environment: SandboxEnvironment | None = None,
 ) -> SandboxResult:
     """Run a shell command in the sandbox of the workspace, within the limits (without the
-    sandbox where it is switched off: the same environment and limits).
+    sandbox where it is switched off: the same environment and limits). `environment`: a
+    repository's environment folder, mounted at ENV_MOUNT with its PATH and variables.
 
-    SandboxUnavailable when the sandbox cannot start and is not switched off."""
+    SandboxUnavailable when the sandbox cannot start and is not switched off; an environment
+    needs the sandbox (its fixed path exists only inside one)."""
     status = sandbox_status()
     if status.state == "unavailable":
         raise SandboxUnavailable(_refusal(status))
+    if environment is not None and status.state == "off":
+        raise SandboxUnavailable(
+            f"the repository's environment is mounted at {ENV_MOUNT} inside the sandbox, and "
+            "ANNIHILATION_SANDBOX=off runs commands without one"
+        )
     argv = shell_argv(command, timeout_s)
+    extra = dict(env or {})
+    if environment is not None:
+        extra = {**environment.variables_with(settings.SANDBOX_PATH), **extra}
     if status.state == "on":
-        argv = sandbox_argv(argv, workspace=workspace, quantum_id=quantum_id)
-    environment = _environment(Path("/tmp") if status.state == "on" else workspace, env or {})
-    return _execute(argv, cwd=workspace, env=environment, timeout_s=timeout_s,
+        argv = sandbox_argv(
+            argv, workspace=workspace, quantum_id=quantum_id, environment=environment
+        )
+    environment_vars = _environment(Path("/tmp") if status.state == "on" else workspace, extra)
+    return _execute(argv, cwd=workspace, env=environment_vars, timeout_s=timeout_s,
                     sandboxed=status.state == "on")  # fmt: skip
 
 

@@ -1,0 +1,312 @@
+"""Repositories' environments: a real repository whose tests need a package from a virtualenv,
+built offline in the sandbox, mounted read-only into verify commands; bad declarations and
+failing builds refused, with nothing half-built reused."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import shutil
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.db import connections
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentInvalid
+from psychonauts.environments.models import BuildStatus, EnvironmentBuild
+from psychonauts.environments.proxy import host_allowed
+from psychonauts.environments.services import (
+    environment_ensure,
+    environment_rebuild,
+    environments_prune,
+    workspace_environment,
+)
+from psychonauts.environments.spec import DECLARATION_PATH, spec_parse
+from psychonauts.git import git
+from psychonauts.sandbox import ENV_MOUNT, sandbox_run
+from psychonauts.verify import verify_commands_run
+from psychonauts.workspaces import workspace_ensure
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing"),
+    pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no system python3"),
+]
+
+DECLARATION = """\
+setup:
+  - python3 -m venv /run/env/venv
+  - /run/env/venv/bin/pip install --no-index --find-links wheels -r requirements.txt
+key_files: [requirements.txt, wheels]
+path: [venv/bin]
+variables: {GREETING: hello}
+timeout_s: 300
+"""
+
+
+def wheel(name: str, version: str, source: str) -> tuple[str, bytes]:
+    """A pure-Python wheel of one module, made here (no network, no build backend)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": source.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return f"{name}-{version}-py3-none-any.whl", buffer.getvalue()
+
+
+def commit_files(repo: Path, files: dict[str, str | bytes], message: str) -> str:
+    for name, content in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", message, cwd=repo)
+    return git("rev-parse", "HEAD", cwd=repo)
+
+
+def python_project(repo: Path, *, version: str = "1.0", declaration: str = DECLARATION) -> str:
+    """The demo repository made a project whose tests need `greetlib`, a package only the
+    environment's virtualenv has."""
+    name, data = wheel(
+        "greetlib", version, f"VERSION = {version!r}\ndef greet(n):\n    return 'hi ' + n\n"
+    )
+    return commit_files(
+        repo,
+        {
+            DECLARATION_PATH: declaration,
+            "requirements.txt": f"greetlib=={version}\n",
+            f"wheels/{name}": data,
+            "test_greet.py": "import greetlib\n\nassert greetlib.greet('x') == 'hi x'\nprint('tests passed')\n",
+        },
+        "a python project",
+    )
+
+
+@pytest.fixture
+def env_root(repo: Path, settings: SettingsWrapper, tmp_path: Path) -> Path:
+    settings.ENV_ROOT = tmp_path / "home" / "environments"
+    settings.ENV_DECLARATION = ""
+    settings.ENV_BUILD_TIMEOUT_S = 300.0
+    return Path(settings.ENV_ROOT)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_builds_a_virtualenv_offline_and_verify_commands_run_in_it(
+    repo: Path, env_root: Path
+) -> None:
+    python_project(repo)
+    workspace = workspace_ensure(quantum_id=3)
+    # Without the environment the system's Python has no greetlib: the failure users met.
+    bare = sandbox_run("python3 test_greet.py", workspace=workspace, quantum_id=3, timeout_s=30)
+    assert bare.returncode != 0 and "No module named 'greetlib'" in bare.output
+
+    environment = workspace_environment(workspace)
+    assert environment is not None
+    build = EnvironmentBuild.objects.get(pk=environment.build_id)
+    assert build.status == BuildStatus.READY and build.size_bytes
+    assert (
+        environment.folder == env_root / build.key
+        and (environment.folder / "venv/bin/python").exists()
+    )
+
+    report = verify_commands_run(
+        ["python test_greet.py", "test \"$GREETING\" = hello", f"test \"$ANNIHILATION_ENV\" = {ENV_MOUNT}"],
+        workspace=workspace, quantum_id=3,
+    )  # fmt: skip
+    assert report.passed, report.summary()
+    assert "tests passed" in report.checks[0].output
+    written = sandbox_run(f"touch {ENV_MOUNT}/venv/x", workspace=workspace, quantum_id=3,
+                          timeout_s=30, environment=environment.mount())  # fmt: skip
+    assert written.returncode != 0 and "Read-only file system" in written.output
+    # Built once: a second request finds it ready.
+    again = workspace_environment(workspace)
+    assert again is not None and again.build_id == environment.build_id
+    assert EnvironmentBuild.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_changes_a_lockfile_is_verified_in_its_own_environment(
+    repo: Path, env_root: Path
+) -> None:
+    first = python_project(repo, version="1.0")
+    workspace = workspace_ensure(quantum_id=4)
+    base = workspace_environment(workspace)
+    name, data = wheel("greetlib", "2.0", "VERSION = '2.0'\ndef greet(n):\n    return 'hi ' + n\n")
+    (workspace / "requirements.txt").write_text("greetlib==2.0\n")
+    (workspace / "test_version.py").write_text(
+        "import greetlib\nassert greetlib.VERSION == '2.0'\n"
+    )
+    (workspace / "wheels" / name).write_bytes(data)
+    git("add", "-A", cwd=workspace)
+    git("commit", "-q", "-m", "greetlib 2.0", cwd=workspace)
+    changed = workspace_environment(workspace)
+    assert base is not None and changed is not None and base.key != changed.key
+    report = verify_commands_run(
+        ["python test_version.py"],
+        workspace=workspace, quantum_id=4,
+    )  # fmt: skip
+    assert report.passed, report.summary()
+    # The target branch's commit still runs in its own.
+    assert workspace_environment(workspace, sha=first) == base
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_for_one_key_build_it_once(repo: Path, env_root: Path) -> None:
+    python_project(repo, declaration=DECLARATION.replace(
+        "  - python3 -m venv", "  - echo built >> /run/env/count\n  - python3 -m venv"))  # fmt: skip
+    results: list[object] = []
+
+    def request() -> None:
+        try:
+            results.append(environment_ensure(repo))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    keys = {getattr(r, "key", None) for r in results}
+    assert len(results) == 6 and len(keys) == 1 and None not in keys
+    folder = env_root / keys.pop()  # type: ignore[operator]
+    assert (folder / "count").read_text() == "built\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("setup: [a\n", "not valid YAML"),
+        ("- just a list\n", "must be a mapping"),
+        ("setup: [make]\nsetpu: 1\n", "unknown field(s) setpu"),
+        ("setup: [make]\nkey_files: [../etc/passwd]\n", "relative path inside the repository"),
+        ("setup: [make]\nvariables: {PATH: /x}\n", "PATH is set by the sandbox"),
+        ("setup: [make]\nnetwork: ['evil host']\n", "is not a host name"),
+        ("setup: [make]\ntimeout_s: -1\n", "positive number"),
+    ],
+)
+def test_a_bad_declaration_is_refused_with_its_reason(text: str, expected: str) -> None:
+    with pytest.raises(EnvironmentInvalid) as caught:
+        spec_parse(text)
+    assert expected in str(caught.value) and DECLARATION_PATH in str(caught.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_declaration_that_is_not_yaml_in_the_repository_is_a_clear_error(
+    repo: Path, env_root: Path
+) -> None:
+    commit_files(repo, {DECLARATION_PATH: "setup: [unclosed\n"}, "broken")
+    with pytest.raises(EnvironmentInvalid, match=r"environment\.yaml@\w+:2: not valid YAML"):
+        environment_ensure(repo)
+    assert not EnvironmentBuild.objects.exists()
+
+
+def failing(repo: Path, setup: str, **more: str) -> EnvironmentBuild:
+    lines = "".join(f"{k}: {v}\n" for k, v in more.items())
+    commit_files(
+        repo,
+        {DECLARATION_PATH: f"setup:\n  - echo partial > /run/env/half\n  - {setup}\n{lines}"},
+        "x",
+    )
+    with pytest.raises(EnvironmentBuildFailed) as caught:
+        environment_ensure(repo)
+    build = EnvironmentBuild.objects.get()
+    assert build.status == BuildStatus.FAILED and build.error in str(caught.value)
+    assert not (Path(build.key).is_absolute())
+    return build
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_setup_fails_the_build_with_its_redacted_log_and_nothing_is_reused(
+    repo: Path, env_root: Path
+) -> None:
+    secret = "sk-ant-api03-" + "a1B2" * 20
+    build = failing(repo, f"echo token {secret}; exit 3")
+    assert "exit status 3" in build.error
+    assert secret not in build.log and "token" in build.log
+    assert not (env_root / build.key).exists()
+    assert [p.name for p in env_root.iterdir()] == []  # no staging or source folder left
+    # Asked again, it stays failed (agents do not start) until the operator rebuilds it.
+    with pytest.raises(EnvironmentBuildFailed, match="exit status 3"):
+        environment_ensure(repo)
+    with pytest.raises(EnvironmentBuildFailed):
+        environment_rebuild(build.pk)
+    assert EnvironmentBuild.objects.get().status == BuildStatus.FAILED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_setup_that_outlives_its_time_is_stopped(repo: Path, env_root: Path) -> None:
+    build = failing(repo, "sleep 30", timeout_s="2")
+    assert "timed out after 2s" in build.error
+    assert not (env_root / build.key).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_setup_that_fills_the_disk_is_stopped(
+    repo: Path, env_root: Path, settings: SettingsWrapper
+) -> None:
+    settings.ENV_MAX_BYTES = 2 * 2**20
+    build = failing(repo, "head -c 5000000 /dev/zero > /run/env/big")
+    assert "over the limit of 2 MB" in build.error
+    settings.SANDBOX_FILE_BYTES = 2**20
+    EnvironmentBuild.objects.all().delete()
+    commit_files(repo, {"other": "x"}, "another key? no: same declaration, same key")
+    build = failing(repo, "head -c 5000000 /dev/zero > /run/env/big2")
+    assert "over the size limit" in build.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_outside_the_allow_list_is_refused_and_recorded(repo: Path, env_root: Path) -> None:
+    script = "python3 -c \"import urllib.request; urllib.request.urlopen('https://example.com/', timeout=5)\""
+    build = failing(repo, script, network="[pypi.org]")
+    assert "example.com:443" in build.denied[0]
+    assert "not in the allow-list" in build.error
+
+
+def test_the_allow_list_matches_names_and_subdomains() -> None:
+    allow = ("pypi.org", "*.example.org")
+    assert host_allowed("pypi.org", allow) and host_allowed("PyPI.org.", allow)
+    assert host_allowed("a.example.org", allow)
+    assert not host_allowed("example.org", allow) and not host_allowed("evilpypi.org", allow)
+    assert not host_allowed("pypi.org.evil.com", allow)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stale_environments_are_removed_by_age_and_count(
+    repo: Path, env_root: Path, settings: SettingsWrapper
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    keys = []
+    for n in range(3):
+        commit_files(repo, {DECLARATION_PATH: f"setup: ['echo {n} > /run/env/n']\n"}, f"decl {n}")
+        environment = environment_ensure(repo)
+        assert environment is not None
+        keys.append(environment.key)
+    old = timezone.now() - timedelta(hours=2)
+    EnvironmentBuild.objects.filter(key=keys[0]).update(used_at=old - timedelta(days=30))
+    EnvironmentBuild.objects.filter(key=keys[1]).update(used_at=old)
+    settings.ENV_KEEP, settings.ENV_KEEP_DAYS = 1, 14.0
+    removed = environments_prune()
+    assert len(removed) == 2
+    assert sorted(EnvironmentBuild.objects.values_list("key", flat=True)) == [keys[2]]
+    assert not (env_root / keys[0]).exists() and (env_root / keys[2]).exists()
