@@ -344,4 +344,8 @@ class Endpoint(models.Model):
         return f"{self.name} ({self.provider} {self.model})"
 
 
-from psychonauts.environments.models import BuildStatus, EnvironmentBuild  # noqa: E402, F401
+from psychonauts.environments.models import (  # noqa: E402, F401
+    BuildStatus,
+    EnvironmentBuild,
+    EnvironmentWaiter,
+)

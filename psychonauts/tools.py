@@ -31,7 +31,13 @@ from psychonauts.errors import CommandRefused, PathEscape, ToolFailure
 from psychonauts.guard import Tier, command_judge
 from psychonauts.models import CommandTrauma, DiaryKind, Mail
 from psychonauts.providers.base import ContentBlock, ToolSpec
-from psychonauts.sandbox import SandboxResult, SandboxUnavailable, path_own, sandbox_run
+from psychonauts.sandbox import (
+    SandboxEnvironment,
+    SandboxResult,
+    SandboxUnavailable,
+    path_own,
+    sandbox_run,
+)
 from psychonauts.schema import schema_errors
 from psychonauts.traumas import trauma_record
 from psychonauts.workspaces import resolve_path
@@ -54,6 +60,8 @@ class ToolContext:
     tool_use_id: str = ""
     spawn: SpawnFn | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The repository's environment its commands run in (None: the system's programs only).
+    environment: SandboxEnvironment | None = None
 
     @property
     def holder(self) -> str:
@@ -389,6 +397,7 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
         quantum_id=0 if ctx.shared else ctx.quantum_id,
         timeout_s=timeout,
         env={"ANNIHILATION_AGENT": ctx.agent_id},
+        environment=ctx.environment,
     )
     violation = _violation(result) if result.sandboxed else ""
     if violation:

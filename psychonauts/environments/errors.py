@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psychonauts.errors import PsychonautError
+from psychonauts.errors import PsychonautError, SuspendRun
 
 
 class EnvironmentProblem(PsychonautError):
@@ -24,3 +24,8 @@ class EnvironmentBuildFailed(EnvironmentProblem):
 
 class EnvironmentNotFound(EnvironmentProblem):
     """No environment build has that id."""
+
+
+class EnvironmentWait(SuspendRun):
+    """An agent suspended until its repository's environment is built (it holds no worker);
+    the build's end resumes it."""

@@ -52,3 +52,16 @@ class EnvironmentBuild(models.Model):
 
     def __str__(self) -> str:
         return f"environment {self.key[:12]} ({self.status})"
+
+
+class EnvironmentWaiter(models.Model):
+    """An agent run suspended until a build ends: the build's end wakes it (ready: it runs in
+    the environment; failed: it ends with the build's error). Written under the build row's
+    lock, as the build's end reads them, so no waiter is missed."""
+
+    build = models.ForeignKey(EnvironmentBuild, on_delete=models.CASCADE, related_name="waiters")
+    agent_run_id = models.BigIntegerField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"agent run {self.agent_run_id} waits on {self.build}"

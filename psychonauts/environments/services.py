@@ -46,8 +46,9 @@ from psychonauts.environments.errors import (
     EnvironmentInvalid,
     EnvironmentNotFound,
     EnvironmentProblem,
+    EnvironmentWait,
 )
-from psychonauts.environments.models import BuildStatus, EnvironmentBuild
+from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.environments.spec import (
     DECLARATION_PATH,
     EnvironmentSpec,
@@ -62,7 +63,7 @@ from psychonauts.sandbox import (
     builder_uid,
     sandbox_run,
 )
-from psychonauts.workspaces import file_lock, repo_local
+from psychonauts.workspaces import file_lock, file_lock_try, repo_local
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +262,29 @@ def _transition(build: EnvironmentBuild, expected: str, **fields: object) -> Non
         setattr(build, name, value)
 
 
+def _end(build: EnvironmentBuild, **fields: object) -> None:
+    """A build's last transition and the waking of the agents that waited on it, under the
+    row's lock: an agent deciding to wait holds the same lock, so it either sees the build
+    ended or is woken here."""
+    with transaction.atomic():
+        EnvironmentBuild.objects.select_for_update().filter(pk=build.pk).first()
+        _transition(build, BuildStatus.BUILDING, **fields)
+        _wake(build.pk)
+
+
+def _wake(build_id: int) -> None:
+    from bursts.services.resume import agent_resume
+
+    waiters = list(
+        EnvironmentWaiter.objects.filter(build_id=build_id).values_list("agent_run_id", flat=True)
+    )
+    for agent_run_id in waiters:
+        agent_resume(agent_run_id=agent_run_id)
+    EnvironmentWaiter.objects.filter(build_id=build_id).delete()
+    if waiters:
+        logger.info("environment build %s woke %d agent(s)", build_id, len(waiters))
+
+
 def _tree_size(folder: Path) -> int:
     total = 0
     for base, dirs, files in os.walk(folder):
@@ -377,15 +401,15 @@ def _build(build: EnvironmentBuild, resolved: Resolved) -> Environment:
     text = redact("\n".join(log))[-LOG_MAX:]
     if error:
         shutil.rmtree(staging, ignore_errors=True)
-        _transition(build, BuildStatus.BUILDING, status=BuildStatus.FAILED, error=error,
-                    log=text, denied=denied, finished_at=timezone.now())  # fmt: skip
+        _end(build, status=BuildStatus.FAILED, error=error, log=text, denied=denied,
+             finished_at=timezone.now())  # fmt: skip
         logger.warning("environment build failed: %s", error, extra={"build": build.pk})
         raise _failure(build)
     size = _tree_size(staging)
     staging.rename(final)
     now = timezone.now()
-    _transition(build, BuildStatus.BUILDING, status=BuildStatus.READY, log=text, denied=denied,
-                size_bytes=size, finished_at=now, used_at=now)  # fmt: skip
+    _end(build, status=BuildStatus.READY, log=text, denied=denied, size_bytes=size,
+         finished_at=now, used_at=now)  # fmt: skip
     logger.info("environment built", extra={"build": build.pk, "key": build.key, "bytes": size})
     environments_prune()
     return Environment(build_id=build.pk, key=build.key, folder=final, spec=spec)
@@ -422,13 +446,16 @@ def build_get(build_id: int) -> EnvironmentBuild:
         raise EnvironmentNotFound(f"no environment build {build_id}") from None
 
 
-def environment_rebuild(build_id: int) -> Environment:
-    """Build a build's key again from the commit and declaration it was made from."""
-    build = build_get(build_id)
+def environment_rebuild(build_id: int, *, failed_too: bool = True) -> Environment:
+    """Build a build's key again from the commit and declaration it was made from (a failed
+    one too, unless `failed_too` is False); a ready one is returned as it is."""
+    return environment_build(_resolved_of(build_get(build_id)), rebuild=failed_too)
+
+
+def _resolved_of(build: EnvironmentBuild) -> Resolved:
     spec = spec_from_data(build.spec, source=f"environment build {build.pk}")
     repo = Path(build.repository) if build.repository.startswith("/") else repo_local()
-    resolved = Resolved(repo=repo, sha=build.commit_sha, key=build.key, spec=spec)
-    return environment_build(resolved, rebuild=True)
+    return Resolved(repo=repo, sha=build.commit_sha, key=build.key, spec=spec)
 
 
 def workspace_environment(workspace: Path, *, sha: str = "") -> Environment | None:
@@ -441,3 +468,68 @@ def workspace_environment(workspace: Path, *, sha: str = "") -> Environment | No
             return None
         sha = head.stdout.strip()
     return environment_ensure(repo, sha=sha)
+
+
+def environment_for_agent(*, agent_run_id: int, repo: Path) -> SandboxEnvironment | None:
+    """The environment a starting agent's commands run in: the repository's at its target
+    branch (an agent's own commit is verified in its own key's environment). None when the
+    repository declares none. When it is not built yet the agent does not hold its worker:
+    it is recorded as a waiter and suspended (waiting), a build task is sent, and
+    EnvironmentWait is raised; the build's end resumes it. EnvironmentBuildFailed when the
+    build failed: the agent does not start."""
+    resolved = environment_resolve(repo, sha=_target(repo))
+    if resolved is None:
+        return None
+    build, ready = environment_state(resolved)
+    if ready is not None:
+        return ready.mount()
+    if build.status == BuildStatus.FAILED:
+        raise _failure(build)
+    from bursts.services.agent_runs import agent_run_wait
+
+    with transaction.atomic():
+        row = EnvironmentBuild.objects.select_for_update().get(pk=build.pk)
+        ready = _ready(row, resolved.spec)
+        if ready is not None:
+            return ready.mount()
+        if row.status == BuildStatus.FAILED:
+            raise _failure(row)
+        EnvironmentWaiter.objects.update_or_create(
+            agent_run_id=agent_run_id, defaults={"build": row}
+        )
+        agent_run_wait(agent_run_id=agent_run_id, now=timezone.now())
+        transaction.on_commit(lambda: _build_send(row.pk))
+    raise EnvironmentWait(f"waiting for its repository's environment {row.key[:12]} to be built")
+
+
+def _build_send(build_id: int) -> None:
+    from core.celery import app
+
+    app.send_task(BUILD_TASK, args=(build_id,))
+
+
+BUILD_TASK = "psychonauts.tasks.build_environment"
+
+
+def environment_build_queued(build_id: int) -> str:
+    """The build task: build a row's key unless another process is building it (that one
+    wakes the waiters), then wake whoever waits (a failed build wakes them to their error).
+    Never waits on another builder: the worker is not held idle. Returns what happened."""
+    build = EnvironmentBuild.objects.filter(pk=build_id).first()
+    if build is None:
+        return "gone"
+    with file_lock_try(f"env-{build.key}") as held:
+        if not held:
+            return "built elsewhere"
+        build.refresh_from_db()
+        resolved = _resolved_of(build)
+        if _ready(build, resolved.spec) is None and build.status != BuildStatus.FAILED:
+            try:
+                _build(build, resolved)  # wakes the waiters at its end
+            except EnvironmentBuildFailed as exc:
+                return f"failed: {exc}"
+            return "ready"
+        with transaction.atomic():
+            EnvironmentBuild.objects.select_for_update().filter(pk=build_id).first()
+            _wake(build_id)
+        return str(build.status)

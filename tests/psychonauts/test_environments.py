@@ -11,15 +11,18 @@ import shutil
 import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connections
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from bursts.models import AgentStatus
 from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentInvalid
-from psychonauts.environments.models import BuildStatus, EnvironmentBuild
+from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.environments.proxy import host_allowed
 from psychonauts.environments.services import (
+    environment_build_queued,
     environment_ensure,
     environment_rebuild,
     environments_prune,
@@ -27,7 +30,9 @@ from psychonauts.environments.services import (
 )
 from psychonauts.environments.spec import DECLARATION_PATH, spec_parse
 from psychonauts.git import git
+from psychonauts.models import ToolCall
 from psychonauts.sandbox import ENV_MOUNT, sandbox_run
+from psychonauts.services import agent_run_execute
 from psychonauts.verify import verify_commands_run
 from psychonauts.workspaces import workspace_ensure
 
@@ -310,3 +315,54 @@ def test_stale_environments_are_removed_by_age_and_count(
     assert len(removed) == 2
     assert sorted(EnvironmentBuild.objects.values_list("key", flat=True)) == [keys[2]]
     assert not (env_root / keys[0]).exists() and (env_root / keys[2]).exists()
+
+
+ENV_AGENT = """
+name: env-agent
+match: {labels: [env-agent]}
+turns:
+  - tools:
+      - shell: {command: "python test_greet.py"}
+  - text: "ran the tests"
+"""
+
+
+def test_an_agent_waits_for_its_environment_without_a_worker_and_runs_in_it(
+    repo: Path, env_root: Path, scripts: Any, make_quantum: Any, make_run: Any
+) -> None:
+    python_project(repo)
+    scripts("env-agent", ENV_AGENT)
+    run = make_run("coder", quantum=make_quantum(labels=["env-agent"]))
+
+    waiting = agent_run_execute(agent_run_id=run.pk)
+    # The call returned: the worker is free while the environment is not built.
+    assert waiting.status == "waiting" and "environment" in waiting.error
+    run.refresh_from_db()
+    waiter = EnvironmentWaiter.objects.get(agent_run_id=run.pk)
+    assert run.status == AgentStatus.WAITING and waiter.build.status == BuildStatus.BUILDING
+    assert not list(env_root.glob("[0-9a-f]*"))
+
+    assert environment_build_queued(waiter.build_id) == "ready"
+    run.refresh_from_db()
+    assert run.status == AgentStatus.RUNNING and run.worker == ""  # resumed, its task sent
+    assert not EnvironmentWaiter.objects.exists()
+
+    done = agent_run_execute(agent_run_id=run.pk)
+    assert done.status == "done", done.error
+    call = ToolCall.objects.get(agent_run=run, name="shell")
+    assert "tests passed" in call.output
+
+
+def test_an_agent_does_not_start_when_its_environment_failed(
+    repo: Path, env_root: Path, scripts: Any, make_quantum: Any, make_run: Any
+) -> None:
+    commit_files(repo, {DECLARATION_PATH: "setup: ['echo no registry; exit 7']\n"}, "broken setup")
+    scripts("env-agent", ENV_AGENT)
+    run = make_run("coder", quantum=make_quantum(labels=["env-agent"]))
+    assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+    build_id = EnvironmentWaiter.objects.get(agent_run_id=run.pk).build_id
+    assert environment_build_queued(build_id).startswith("failed")
+    ended = agent_run_execute(agent_run_id=run.pk)
+    assert ended.status == "error" and "failed to build" in ended.error
+    assert "exit status 7" in ended.error
+    assert not ToolCall.objects.filter(agent_run=run).exists()
