@@ -366,3 +366,25 @@ def test_an_agent_does_not_start_when_its_environment_failed(
     assert ended.status == "error" and "failed to build" in ended.error
     assert "exit status 7" in ended.error
     assert not ToolCall.objects.filter(agent_run=run).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_repos_env_commands_build_show_and_log(repo: Path, env_root: Path) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    secret = "sk-ant-api03-" + "c3D4" * 20
+    commit_files(repo, {DECLARATION_PATH: f"setup: ['echo installing {secret}']\n"}, "decl")
+    out = StringIO()
+    call_command("repos", "env", "build", stdout=out)
+    build = EnvironmentBuild.objects.get()
+    assert f"environment {build.pk} ready" in out.getvalue()
+    out = StringIO()
+    call_command("repos", "env", "show", str(build.pk), stdout=out)
+    assert "ready" in out.getvalue() and build.key in out.getvalue()
+    out = StringIO()
+    call_command("repos", "env", "log", str(build.pk), stdout=out)
+    assert "installing" in out.getvalue() and secret not in out.getvalue()
+    with pytest.raises(CommandError, match="no environment build 999"):
+        call_command("repos", "env", "log", "999")
