@@ -388,3 +388,25 @@ def test_the_repos_env_commands_build_show_and_log(repo: Path, env_root: Path) -
     assert "installing" in out.getvalue() and secret not in out.getvalue()
     with pytest.raises(CommandError, match="no environment build 999"):
         call_command("repos", "env", "log", "999")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_repository_runs_its_real_tests_through_its_environment_offline(
+    repo: Path, env_root: Path, settings: SettingsWrapper
+) -> None:
+    from annihilation.management.commands.demo import DEMO_VERIFY, demo_environment_env
+
+    settings.TETHER_VERIFY_COMMANDS = []
+    declaration = demo_environment_env()["ANNIHILATION_ENV_DECLARATION"]
+    settings.ENV_DECLARATION = declaration
+    assert demo_environment_env()["ANNIHILATION_TETHER_VERIFY_COMMANDS"] == DEMO_VERIFY
+    workspace = workspace_ensure(quantum_id=5)
+    passing = verify_commands_run([DEMO_VERIFY], workspace=workspace, quantum_id=5)
+    assert passing.passed, passing.summary()
+    assert "1 passed, 0 failed" in passing.checks[0].output
+    # No network at all for this build: the allow-list is empty, and it built all the same.
+    build = EnvironmentBuild.objects.get()
+    assert build.spec["network"] == [] and build.status == BuildStatus.READY
+    (workspace / "test_more.py").write_text("def test_sub():\n    assert 1 - 1 == 1\n")
+    failing = verify_commands_run([DEMO_VERIFY], workspace=workspace, quantum_id=5)
+    assert not failing.passed and "test_more.py::test_sub" in failing.checks[0].output
