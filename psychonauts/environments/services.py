@@ -39,6 +39,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.events import publish
 from core.redaction import redact
 from core.safeyaml import InputRefused, read_text
 from psychonauts.environments.errors import (
@@ -270,6 +271,24 @@ def _end(build: EnvironmentBuild, **fields: object) -> None:
         EnvironmentBuild.objects.select_for_update().filter(pk=build.pk).first()
         _transition(build, BuildStatus.BUILDING, **fields)
         _wake(build.pk)
+        _announce(build)
+
+
+# The operator's dashboard lists this topic's events (a build's end, the hosts it was denied).
+EVENTS_TOPIC = "burst:events"
+
+
+def _announce(build: EnvironmentBuild) -> None:
+    """The build's end as events the operator sees: built or failed (with its error), and
+    each connection the proxy refused."""
+    about = {"environment_build_id": build.pk, "key": build.key[:12],
+             "repository": build.repository}  # fmt: skip
+    if build.status == BuildStatus.READY:
+        publish(EVENTS_TOPIC, "environment_built", {**about, "size_bytes": build.size_bytes})
+    else:
+        publish(EVENTS_TOPIC, "environment_failed", {**about, "error": build.error})
+    for target in build.denied:
+        publish(EVENTS_TOPIC, "environment_denied", {**about, "target": target})
 
 
 def _wake(build_id: int) -> None:

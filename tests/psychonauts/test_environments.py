@@ -8,6 +8,7 @@ import base64
 import hashlib
 import io
 import shutil
+import subprocess
 import threading
 import zipfile
 from pathlib import Path
@@ -18,6 +19,7 @@ from django.db import connections
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from bursts.models import AgentStatus
+from core.models import Event
 from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentInvalid
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.environments.proxy import host_allowed
@@ -283,6 +285,10 @@ def test_a_host_outside_the_allow_list_is_refused_and_recorded(repo: Path, env_r
     build = failing(repo, script, network="[pypi.org]")
     assert "example.com:443" in build.denied[0]
     assert "not in the allow-list" in build.error
+    # The operator sees it on the dashboard's topic: the refused connection and the failure.
+    seen = dict(Event.objects.filter(topic="burst:events").values_list("type", "payload"))
+    assert seen["environment_denied"]["target"] == "example.com:443"
+    assert seen["environment_failed"]["environment_build_id"] == build.pk
 
 
 def test_the_allow_list_matches_names_and_subdomains() -> None:
@@ -410,3 +416,46 @@ def test_the_demo_repository_runs_its_real_tests_through_its_environment_offline
     (workspace / "test_more.py").write_text("def test_sub():\n    assert 1 - 1 == 1\n")
     failing = verify_commands_run([DEMO_VERIFY], workspace=workspace, quantum_id=5)
     assert not failing.passed and "test_more.py::test_sub" in failing.checks[0].output
+
+
+NODE_DECLARATION = """\
+setup:
+  - npm ci --offline --no-audit --no-fund
+  - cp -r node_modules /run/env/node_modules
+key_files: [package.json, package-lock.json, vendor]
+variables: {NODE_PATH: /run/env/node_modules}
+"""
+
+
+@pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None, reason="no Node")
+@pytest.mark.django_db(transaction=True)
+def test_a_node_project_is_built_with_npm_ci_from_its_lockfile(
+    repo: Path, env_root: Path, tmp_path: Path
+) -> None:
+    # A dependency packed into the repository: `npm ci` installs it from the lockfile offline.
+    package = tmp_path / "greet"
+    package.mkdir()
+    (package / "package.json").write_text(
+        '{"name": "greet", "version": "1.0.0", "main": "index.js"}'
+    )
+    (package / "index.js").write_text("module.exports = (n) => 'hi ' + n;\n")
+    (repo / "vendor").mkdir()
+    subprocess.run(["npm", "pack", str(package), "--pack-destination", str(repo / "vendor")],
+                   check=True, capture_output=True, cwd=tmp_path)  # fmt: skip
+    (repo / "package.json").write_text(
+        '{"name": "app", "version": "1.0.0", "dependencies": {"greet": "file:vendor/greet-1.0.0.tgz"}}'
+    )
+    subprocess.run(["npm", "install", "--package-lock-only", "--offline", "--no-audit", "--no-fund"],
+                   check=True, capture_output=True, cwd=repo)  # fmt: skip
+    commit_files(
+        repo,
+        {DECLARATION_PATH: NODE_DECLARATION,
+         "test.js": "const greet = require('greet');\nif (greet('x') !== 'hi x') process.exit(1);\nconsole.log('node tests passed');\n"},
+        "a node project",
+    )  # fmt: skip
+    workspace = workspace_ensure(quantum_id=6)
+    assert not (workspace / "node_modules").exists()
+    report = verify_commands_run(["node test.js"], workspace=workspace, quantum_id=6)
+    assert report.passed, report.summary()
+    assert "node tests passed" in report.checks[0].output
+    assert EnvironmentBuild.objects.get().status == BuildStatus.READY
