@@ -723,6 +723,7 @@ CELERY_BEAT_SCHEDULE = {
             PSYCHONAUTS_WORKSPACE_SWEEP_S,
         ),
         ("bursts-safety-net", "bursts.safety_net", BURSTS_SAFETY_NET_INTERVAL_S),
+        ("psychonauts-environment-waiters", "psychonauts.environment_waiters_sweep", 30.0),
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),

@@ -552,3 +552,27 @@ def environment_build_queued(build_id: int) -> str:
             EnvironmentBuild.objects.select_for_update().filter(pk=build_id).first()
             _wake(build_id)
         return str(build.status)
+
+
+def environment_waiters_sweep() -> int:
+    """Waiters whose build ended are woken (a lost wakeup); those whose build is still to do
+    on this host with nobody holding its lock get the build task again (a lost task). Returns
+    the number of builds acted on."""
+    acted = 0
+    host = host_name()
+    for build_id, key, status in (
+        EnvironmentBuild.objects.filter(waiters__isnull=False, host=host)
+        .distinct()
+        .values_list("pk", "key", "status")
+    ):
+        if status != BuildStatus.BUILDING:
+            with transaction.atomic():
+                EnvironmentBuild.objects.select_for_update().filter(pk=build_id).first()
+                _wake(build_id)
+            acted += 1
+            continue
+        with file_lock_try(f"env-{key}") as free:
+            if free:
+                transaction.on_commit(lambda b=build_id: _build_send(b))  # type: ignore[misc]
+                acted += 1
+    return acted

@@ -18,7 +18,7 @@ import pytest
 from django.db import connections
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from bursts.models import AgentStatus
+from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentInvalid
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
@@ -27,6 +27,7 @@ from psychonauts.environments.services import (
     environment_build_queued,
     environment_ensure,
     environment_rebuild,
+    environment_waiters_sweep,
     environments_prune,
     workspace_environment,
 )
@@ -459,3 +460,20 @@ def test_a_node_project_is_built_with_npm_ci_from_its_lockfile(
     assert report.passed, report.summary()
     assert "node tests passed" in report.checks[0].output
     assert EnvironmentBuild.objects.get().status == BuildStatus.READY
+
+
+def test_the_sweep_wakes_an_agent_left_waiting_on_a_build_that_ended(
+    repo: Path, env_root: Path, scripts: Any, make_quantum: Any, make_run: Any
+) -> None:
+    python_project(repo)
+    scripts("env-agent", ENV_AGENT)
+    run = make_run("coder", quantum=make_quantum(labels=["env-agent"]))
+    assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+    build_id = EnvironmentWaiter.objects.get(agent_run_id=run.pk).build_id
+    # Built by someone whose wakeup was lost: the waiter is still there.
+    environment_rebuild(build_id)
+    AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.WAITING)
+    EnvironmentWaiter.objects.create(build_id=build_id, agent_run_id=run.pk)
+    assert environment_waiters_sweep() == 1
+    run.refresh_from_db()
+    assert run.status == AgentStatus.RUNNING and not EnvironmentWaiter.objects.exists()
