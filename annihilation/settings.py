@@ -420,6 +420,8 @@ ENV_BUILD_TIMEOUT_S = env_float("ANNIHILATION_ENV_BUILD_TIMEOUT_S", 1800.0, mini
 ENV_MAX_BYTES = env_int("ANNIHILATION_ENV_MAX_MB", 4096, minimum=1) * 2**20
 ENV_KEEP = env_int("ANNIHILATION_ENV_KEEP", 8, minimum=1)
 ENV_KEEP_DAYS = env_float("ANNIHILATION_ENV_KEEP_DAYS", 14.0, minimum=0)
+# Hosts agents' own commands may reach, through the worker's egress proxy (none by default).
+AGENT_NETWORK = [h.lower() for h in env_csv("ANNIHILATION_AGENT_NETWORK", "")]
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
 # A quantum's verify commands: each may run this long (then it is killed and counts as failed).

@@ -83,25 +83,31 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class SandboxEnvironment:
-    """A repository's environment folder for a command: mounted at ENV_MOUNT, its PATH entries
-    put before the sandbox's PATH and its variables set. `writable` while it is built: the
-    command then runs as the builder's identity, not a quantum's. `proxy`: a unix socket of the
-    host's egress proxy, bound in at ENV_PROXY_SOCKET (the command's only way out)."""
+    """What a command gets beyond the sandbox's own: a repository's environment folder
+    (mounted at ENV_MOUNT, its PATH entries put before the sandbox's PATH, its variables set),
+    and/or an egress proxy's unix socket (bound in at ENV_PROXY_SOCKET, the command's only way
+    out; `prelude` starts its bridge inside, before the command). `writable` while the folder is
+    built: the command then runs as the builder's identity, not a quantum's."""
 
-    folder: Path
+    folder: Path | None = None
     writable: bool = False
     path: tuple[str, ...] = ()
     variables: tuple[tuple[str, str], ...] = ()
     proxy: Path | None = None
+    prelude: str = ""
 
     def bind_args(self) -> list[str]:
-        args = ["--bind" if self.writable else "--ro-bind", str(self.folder), str(ENV_MOUNT)]
+        args: list[str] = []
+        if self.folder is not None:
+            args += ["--bind" if self.writable else "--ro-bind", str(self.folder), str(ENV_MOUNT)]
         if self.proxy is not None:
             args += ["--bind", str(self.proxy), str(ENV_PROXY_SOCKET)]
         return args
 
     def variables_with(self, base_path: str) -> dict[str, str]:
-        found = {"ANNIHILATION_ENV": str(ENV_MOUNT), **dict(self.variables)}
+        found = dict(self.variables)
+        if self.folder is not None:
+            found["ANNIHILATION_ENV"] = str(ENV_MOUNT)
         entries = [e if e.startswith("/") else f"{ENV_MOUNT}/{e}" for e in self.path]
         found["PATH"] = ":".join([*entries, base_path])
         return found
@@ -338,6 +344,8 @@ def sandbox_run(
             f"the repository's environment is mounted at {ENV_MOUNT} inside the sandbox, and "
             "ANNIHILATION_SANDBOX=off runs commands without one"
         )
+    if environment is not None and environment.prelude:
+        command = f"{environment.prelude}{command}"
     argv = shell_argv(command, timeout_s)
     extra = dict(env or {})
     if environment is not None:

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from psychonauts.sandbox import ENV_PROXY_SOCKET
@@ -69,7 +70,10 @@ def host_allowed(host: str, allow: tuple[str, ...]) -> bool:
 class EgressProxy:
     """A CONNECT proxy on a unix socket, run in a thread of the worker for one build."""
 
-    def __init__(self, *, allow: tuple[str, ...]) -> None:
+    def __init__(
+        self, *, allow: tuple[str, ...], on_denied: Callable[[str], None] | None = None
+    ) -> None:
+        self.on_denied = on_denied
         # A short path of its own: a unix socket's path is limited to 107 bytes.
         self.folder = Path(tempfile.mkdtemp(prefix="annihilation-proxy-"))
         self.socket_path = self.folder / "proxy.sock"
@@ -136,25 +140,38 @@ class EgressProxy:
         self._ready.set()
         async with server:
             await self._stop.wait()
+        # Connections still open end with the proxy, each closed (no transport left to the
+        # garbage collector).
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0.05)  # the closed transports' callbacks run before the loop ends
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            await self._handle(reader, writer)
+        finally:  # cancelled with the proxy too: the transport is closed, never left to the GC
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            writer.close()
+            await self._close(writer)  # a probe of the bridge, or a client that said nothing
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = line.split()
         if len(parts) < 2 or parts[0].upper() != "CONNECT" or len(head) > HEADER_MAX:
             target = parts[1] if len(parts) > 1 else "?"
-            self._denied.append(f"{target} (not CONNECT)")
+            await self._deny(f"{target} (not CONNECT)")
             await self._refuse(writer, "only CONNECT (HTTPS) goes through this proxy")
             return
         host, _, port_text = parts[1].rpartition(":")
         host = host.strip("[]")
         if not host or not port_text.isdigit() or not host_allowed(host, self.allow):
-            self._denied.append(parts[1])
-            await self._refuse(writer, f"{parts[1]} is not in the environment's allow-list")
+            await self._deny(parts[1])
+            await self._refuse(writer, f"{parts[1]} is not in the allow-list")
             return
         try:
             up_reader, up_writer = await asyncio.wait_for(
@@ -165,7 +182,16 @@ class EgressProxy:
             await self._close(writer)
             return
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            await self._close(up_writer)
+            await self._close(writer)
+
+    async def _deny(self, target: str) -> None:
+        self._denied.append(target)
+        if self.on_denied is not None:  # it may write to the database: not on the loop
+            await asyncio.get_running_loop().run_in_executor(None, self.on_denied, target)
 
     async def _refuse(self, writer: asyncio.StreamWriter, why: str) -> None:
         body = f"annihilation egress proxy: {why}\r\n".encode()
@@ -187,5 +213,27 @@ class EgressProxy:
     async def _close(writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             await writer.drain()
-            writer.close()
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
             await writer.wait_closed()
+
+
+_agents_proxy: EgressProxy | None = None
+_agents_lock = threading.Lock()
+
+
+def agents_proxy(allow: tuple[str, ...], on_denied: Callable[[str], None]) -> EgressProxy:
+    """The worker process's one proxy for agents' commands (started on first use, started again
+    when the allow-list changed). It lives as long as the process."""
+    global _agents_proxy
+    with _agents_lock:
+        if _agents_proxy is not None and (
+            _agents_proxy.allow != allow or not _agents_proxy.socket_path.exists()
+        ):
+            _agents_proxy.stop()
+            _agents_proxy = None
+        if _agents_proxy is None:
+            proxy = EgressProxy(allow=allow, on_denied=on_denied)
+            proxy.start()
+            _agents_proxy = proxy
+        return _agents_proxy

@@ -22,6 +22,7 @@ Stale folders are removed by age and count (`environments_prune`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import logging
@@ -36,7 +37,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.events import publish
@@ -385,14 +386,14 @@ def _build(build: EnvironmentBuild, resolved: Resolved) -> Environment:
             os.chown(proxy.folder, uid, uid)
         mount = SandboxEnvironment(folder=staging, writable=True, path=spec.path,
                                    variables=(*spec.variables, *proxy.variables()),
-                                   proxy=proxy.socket_path)  # fmt: skip
+                                   proxy=proxy.socket_path, prelude=proxy.bridge())  # fmt: skip
         for command in spec.setup:
             left = limit - (time.monotonic() - started)
             if left <= 0:
                 error = f"setup timed out after {limit:g}s before `{command}`"
                 break
             result = sandbox_run(
-                f"umask 022\n{proxy.bridge()}{command}",
+                f"umask 022\n{command}",
                 workspace=work,
                 quantum_id=0,
                 timeout_s=left,
@@ -576,3 +577,29 @@ def environment_waiters_sweep() -> int:
                 transaction.on_commit(lambda b=build_id: _build_send(b))  # type: ignore[misc]
                 acted += 1
     return acted
+
+
+def _agent_denied(target: str) -> None:
+    try:
+        publish(EVENTS_TOPIC, "agent_network_denied", {"target": target})
+    finally:
+        connection.close()  # the proxy's executor thread: no connection left open
+
+
+def agent_sandbox_environment(environment: SandboxEnvironment | None) -> SandboxEnvironment | None:
+    """An agent's commands' environment with the network the operator allows agents
+    (ANNIHILATION_AGENT_NETWORK: hosts reached through the worker's egress proxy; none by
+    default, and then `environment` as it is)."""
+    hosts = tuple(settings.AGENT_NETWORK)
+    if not hosts:
+        return environment
+    from psychonauts.environments.proxy import agents_proxy
+
+    proxy = agents_proxy(hosts, _agent_denied)
+    base = environment or SandboxEnvironment()
+    return dataclasses.replace(
+        base,
+        variables=(*base.variables, *proxy.variables()),
+        proxy=proxy.socket_path,
+        prelude=proxy.bridge(),
+    )

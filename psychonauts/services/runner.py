@@ -38,7 +38,7 @@ from psychonauts.checkpoint import (
     turn_open,
     turn_record,
 )
-from psychonauts.environments.services import environment_for_agent
+from psychonauts.environments.services import agent_sandbox_environment, environment_for_agent
 from psychonauts.errors import PsychonautError, WorkspaceError
 from psychonauts.git import git
 from psychonauts.models import AgentTurn, Role, ToolCall
@@ -279,7 +279,9 @@ class Runner:
         if "shell" in {t.name for t in self.tools}:
             # Built, or the run waits for it without a worker (EnvironmentWait), or it failed
             # and the run ends with the build's error before its first turn.
-            self.environment = environment_for_agent(agent_run_id=self.run.pk, repo=repo_local())
+            self.environment = agent_sandbox_environment(
+                environment_for_agent(agent_run_id=self.run.pk, repo=repo_local())
+            )
         turns = (
             list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
             if self.resumed

@@ -24,6 +24,7 @@ from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentI
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.environments.proxy import host_allowed
 from psychonauts.environments.services import (
+    agent_sandbox_environment,
     environment_build_queued,
     environment_ensure,
     environment_rebuild,
@@ -477,3 +478,48 @@ def test_the_sweep_wakes_an_agent_left_waiting_on_a_build_that_ended(
     assert environment_waiters_sweep() == 1
     run.refresh_from_db()
     assert run.status == AgentStatus.RUNNING and not EnvironmentWaiter.objects.exists()
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl")
+@pytest.mark.django_db(transaction=True)
+def test_agents_reach_only_the_hosts_the_operator_allows_through_the_proxy(
+    repo: Path, env_root: Path, settings: SettingsWrapper
+) -> None:
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the host")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    workspace = workspace_ensure(quantum_id=8)
+    curl = "curl -sS --max-time 10 -p -x http://127.0.0.1:3128 http://{}/"
+    try:
+        settings.AGENT_NETWORK = []
+        assert agent_sandbox_environment(None) is None  # by default agents have no network
+        settings.AGENT_NETWORK = ["localhost"]
+        environment = agent_sandbox_environment(None)
+        allowed = sandbox_run(curl.format(f"localhost:{port}"), workspace=workspace,
+                              quantum_id=8, timeout_s=30, environment=environment)  # fmt: skip
+        assert allowed.returncode == 0 and "hello from the host" in allowed.output
+        denied = sandbox_run(curl.format("example.com"), workspace=workspace, quantum_id=8,
+                             timeout_s=30, environment=environment)  # fmt: skip
+        assert denied.returncode != 0 and "403" in denied.output
+        targets = Event.objects.filter(type="agent_network_denied").values_list(
+            "payload__target", flat=True
+        )
+        assert list(targets) == ["example.com:80"]
+        # Straight out, without the proxy: nothing (the sandbox's own network namespace).
+        direct = sandbox_run(f"curl -sS --max-time 5 --noproxy '*' http://localhost:{port}/", workspace=workspace,
+                             quantum_id=8, timeout_s=30, environment=environment)  # fmt: skip
+        assert direct.returncode != 0
+    finally:
+        server.shutdown()
+        server.server_close()
