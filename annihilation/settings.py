@@ -431,6 +431,18 @@ SANDBOX_HIDE = [
 SANDBOX_REGISTRY = env_path(
     "ANNIHILATION_SANDBOX_REGISTRY", Path("/var/tmp/annihilation-installations")
 )
+# Repositories' environments (psychonauts/environments): built folders live here, outside
+# every worktree; the operator's own declaration for the default repository (a YAML file, it
+# wins over the repository's `.annihilation/environment.yaml`); a build's time and size limits;
+# how many built folders and for how long unused ones are kept.
+ENV_ROOT = env_path("ANNIHILATION_ENV_ROOT", ANNIHILATION_HOME / "environments")
+ENV_DECLARATION = env_str("ANNIHILATION_ENV_DECLARATION", "")
+ENV_BUILD_TIMEOUT_S = env_float("ANNIHILATION_ENV_BUILD_TIMEOUT_S", 1800.0, minimum=1)
+ENV_MAX_BYTES = env_int("ANNIHILATION_ENV_MAX_MB", 4096, minimum=1) * 2**20
+ENV_KEEP = env_int("ANNIHILATION_ENV_KEEP", 8, minimum=1)
+ENV_KEEP_DAYS = env_float("ANNIHILATION_ENV_KEEP_DAYS", 14.0, minimum=0)
+# Hosts agents' own commands may reach, through the worker's egress proxy (none by default).
+AGENT_NETWORK = [h.lower() for h in env_csv("ANNIHILATION_AGENT_NETWORK", "")]
 # Caution-tier shell commands allowed by rule (regexes matched against each command part).
 PSYCHONAUTS_COMMAND_ALLOW = [r for r in env_str("ANNIHILATION_COMMAND_ALLOW", "").split("|||") if r]
 # A quantum's verify commands: each may run this long (then it is killed and counts as failed).
@@ -755,6 +767,7 @@ CELERY_BEAT_SCHEDULE = {
             PSYCHONAUTS_WORKSPACE_SWEEP_S,
         ),
         ("bursts-safety-net", "bursts.safety_net", BURSTS_SAFETY_NET_INTERVAL_S),
+        ("psychonauts-environment-waiters", "psychonauts.environment_waiters_sweep", 30.0),
         ("tether-sweep", "tether.sweep", TETHER_SWEEP_INTERVAL_S),
         ("autopilot-tick", "autopilot.tick", AUTOPILOT_TICK_S),
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),

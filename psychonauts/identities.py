@@ -31,9 +31,11 @@ from psychonauts.models import SandboxIdentity
 
 logger = logging.getLogger(__name__)
 
-# Slots 0 .. SLOTS-1 are handed out; slot SLOTS is the sandbox probe's (no holder, no row).
+# Slots 0 .. SLOTS-1 are handed out; slot SLOTS is the sandbox probe's and SLOTS + 1 the
+# environment builder's (no holder, no row).
 SLOTS = 100_000
 PROBE_SLOT = SLOTS
+BUILDER_SLOT = SLOTS + 1
 # Identities of the runtime's own, by the quantum id their callers pass (real quanta are >= 1).
 SHARED_TREE = 0
 SCANNER = -1

@@ -394,3 +394,10 @@ class SandboxIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.holder} -> slot {self.slot}"
+
+
+from psychonauts.environments.models import (  # noqa: E402, F401
+    BuildStatus,
+    EnvironmentBuild,
+    EnvironmentWaiter,
+)

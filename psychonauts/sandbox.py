@@ -55,7 +55,7 @@ from django.db import connection
 
 from psychonauts.beneath import tree_chown
 from psychonauts.errors import PsychonautError
-from psychonauts.identities import PROBE_SLOT, identity_slot
+from psychonauts.identities import BUILDER_SLOT, PROBE_SLOT, identity_slot
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ SandboxState = Literal["on", "off", "unavailable"]
 # Why a command was stopped early: "" (it ended by itself), "timeout", "output", "memory" (all
 # its processes and its /tmp together), "worktree" (what its worktree holds).
 Stopped = Literal["", "timeout", "output", "memory", "worktree"]
+# Where a repository's environment folder appears inside the sandbox: one fixed path, the same
+# when it is built (writable) and when it is used (read-only), so the absolute paths a build
+# writes (a virtualenv's scripts, npm's links) hold wherever it is mounted. Under /run, which
+# the sandbox mounts empty, so the mount point can be made on a read-only root.
+ENV_MOUNT = Path("/run/env")
 
 
 class SandboxUnavailable(PsychonautError):
@@ -94,6 +99,42 @@ class SandboxResult:
         return self.stdout + (f"\n[stderr]\n{self.stderr}" if self.stderr else "")
 
 
+@dataclass(frozen=True)
+class SandboxEnvironment:
+    """What a command gets beyond the sandbox's own: a repository's environment folder
+    (mounted at ENV_MOUNT, its PATH entries put before the sandbox's PATH, its variables set),
+    and/or an egress proxy's unix socket (bound in at ENV_PROXY_SOCKET, the command's only way
+    out; `prelude` starts its bridge inside, before the command). `writable` while the folder is
+    built: the command then runs as the builder's identity, not a quantum's."""
+
+    folder: Path | None = None
+    writable: bool = False
+    path: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    proxy: Path | None = None
+    prelude: str = ""
+
+    def bind_args(self) -> list[str]:
+        args: list[str] = []
+        if self.folder is not None:
+            args += ["--bind" if self.writable else "--ro-bind", str(self.folder), str(ENV_MOUNT)]
+        if self.proxy is not None:
+            args += ["--bind", str(self.proxy), str(ENV_PROXY_SOCKET)]
+        return args
+
+    def variables_with(self, base_path: str) -> dict[str, str]:
+        found = dict(self.variables)
+        if self.folder is not None:
+            found["ANNIHILATION_ENV"] = str(ENV_MOUNT)
+        entries = [e if e.startswith("/") else f"{ENV_MOUNT}/{e}" for e in self.path]
+        found["PATH"] = ":".join([*entries, base_path])
+        return found
+
+
+# The egress proxy's socket inside the sandbox (beside the environment, under the empty /run).
+ENV_PROXY_SOCKET = Path("/run/proxy.sock")
+
+
 def _is_root() -> bool:
     return os.geteuid() == 0
 
@@ -109,6 +150,13 @@ def sandbox_uid(quantum_id: int) -> int | None:
 def _probe_uid() -> int | None:
     """The sandbox probe's uid: a slot no holder is given, taken without the database."""
     return int(settings.SANDBOX_UID_BASE) + PROBE_SLOT if _is_root() else None
+
+
+def builder_uid() -> int | None:
+    """The uid environments are built as (no quantum's), or None as for `sandbox_uid`."""
+    if not _is_root():
+        return None
+    return int(settings.SANDBOX_UID_BASE) + BUILDER_SLOT
 
 
 def _traversable(folder: Path, uid: int) -> bool:
@@ -442,15 +490,31 @@ def _environment(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def sandbox_argv(
-    argv: Sequence[str], *, workspace: Path, quantum_id: int, info_fd: int | None = None
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    quantum_id: int,
+    info_fd: int | None = None,
+    environment: SandboxEnvironment | None = None,
 ) -> list[str]:
-    """The full command line that runs `argv` in the sandbox of a quantum's workspace.
-    `info_fd`: where bubblewrap writes its namespaces (for the watchdog)."""
-    return _boxed(argv, workspace.resolve(), sandbox_uid(quantum_id), info_fd)
+    """The full command line that runs `argv` in the sandbox of a quantum's workspace (with a
+    repository's environment mounted, when given). `info_fd`: where bubblewrap writes its
+    namespaces (for the watchdog)."""
+    building = environment is not None and environment.writable
+    uid = builder_uid() if building else sandbox_uid(quantum_id)
+    return _boxed(argv, workspace.resolve(), uid, info_fd, environment)
 
 
-def _boxed(argv: Sequence[str], workspace: Path, uid: int | None, info_fd: int | None) -> list[str]:
+def _boxed(
+    argv: Sequence[str],
+    workspace: Path,
+    uid: int | None,
+    info_fd: int | None,
+    environment: SandboxEnvironment | None = None,
+) -> list[str]:
     box = [settings.SANDBOX_BWRAP, *_mount_args(workspace, uid)]
+    if environment is not None:
+        box += environment.bind_args()
     box += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if not settings.SANDBOX_NETWORK:
         box.append("--unshare-net")
@@ -471,6 +535,16 @@ def _boxed(argv: Sequence[str], workspace: Path, uid: int | None, info_fd: int |
         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
     ]  # fmt: skip
     return [*box, *drop, *argv]
+
+
+@dataclass(frozen=True)
+class _Box:
+    """What wraps a command in bubblewrap: the workspace, the uid it runs as (None: the worker's
+    own, in a user namespace), and a repository's environment to mount."""
+
+    workspace: Path
+    uid: int | None
+    environment: SandboxEnvironment | None = None
 
 
 @dataclass(frozen=True)
@@ -511,25 +585,41 @@ def sandbox_run(
     quantum_id: int,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    environment: SandboxEnvironment | None = None,
 ) -> SandboxResult:
     """Run a shell command in the sandbox of the workspace, within the limits (without the
-    sandbox where it is switched off: the same environment and limits).
+    sandbox where it is switched off: the same environment and limits). `environment`: a
+    repository's environment folder, mounted at ENV_MOUNT with its PATH and variables.
 
-    SandboxUnavailable when the sandbox cannot start and is not switched off."""
+    SandboxUnavailable when the sandbox cannot start and is not switched off; an environment
+    needs the sandbox (its fixed path exists only inside one)."""
     status = sandbox_status()
     if status.state == "unavailable":
         raise SandboxUnavailable(_refusal(status))
+    if environment is not None and status.state == "off":
+        raise SandboxUnavailable(
+            f"the repository's environment is mounted at {ENV_MOUNT} inside the sandbox, and "
+            "ANNIHILATION_SANDBOX=off runs commands without one"
+        )
+    if environment is not None and environment.prelude:
+        command = f"{environment.prelude}{command}"
     argv = shell_argv(command, timeout_s)
+    extra = dict(env or {})
+    if environment is not None:
+        extra = {**environment.variables_with(settings.SANDBOX_PATH), **extra}
     boxed = status.state == "on"
-    uid = _uid_no_connection_kept(quantum_id) if boxed else None
-    if uid is not None and workspace.stat().st_uid != uid:
+    building = environment is not None and environment.writable
+    uid: int | None = None
+    if boxed:
+        uid = builder_uid() if building else _uid_no_connection_kept(quantum_id)
+    if uid is not None and not building and workspace.stat().st_uid != uid:
         # The quantum's uid changed since its worktree was made (its slot went to another
         # quantum while it did not run): its files become the new uid's before it writes.
         _own(workspace, uid)
-    environment = _environment(Path("/tmp") if boxed else workspace, env or {})
-    return _execute(argv, cwd=workspace, env=environment, timeout_s=timeout_s,
+    variables = _environment(Path("/tmp") if boxed else workspace, extra)
+    return _execute(argv, cwd=workspace, env=variables, timeout_s=timeout_s,
                     sandboxed=boxed, watch=Watch.of(workspace),
-                    box=(workspace.resolve(), uid) if boxed else None)  # fmt: skip
+                    box=_Box(workspace.resolve(), uid, environment) if boxed else None)  # fmt: skip
 
 
 def _uid_no_connection_kept(quantum_id: int) -> int | None:
@@ -561,18 +651,18 @@ def _execute(
     timeout_s: float,
     sandboxed: bool,
     watch: Watch | None = None,
-    box: tuple[Path, int | None] | None = None,
+    box: _Box | None = None,
 ) -> SandboxResult:
     """Run to the end, the wall-time limit, the output limit or a limit of the watchdog,
     whichever comes first; the whole sandbox is killed on a limit. Output past the limit is not
-    kept. `box`: (workspace, uid) to wrap `argv` in bubblewrap (its namespaces reported to the
+    kept. `box`: what wraps `argv` in bubblewrap (its namespaces reported to the
     watchdog)."""
     limit = int(settings.SANDBOX_OUTPUT_BYTES)
     info_r = info_w = -1
     if box is not None:
         info_r, info_w = os.pipe()
         os.set_blocking(info_r, False)
-        argv = _boxed(argv, box[0], box[1], info_w)
+        argv = _boxed(argv, box.workspace, box.uid, info_w, box.environment)
     # Every tmpfs the sandbox mounts (its /tmp, /dev/shm, the empty folders): memory it may fill.
     tmpfs = tuple(argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--tmpfs")
     dog = (
@@ -994,7 +1084,7 @@ def _probe(bwrap: str, home: str) -> SandboxStatus:
             env=_environment(probe, {}),
             timeout_s=10,
             sandboxed=True,
-            box=(probe, uid),
+            box=_Box(probe, uid),
         )
     except OSError as exc:
         return SandboxStatus("unavailable", f"bubblewrap did not start: {exc}")

@@ -8,6 +8,10 @@ from celery import shared_task
 import psychonauts.providers.anthropic  # noqa: F401
 from bursts.executor import OutcomeDict
 from psychonauts.endpoints import endpoints_health_check
+from psychonauts.environments.services import (
+    environment_build_queued,
+    environment_waiters_sweep,
+)
 from psychonauts.errors import AgentRunNotFound
 from psychonauts.services import agent_run_execute, workspaces_sweep
 
@@ -35,3 +39,22 @@ def endpoints_health() -> int:
     """Beat: check every enabled endpoint of the registry, marking it down or up; returns how
     many are down."""
     return sum(not r.up for r in endpoints_health_check())
+
+
+@shared_task(
+    name="psychonauts.tasks.build_environment",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def build_environment(build_id: int) -> str:
+    """Build a repository's environment for the agents waiting on it, then wake them.
+    Idempotent: a built (or failed) key only wakes its waiters again."""
+    return environment_build_queued(build_id)
+
+
+@shared_task(name="psychonauts.environment_waiters_sweep", ignore_result=True)
+def sweep_environment_waiters() -> int:
+    """Agents left waiting on an environment (a lost build task, a lost wakeup): built or
+    failed, they are woken; still to build with nobody building, the build is sent again."""
+    return environment_waiters_sweep()

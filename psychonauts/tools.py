@@ -32,7 +32,13 @@ from psychonauts.guard import Policy, Tier, command_judge
 from psychonauts.identities import SHARED_TREE
 from psychonauts.models import DiaryKind, Mail
 from psychonauts.providers.base import ContentBlock, ToolSpec
-from psychonauts.sandbox import SandboxResult, SandboxUnavailable, sandbox_run, sandbox_uid
+from psychonauts.sandbox import (
+    SandboxEnvironment,
+    SandboxResult,
+    SandboxUnavailable,
+    sandbox_run,
+    sandbox_uid,
+)
 from psychonauts.schema import schema_errors
 from psychonauts.traumas import trauma_pattern, trauma_record, traumas_for
 
@@ -54,6 +60,8 @@ class ToolContext:
     tool_use_id: str = ""
     spawn: SpawnFn | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The repository's environment its commands run in (None: the system's programs only).
+    environment: SandboxEnvironment | None = None
 
     @property
     def holder(self) -> str:
@@ -577,6 +585,7 @@ def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
         quantum_id=SHARED_TREE if ctx.shared else ctx.quantum_id,
         timeout_s=timeout,
         env={"ANNIHILATION_AGENT": ctx.agent_id},
+        environment=ctx.environment,
     )
     violation = _violation(result) if result.sandboxed else ""
     if violation:

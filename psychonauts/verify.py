@@ -16,8 +16,10 @@ from typing import TypedDict
 from django.conf import settings
 
 from core.redaction import redact
+from psychonauts.environments.errors import EnvironmentProblem
+from psychonauts.environments.services import workspace_environment
 from psychonauts.guard import command_judge
-from psychonauts.sandbox import SandboxUnavailable, sandbox_run
+from psychonauts.sandbox import SandboxEnvironment, SandboxUnavailable, sandbox_run
 from psychonauts.tools import truncate
 
 
@@ -84,13 +86,24 @@ def verify_command_problem(command: str) -> str:
     return "" if verdict.allowed else verdict.reason
 
 
-def _check(command: str, *, workspace: Path, quantum_id: int, timeout_s: float) -> Check:
+def _check(
+    command: str,
+    *,
+    workspace: Path,
+    quantum_id: int,
+    timeout_s: float,
+    environment: SandboxEnvironment | None,
+) -> Check:
     problem = verify_command_problem(command)
     if problem:
         return Check(command, False, None, problem, "", 0.0)
     try:
         result = sandbox_run(
-            command, workspace=workspace, quantum_id=quantum_id, timeout_s=timeout_s
+            command,
+            workspace=workspace,
+            quantum_id=quantum_id,
+            timeout_s=timeout_s,
+            environment=environment,
         )
     except SandboxUnavailable as exc:
         return Check(command, False, None, str(exc), "", 0.0)
@@ -112,11 +125,29 @@ def verify_commands_run(
     commands: Sequence[str], *, workspace: Path, quantum_id: int, timeout_s: float | None = None
 ) -> VerifyReport:
     """Run every command (all of them, even after a failure: the report lists each one's
-    result) in the workspace's sandbox, as quantum `quantum_id`'s commands run."""
+    result) in the workspace's sandbox, as quantum `quantum_id`'s commands run, in the
+    repository's environment of the workspace's commit (built first when it is not: a commit
+    that changes a key file is checked with what that key installs). An environment that
+    cannot be had fails every command with its reason."""
     limit = settings.VERIFY_TIMEOUT_S if timeout_s is None else timeout_s
+    if not commands:
+        return VerifyReport(())
+    try:
+        environment = workspace_environment(workspace)
+    except EnvironmentProblem as exc:
+        return VerifyReport(
+            tuple(Check(c, False, None, f"no environment: {exc}", "", 0.0) for c in commands)
+        )
+    mount = environment.mount() if environment is not None else None
     return VerifyReport(
         tuple(
-            _check(command, workspace=workspace, quantum_id=quantum_id, timeout_s=limit)
+            _check(
+                command,
+                workspace=workspace,
+                quantum_id=quantum_id,
+                timeout_s=limit,
+                environment=mount,
+            )
             for command in commands
         )
     )

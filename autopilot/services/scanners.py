@@ -59,6 +59,8 @@ from autopilot.scanners.tree import (
 from core.events import publish
 from core.redaction import redact
 from psychonauts.central import shared_lock_try
+from psychonauts.environments.errors import EnvironmentProblem
+from psychonauts.environments.services import workspace_environment
 from psychonauts.errors import WorkspaceError
 from psychonauts.identities import SCANNER
 from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
@@ -205,13 +207,16 @@ def _sandboxed(
         )
         return None
     try:
+        # The repository's environment of the scanned commit, as its verify commands have.
+        environment = workspace_environment(where)
         result = sandbox_run(
             command,
             workspace=where,
             quantum_id=SANDBOX_QUANTUM,
             timeout_s=settings.VERIFY_TIMEOUT_S,
+            environment=environment.mount() if environment is not None else None,
         )
-    except (SandboxUnavailable, OSError) as exc:
+    except (SandboxUnavailable, EnvironmentProblem, OSError) as exc:
         report.errors.append(f"{what} command could not run: {exc}")
         return None
     return result.returncode, result.stopped, f"{result.stdout}\n{result.stderr}"

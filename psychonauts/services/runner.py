@@ -40,6 +40,7 @@ from psychonauts.checkpoint import (
     turn_open,
     turn_record,
 )
+from psychonauts.environments.services import agent_sandbox_environment, environment_for_agent
 from psychonauts.errors import PsychonautError, WorkspaceError
 from psychonauts.git import git
 from psychonauts.loops import loop_find, loop_trauma_record
@@ -53,6 +54,7 @@ from psychonauts.providers.base import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from psychonauts.sandbox import SandboxEnvironment
 from psychonauts.services.budget import (
     CallSpend,
     Spend,
@@ -84,6 +86,7 @@ from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
     commit_message,
+    repo_local,
     repo_url,
     workspace_commit,
     workspace_prepare,
@@ -167,6 +170,8 @@ class Runner:
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
         self.completion: TurnCompletion | None = None  # a finished turn not written yet
+        # The repository's environment its commands run in; decided as the loop starts.
+        self.environment: SandboxEnvironment | None = None
 
     @property
     def workspace(self) -> Path:
@@ -274,6 +279,12 @@ class Runner:
         return None if spent is None else Spend(*spent)
 
     def loop(self) -> Outcome:
+        if "shell" in {t.name for t in self.tools}:
+            # Built, or the run waits for it without a worker (EnvironmentWait), or it failed
+            # and the run ends with the build's error before its first turn.
+            self.environment = agent_sandbox_environment(
+                environment_for_agent(agent_run_id=self.run.pk, repo=repo_local())
+            )
         turns = (
             list(AgentTurn.objects.filter(agent_run=self.run).order_by("index"))
             if self.resumed
@@ -618,6 +629,7 @@ class Runner:
             shared=settings.PSYCHONAUTS_WORKSPACE_MODE == "shared",
             turn_index=turn_index,
             tool_use_id=use["id"],
+            environment=self.environment,
             spawn=lambda specs: agent_spawn(
                 parent=self.run, turn_index=turn_index, specs=specs, execute=self.execute
             ),

@@ -56,6 +56,22 @@ DEMO_ANSWER = "Keep the old API: other teams still call it."
 DEMO_OPERATOR = "operator"
 
 
+# The demo repository's environment (a virtualenv and a test runner, built offline) and its
+# real tests as the merge queue's check, unless the operator chose their own.
+DEMO_ENVIRONMENT = Path(settings.BASE_DIR) / "demo" / "environment.yaml"
+DEMO_VERIFY = "python -m run_tests"
+
+
+def demo_environment_env() -> dict[str, str]:
+    """The workers' variables that give the demo repository its environment and tests."""
+    found: dict[str, str] = {}
+    if not settings.ENV_DECLARATION:
+        found["ANNIHILATION_ENV_DECLARATION"] = str(DEMO_ENVIRONMENT)
+    if not settings.TETHER_VERIFY_COMMANDS:
+        found["ANNIHILATION_TETHER_VERIFY_COMMANDS"] = DEMO_VERIFY
+    return found
+
+
 class Command(SafeCommand):
     help = "Load the demo backlog and show the ready set and what blocks the rest."
 
@@ -129,7 +145,7 @@ class Command(SafeCommand):
         pipelines_ensure_defaults()
         # A central repository (a URL) is used as it is; a local path gets the demo's own.
         repo = repo_local() if repo_url() else demo_repo_ensure(Path(settings.ANNIHILATION_REPO))
-        env = {**LEARNING_ENV, **(AUTOPILOT_ENV if autopilot else {})}
+        env = {**LEARNING_ENV, **demo_environment_env(), **(AUTOPILOT_ENV if autopilot else {})}
         provider = settings.PSYCHONAUTS_PROVIDER or "scripted (per role)"
         if settings.ANTHROPIC_API_KEY and not settings.PSYCHONAUTS_PROVIDER:
             env["ANNIHILATION_PROVIDER"] = provider = "anthropic"

@@ -1,0 +1,1 @@
+"""Repositories' environments: declaration, builds, the egress proxy of a build."""
