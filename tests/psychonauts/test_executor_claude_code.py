@@ -1,0 +1,244 @@
+"""The claude-code executor: the real Claude Code binary, in our sandbox, behind our gateway,
+against the fake Messages API scripted with Claude Code's own tool names.
+
+The binary is the pinned version (`psychonauts.executors.base.CLAUDE_CODE_VERSION`), installed
+once with npm into a cache folder (ANNIHILATION_CLI_CACHE, default ~/.cache/annihilation); the
+tests that need it are skipped, saying why, when it is not there and npm cannot fetch it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.models import Event
+from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
+from psychonauts.executors.gateway import DUMMY_KEY, Gateway
+from psychonauts.git import git
+from psychonauts.models import Role, Usage, Verification
+from psychonauts.roles import roles_sync_defaults
+from psychonauts.services import agent_run_execute
+from psychonauts.services.budget import cost_usd
+from psychonauts.workspaces import branch_for
+from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
+from tests.fakes.claude_code_script import claude_code_script
+from tests.psychonauts.stages import staged_run
+
+# The gateway writes the ledger from its own thread (its own connection): committed data.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODEL = "claude-fake-1"
+CACHE = (
+    Path(os.environ.get("ANNIHILATION_CLI_CACHE", Path.home() / ".cache" / "annihilation"))
+    / f"cli-agents-{CLAUDE_CODE_VERSION}"
+)
+BINARY = CACHE / "node_modules/@anthropic-ai/claude-code/bin/claude.exe"
+
+
+def _installed() -> str:
+    """'' when the pinned Claude Code is in the cache (installed now if npm can), else why not."""
+    if BINARY.is_file():
+        return ""
+    npm = shutil.which("npm")
+    if npm is None:
+        return "npm is not installed: Claude Code cannot be fetched"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
+         f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 or not BINARY.is_file():
+        return f"the npm registry is not reachable for Claude Code: {done.stderr.strip()[-300:]}"
+    return ""
+
+
+@pytest.fixture
+def claude(settings, monkeypatch) -> Path:
+    why = _installed()
+    if why:
+        pytest.skip(why)
+    monkeypatch.setenv("PSYCHONAUTS_CLI_AGENTS_DIR", str(CACHE))
+    monkeypatch.delenv("PSYCHONAUTS_CLAUDE_BIN", raising=False)
+    return BINARY
+
+
+@pytest.fixture
+def cli_role(db, settings) -> Role:
+    settings.PSYCHONAUTS_MODELS = {"trivial": MODEL, "standard": MODEL, "complex": MODEL}
+    settings.PSYCHONAUTS_TRIVIAL_NO_LLM = False
+    roles_sync_defaults()
+    role = Role.objects.get(name="coder")
+    role.executor, role.provider, role.model = "claude-code", "anthropic", MODEL
+    role.save()
+    return role
+
+
+def _point(monkeypatch, base_url: str) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-real-key-held-by-the-worker")
+
+
+def _agent_requests(fake) -> list[dict]:
+    return [r for r in fake.requests if r.get("tools")]
+
+
+def test_an_agent_fixes_a_bug_and_its_commit_is_verified(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    quantum = make_quantum(verify_commands=["grep -q fixed status.txt", "test -x run.sh"])
+    run = staged_run(quantum, "coder", provider="anthropic", verify=True, verify_retries=0)
+    steps = [
+        FakeReply(tool_uses=[("Write", {"file_path": "status.txt", "content": "fixed\n"})]),
+        FakeReply(
+            tool_uses=[
+                ("Bash", {"command": "printf '#!/bin/sh\\necho hi\\n' > run.sh && chmod +x run.sh"})
+            ]
+        ),
+        FakeReply(text="Fixed the status and added run.sh."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert "Verified: 2 check(s) passed." in outcome.result
+    tip = git("rev-parse", branch_for(quantum.pk), cwd=repo).strip()
+    assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
+    assert Verification.objects.get(agent_run=run).commit_sha == tip
+    topic = f"agent:{run.agent_id}"
+    calls = [e.payload["name"] for e in Event.objects.filter(topic=topic, type="tool_call")]
+    assert calls == ["Write", "Bash"]
+    assert Event.objects.filter(topic=topic, type="cli_session").exists()
+    # Every model call went through the gateway and is in the ledger at our prices.
+    usage = list(Usage.objects.filter(agent_run=run))
+    assert len(usage) == len(fake.requests) >= 3
+    assert all(u.provider == "claude-code" and u.model == MODEL for u in usage)
+    run.refresh_from_db()
+    assert run.tokens_in == sum(u.tokens_in for u in usage) > 0
+
+
+def test_a_spent_budget_refuses_the_first_call_and_stops_the_run(
+    repo, make_quantum, cli_role, claude, monkeypatch, settings
+):
+    settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 0.0
+    quantum = make_quantum()
+    run = staged_run(quantum, "coder", provider="anthropic")
+    steps = [FakeReply(tool_uses=[("Write", {"file_path": "x.txt", "content": "x\n"})])]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert "budget" in outcome.error and "refused" not in outcome.error.lower()[:0]
+    assert _agent_requests(fake) == []  # nothing reached the model
+    assert not Usage.objects.filter(agent_run=run).exists()
+
+
+def _post(gateway: Gateway, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A request to the gateway over its unix socket, as the CLI in the sandbox sends it."""
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.sock.connect(str(gateway.socket))
+    data = json.dumps(body).encode()
+    conn.request(
+        "POST", "/v1/messages?beta=true", body=data,
+        headers={"content-type": "application/json", "x-api-key": DUMMY_KEY},
+    )  # fmt: skip
+    response = conn.getresponse()
+    payload = response.read()
+    conn.close()
+    return response.status, json.loads(payload) if response.status != 200 else {}
+
+
+def test_the_gateway_forwards_with_the_real_key_and_refuses_other_models_with_a_400(
+    repo, make_quantum, cli_role, monkeypatch, settings
+):
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    message = {"max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with fake_anthropic_server([FakeReply(text="hello", tokens_in=100, tokens_out=20)]) as fake:
+        _point(monkeypatch, fake.base_url)
+        with Gateway(
+            run, provider="claude-code", allowed_models=frozenset({MODEL}), wave=None
+        ) as gateway:
+            status, _ = _post(gateway, {"model": MODEL, **message})
+            assert status == 200
+            status, error = _post(gateway, {"model": "claude-opus-9", **message})
+            # Not 429/529: the CLIs retry those for minutes.
+            assert status == 400
+            assert error["error"]["type"] == "invalid_request_error"
+            assert "'claude-opus-9' is not allowed" in error["error"]["message"]
+            settings.PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = 0.0
+            status, error = _post(gateway, {"model": MODEL, **message})
+            assert status == 400 and "budget" in error["error"]["message"]
+    assert len(fake.requests) == 1  # the refused calls never left the worker
+    assert fake.headers[0]["x-api-key"] == "sk-real-key-held-by-the-worker"
+    usage = Usage.objects.get(agent_run=run)
+    assert (usage.tokens_in, usage.tokens_out) == (100, 20)
+    assert usage.cost_usd == cost_usd(MODEL, 100, 20) > 0
+
+
+def _fake_cli(tmp_path: Path, body: str) -> Path:
+    folder = tmp_path / "fakecli"
+    folder.mkdir()
+    folder.chmod(0o755)
+    script = folder / "claude"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH | 0o044)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("echo partial > kept.txt\necho boom >&2\nexit 3\n", "exited with status 3: boom"),
+        ("echo partial > kept.txt\necho 'this is not json'\n", "malformed JSON"),
+    ],
+)
+def test_a_failing_cli_is_a_clear_error_and_the_worktree_is_kept(
+    repo, make_quantum, cli_role, monkeypatch, tmp_path, body, expected
+):
+    monkeypatch.setenv("PSYCHONAUTS_CLAUDE_BIN", str(_fake_cli(tmp_path, body)))
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    with fake_anthropic_server(claude_code_script([])) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+    assert outcome.status == "error"
+    assert expected in outcome.error
+    # What the CLI wrote before it failed is still in the quantum's worktree.
+    kept = list((repo.parent / "home" / "worktrees").glob("*/kept.txt"))
+    assert [p.read_text() for p in kept] == ["partial\n"]
+
+
+def test_a_missing_cli_is_a_clear_error(repo, make_quantum, cli_role, monkeypatch, tmp_path):
+    monkeypatch.setenv("PSYCHONAUTS_CLAUDE_BIN", str(tmp_path / "nowhere" / "claude"))
+    assert not executor_status("claude-code").available
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    outcome = agent_run_execute(agent_run_id=run.pk)
+    assert outcome.status == "error"
+    assert "not installed" in outcome.error
+
+
+def test_a_role_file_names_its_executor_and_a_typo_is_refused(tmp_path):
+    from psychonauts.errors import InvalidDefinition
+    from psychonauts.roles import role_parse
+
+    good = tmp_path / "cli.yaml"
+    good.write_text("name: cli\nexecutor: claude-code\nsystem_prompt: hi\n")
+    assert role_parse(good)["executor"] == "claude-code"
+    default = tmp_path / "default.yaml"
+    default.write_text("name: default\nsystem_prompt: hi\n")
+    assert role_parse(default)["executor"] == "ours"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nexecutor: claude\nsystem_prompt: hi\n")
+    with pytest.raises(InvalidDefinition, match="unknown executor 'claude'"):
+        role_parse(bad)
