@@ -68,6 +68,10 @@ _TOOLS = {
 }
 _NAMESPACE = uuid.UUID("9a1c55d2-4f0e-4b8e-9a57-3c1d2b7c1e01")
 _STDERR_KEPT = 4000
+_CONTINUE = (
+    "Your previous session was interrupted (the worker running it stopped). Check the state of "
+    "the workspace and continue the task where you left off."
+)
 
 
 def claude_tools(allowed: list[str]) -> list[str]:
@@ -131,6 +135,9 @@ class ClaudeCodeRunner(Runner):
         with gateway:
             for round in range(1, 100):
                 resume = self.session_known(state, session)
+                if resume and round == 1:
+                    # An earlier execution was cut off (a killed worker): its session goes on.
+                    prompt = _CONTINUE
                 self.phase(AgentPhase.THINKING)
                 self.emit(
                     "cli_session",

@@ -31,6 +31,7 @@ from psychonauts.services.budget import cost_usd
 from psychonauts.workspaces import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
+from tests.psychonauts.crash import execute_killed_at_marker
 from tests.psychonauts.stages import staged_run
 
 # The gateway writes the ledger from its own thread (its own connection): committed data.
@@ -142,6 +143,41 @@ def test_a_spent_budget_refuses_the_first_call_and_stops_the_run(
     assert "budget" in outcome.error and "refused" not in outcome.error.lower()[:0]
     assert _agent_requests(fake) == []  # nothing reached the model
     assert not Usage.objects.filter(agent_run=run).exists()
+
+
+def test_a_killed_worker_resumes_the_cli_session(
+    repo, make_quantum, cli_role, claude, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("ANNIHILATION_TRIVIAL_NO_LLM", "false")  # the worker process's setting
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    steps = [
+        FakeReply(tool_uses=[("Write", {"file_path": "status.txt", "content": "fixed\n"})]),
+        # Cut off mid-command: the worker is killed once the marker appears.
+        FakeReply(
+            tool_uses=[("Bash", {"command": "test -e marker || { touch marker; sleep 60; }"})]
+        ),
+        FakeReply(text="Done after the interruption."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        worktree = execute_killed_at_marker(run, repo=repo, tmp_path=tmp_path)
+        assert (worktree / "status.txt").read_text() == "fixed\n"
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session").order_by(
+            "id"
+        )
+    ]
+    assert [s["resume"] for s in sessions] == [False, True]
+    assert sessions[0]["session_id"] == sessions[1]["session_id"]
+    # The resumed CLI carried its conversation on: the Write is not asked for again.
+    resumed = [r for r in _agent_requests(fake) if "interrupted" in json.dumps(r["messages"])]
+    assert resumed and "status.txt" in json.dumps(resumed[0]["messages"])
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
 
 
 def _post(gateway: Gateway, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
