@@ -278,3 +278,11 @@ def test_a_role_file_names_its_executor_and_a_typo_is_refused(tmp_path):
     bad.write_text("name: bad\nexecutor: claude\nsystem_prompt: hi\n")
     with pytest.raises(InvalidDefinition, match="unknown executor 'claude'"):
         role_parse(bad)
+
+
+def test_make_installs_the_versions_the_executors_are_tested_against(settings):
+    from psychonauts.executors.base import CODEX_VERSION
+
+    makefile = (Path(settings.BASE_DIR) / "Makefile").read_text()
+    assert f"CLAUDE_CODE_VERSION := {CLAUDE_CODE_VERSION}\n" in makefile
+    assert f"CODEX_VERSION := {CODEX_VERSION}\n" in makefile
