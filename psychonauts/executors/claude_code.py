@@ -31,10 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from bursts.executor import Outcome
-from bursts.models import AgentPhase, AgentStatus
+from bursts.models import AgentPhase, AgentRun, AgentStatus
 from core.redaction import redact, redact_data
+from psychonauts import registry
 from psychonauts.beneath import tree_chown
 from psychonauts.executors.base import ExecutorError, claude_binary
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
@@ -51,6 +54,7 @@ from psychonauts.sandbox import (
 )
 from psychonauts.services.prompt import agent_prompt
 from psychonauts.services.runner import Runner
+from psychonauts.services.runs import run_outcome
 
 # Where the CLI's pieces appear inside the sandbox (its private /tmp holds the mount points).
 _INSIDE = Path("/tmp/.cli")
@@ -152,6 +156,13 @@ class ClaudeCodeRunner(Runner):
                     prompt=prompt,
                 )  # fmt: skip
                 self.changed = True  # the CLI may have changed anything in the worktree
+                if end.stopped == "cancelled":
+                    self.run.refresh_from_db(fields=["status", "result", "error"])
+                    registry.registry_remove(self.run.pk)
+                    if self.run.status == AgentStatus.CANCELLED:
+                        self.emit("cancelled", reason="cancelled by the burst manager")
+                    self.flush_events()
+                    return run_outcome(self.run)
                 if gateway.refusal:
                     raise ExecutorError(f"claude-code stopped: {gateway.refusal}")
                 if end.stopped:
@@ -252,6 +263,10 @@ class ClaudeCodeRunner(Runner):
         )  # fmt: skip
         assert proc.stdout is not None and proc.stderr is not None
         pending, err, total = b"", b"", 0
+        # The run's heartbeat while the CLI works (one statement, not per line): a run whose
+        # heartbeat ages past its TTL is presumed dead and taken over.
+        beat_every = max(0.1, float(settings.BURSTS_HEARTBEAT_TTL_S) / 3)
+        beat_at = started + beat_every
         try:
             with selectors.DefaultSelector() as sel:
                 sel.register(proc.stdout, selectors.EVENT_READ)
@@ -280,9 +295,13 @@ class ClaudeCodeRunner(Runner):
                                 break
                         if end.stopped:
                             break
-                    if not end.stopped and time.monotonic() - started > 0:
+                    if not end.stopped:
                         self.flush_text()
                         self.flush_events()
+                    if not end.stopped and time.monotonic() >= beat_at:
+                        beat_at = time.monotonic() + beat_every
+                        if not self.beat():
+                            end.stopped, end.detail = "cancelled", "the run was ended meanwhile"
             if pending.strip() and not end.stopped:
                 self.on_line(pending, end)
         finally:
@@ -301,6 +320,18 @@ class ClaudeCodeRunner(Runner):
         self.flush_text()
         self.flush_events()
         return end
+
+    def beat(self) -> bool:
+        """Stamp the run's heartbeat and phase; False when it is no longer running (the burst
+        manager cancelled it, or another execution ended it)."""
+        now = timezone.now()
+        self.run.heartbeat_at = now
+        updated = AgentRun.objects.filter(pk=self.run.pk, status=AgentStatus.RUNNING).update(
+            heartbeat_at=now, phase=self.run.phase
+        )
+        if not connection.in_atomic_block:
+            connection.close()  # not held while the CLI works for minutes
+        return updated == 1
 
     def on_line(self, line: bytes, end: CliEnd) -> bool:
         """One stream-json line into events; False (and the run stopped) when it is not JSON."""

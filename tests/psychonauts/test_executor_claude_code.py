@@ -15,11 +15,17 @@ import shutil
 import socket
 import stat
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
+from bursts.models import AgentRun
+from bursts.services.agent_runs import agent_runs_cancel_live
 from core.models import Event
 from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
@@ -31,7 +37,7 @@ from psychonauts.services.budget import cost_usd
 from psychonauts.workspaces import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
-from tests.psychonauts.crash import execute_killed_at_marker
+from tests.psychonauts.crash import execute_killed_at_marker, wait_for
 from tests.psychonauts.stages import staged_run
 
 # The gateway writes the ledger from its own thread (its own connection): committed data.
@@ -178,6 +184,40 @@ def test_a_killed_worker_resumes_the_cli_session(
     assert resumed and "status.txt" in json.dumps(resumed[0]["messages"])
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
     assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
+
+
+def test_the_cli_keeps_the_run_alive_and_a_cancel_stops_it(
+    repo, make_quantum, cli_role, claude, monkeypatch, settings
+):
+    settings.BURSTS_HEARTBEAT_TTL_S = 0.6  # a beat every 0.2 s
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    steps = [FakeReply(tool_uses=[("Bash", {"command": "touch marker; sleep 60"})])]
+    worktree = repo.parent / "home" / "worktrees" / f"q-{run.quantum_id}"
+    beats: list[object] = []
+
+    def cancel_once_working() -> None:
+        wait_for(lambda: (worktree / "marker").exists(), timeout=60)
+        first = AgentRun.objects.get(pk=run.pk).heartbeat_at
+        wait_for(lambda: AgentRun.objects.get(pk=run.pk).heartbeat_at != first, timeout=10)
+        beats.append(first)
+        agent_runs_cancel_live(
+            quantum_run_ids=[run.quantum_run_id or 0],
+            error="cancelled in the test",
+            now=timezone.now(),
+        )
+        connection.close()
+
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        canceller = threading.Thread(target=cancel_once_working)
+        canceller.start()
+        started = time.monotonic()
+        outcome = agent_run_execute(agent_run_id=run.pk)
+        canceller.join()
+
+    assert beats, "the heartbeat never moved while the CLI worked"
+    assert outcome.status == "cancelled"
+    assert time.monotonic() - started < 50  # not the command's 60 s
 
 
 def _post(gateway: Gateway, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
