@@ -202,9 +202,13 @@ class ClaudeCodeRunner(Runner):
             "--append-system-prompt", self.role.system_prompt,
             "--max-turns", str(self.role.max_turns),
         ]  # fmt: skip
-        tools = claude_tools(list(self.role.allowed_tools))
+        # Only the role's tools exist for the CLI (`--tools`), and they need no prompt
+        # (`--allowedTools`): acceptEdits alone would also let file commands (touch, mkdir ...)
+        # through Bash for a role without a shell.
+        tools = ",".join(claude_tools(list(self.role.allowed_tools)))
+        argv += ["--tools", tools]
         if tools:
-            argv += ["--allowedTools", ",".join(tools)]
+            argv += ["--allowedTools", tools]
         argv += ["--resume", session] if resume else ["--session-id", session]
         return argv
 
