@@ -261,6 +261,30 @@ def test_a_repository_s_claude_settings_do_not_widen_the_role_s_tools(
     assert [r["is_error"] for r in results] == [True, True]  # refused; no such tool
 
 
+def test_the_cli_s_stream_is_redacted_in_the_run_s_events(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    secret = "sk-ant-" + "Zq3" * 12
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    steps = [
+        FakeReply(
+            text=f"The key is {secret}.",
+            tool_uses=[("Write", {"file_path": "key.txt", "content": f"{secret}\n"})],
+        ),
+        FakeReply(text=f"Wrote {secret} to key.txt."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    events = list(Event.objects.filter(topic=f"agent:{run.agent_id}"))
+    assert {"text", "tool_call", "tool_result"} <= {e.type for e in events}
+    stored = json.dumps([e.payload for e in events])
+    assert secret not in stored and "sk-ant-" in stored
+    assert secret not in outcome.result
+
+
 def _post(gateway: Gateway, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """A request to the gateway over its unix socket, as the CLI in the sandbox sends it."""
     conn = http.client.HTTPConnection("localhost")
