@@ -391,3 +391,18 @@ def test_make_installs_the_versions_the_executors_are_tested_against(settings):
     makefile = (Path(settings.BASE_DIR) / "Makefile").read_text()
     assert f"CLAUDE_CODE_VERSION := {CLAUDE_CODE_VERSION}\n" in makefile
     assert f"CODEX_VERSION := {CODEX_VERSION}\n" in makefile
+
+
+def test_the_executors_command_says_what_is_available_and_why_not(monkeypatch, tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    monkeypatch.setenv("PSYCHONAUTS_CLAUDE_BIN", str(tmp_path / "none" / "claude"))
+    out = StringIO()
+    call_command("psychonaut", "executors", "--json", stdout=out)
+    found = {e["name"]: e for e in json.loads(out.getvalue())}
+    assert found["ours"]["available"] is True
+    assert found["claude-code"]["available"] is False
+    assert "make cli-agents" in found["claude-code"]["detail"]
+    assert found["codex"]["available"] is False and "not implemented" in found["codex"]["detail"]
