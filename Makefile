@@ -24,7 +24,7 @@ TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_P
 	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \
 	REDIS_URL=redis://127.0.0.1:56380/0 DEBUG=true
 
-.PHONY: demo test services stop dev install lint check bench browsers
+.PHONY: demo test services stop dev install lint check bench browsers cli-agents
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { echo "make: cannot create a virtual environment with $(PYTHON) (on Debian: apt-get install python3-venv)"; exit 1; }
@@ -64,6 +64,18 @@ lint: install
 
 browsers:
 	@scripts/browsers.sh
+
+# Optional: the agent CLIs a role's `executor` may name (docs/executors.md), pinned (the same
+# versions as psychonauts/executors/base.py), into ANNIHILATION_HOME/cli-agents unless
+# CLI_AGENTS_DIR says otherwise. Neither `make demo` nor the default install needs them.
+CLAUDE_CODE_VERSION := 2.1.332
+CODEX_VERSION := 0.171.0
+CLI_AGENTS_DIR ?= $(DEV_HOME)/cli-agents
+cli-agents:
+	@mkdir -p '$(CLI_AGENTS_DIR)'
+	npm install --prefix '$(CLI_AGENTS_DIR)' --no-audit --no-fund \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	@echo "installed in $(CLI_AGENTS_DIR): set PSYCHONAUTS_CLI_AGENTS_DIR to it when it is not ANNIHILATION_HOME/cli-agents"
 
 test: install browsers
 	@$(TEST_ENV) scripts/services.sh start

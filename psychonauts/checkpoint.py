@@ -292,6 +292,63 @@ SELECT (SELECT {t_id} FROM turn), ARRAY(SELECT {c_tool_use_id} FROM calls),
     ids=EventBatch.IDS,
 )
 
+# A model call made outside our turn loop (an agent CLI's, through the model gateway): its usage
+# and the run's counters, in one statement. The run keeps its phase.
+_USAGE_RECORD = """
+WITH usage AS (
+    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
+                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
+                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
+                           {u_priced}, {u_created_at})
+    VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
+            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
+            %(priced)s, %(now)s)
+), {counters}
+SELECT 1
+""".format(**_U, counters=agent_run_counters_cte())
+
+
+@dataclass(frozen=True)
+class CallUsage:
+    agent_run_id: int
+    quantum_run_id: int | None
+    wave_id: int | None
+    provider: str
+    model: str
+    phase: str
+    tokens_in: int  # read from no cache and written to none
+    tokens_out: int
+    cache_read: int
+    cache_write: int
+    cache_write_long: int
+    cost_usd: Decimal | None  # None: the model's price is unknown
+    now: datetime
+
+
+def usage_record(call: CallUsage) -> None:
+    """One model call's usage in the ledger, and its tokens and cost added to its run's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _USAGE_RECORD,
+            {
+                "run": call.agent_run_id,
+                "quantum_run": call.quantum_run_id,
+                "wave": call.wave_id,
+                "provider": call.provider,
+                "model": call.model,
+                "tokens_in": call.tokens_in,
+                "tokens_out": call.tokens_out,
+                "cache_read": call.cache_read,
+                "cache_write": call.cache_write,
+                "cache_write_long": call.cache_write_long,
+                "cost": call.cost_usd or Decimal(0),
+                "priced": call.cost_usd is not None,
+                "phase": call.phase,
+                "now": call.now,
+            },
+        )
+
+
 # A turn's completion on its own; or, with no turn, one tool call's result.
 _TURN_COMPLETE = f"WITH {_COMPLETION} SELECT"
 

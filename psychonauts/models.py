@@ -24,6 +24,13 @@ class Role(models.Model):
     allowed_tools = models.JSONField(default=list, blank=True)
     max_turns = models.PositiveIntegerField(default=30)
     timeout_s = models.PositiveIntegerField(default=1800)
+    # Who runs the agent's loop: our own (`ours`) or an agent CLI inside our sandbox
+    # (`psychonauts.executors`).
+    executor = models.CharField(
+        max_length=20,
+        default="ours",
+        choices=[("ours", "ours"), ("claude-code", "claude-code"), ("codex", "codex")],
+    )
     source = models.CharField(max_length=500, blank=True, help_text="YAML file it came from")
     updated_at = models.DateTimeField(auto_now=True)
 

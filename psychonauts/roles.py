@@ -15,7 +15,7 @@ from psychonauts.yamlfile import YamlDoc
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 _KEYS = {
     "name", "description", "system_prompt", "provider", "model", "allowed_tools", "max_turns",
-    "timeout_s",
+    "timeout_s", "executor",
 }  # fmt: skip
 
 
@@ -49,6 +49,13 @@ def role_parse(path: Path) -> dict[str, object]:
     for i, tool in enumerate(tools):
         if tool not in TOOLS and tool not in {"ask_tether", "propose_pipeline_change"}:
             raise doc.error(f"unknown tool {tool!r}", "allowed_tools", i)
+    from psychonauts.executors import EXECUTORS
+
+    executor = data.get("executor", "ours")
+    if executor not in EXECUTORS:
+        raise doc.error(
+            f"unknown executor {executor!r} (known: {', '.join(EXECUTORS)})", "executor"
+        )
     fields: dict[str, object] = {
         "name": name,
         "description": str(data.get("description", "")),
@@ -56,6 +63,7 @@ def role_parse(path: Path) -> dict[str, object]:
         "provider": provider,
         "model": str(data.get("model", "") or ""),
         "allowed_tools": tools,
+        "executor": executor,
         "source": str(path),
     }
     for key, default in (("max_turns", 30), ("timeout_s", 1800)):

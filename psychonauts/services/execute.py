@@ -264,7 +264,10 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
     try:
         if role is None or route is None or session_id is None:
             raise refusal
-        runner = Runner(
+        # The role's executor chooses the loop: ours, or an agent CLI (psychonauts.executors).
+        from psychonauts.executors.dispatch import runner_class
+
+        runner = runner_class(role)(
             run,
             role,
             (route.provider, route.model),

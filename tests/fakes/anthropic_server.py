@@ -178,6 +178,7 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, names lower-cased
         self.base_url = ""
 
     def next_reply(self, body: dict[str, Any]) -> FakeReply:
@@ -279,6 +280,7 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
+            fake.headers.append({k.lower(): v for k, v in self.headers.items()})
             reply = fake.next_reply(body)
             if reply.delay_s:
                 time.sleep(reply.delay_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ class Command(SafeCommand):
         agents = sub.add_parser("agents", help="the registry of running agents")
         agents.add_argument("--rebuild", action="store_true")
         agents.add_argument("--json", action="store_true")
+        executors = sub.add_parser(
+            "executors", help="which executors (ours, claude-code, codex) can run here, and why not"
+        )
+        executors.add_argument("--json", action="store_true")
         sub.add_parser(
             "sweep", help="drop expired file leases and the worktrees of closed, idle quanta"
         )
@@ -144,6 +149,16 @@ class Command(SafeCommand):
               e["host"], e["worker"], e["heartbeat"], *_spend_cells(spend[int(e["agent_run_id"])])]
              for e in entries],
         )  # fmt: skip
+
+    def _executors(self, options: dict[str, Any]) -> None:
+        from psychonauts.executors import executors_status
+
+        found = executors_status()
+        if options["json"]:
+            emit_json(self.stdout, [dataclasses.asdict(s) for s in found])
+            return
+        rows = [[s.name, "yes" if s.available else "no", s.detail] for s in found]
+        table(self.stdout, ["executor", "available", "detail"], rows)
 
     def _sweep(self, options: dict[str, Any]) -> None:
         self.stdout.write(f"dropped {leases.leases_sweep()} expired shared lease(s)")

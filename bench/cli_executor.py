@@ -1,0 +1,173 @@
+"""What our control plane adds to an agent CLI (target: < 300 ms per run, < 5 ms per model call
+through the gateway).
+
+- Per model call: the same streamed request to the fake Messages API, alternately straight and
+  through the model gateway (its unix socket, the allow-list, the budget check, the usage row
+  and the run's counters); p50 / p95 of each and the difference.
+- Per run: the real Claude Code binary doing the same scripted task (write a file, answer),
+  alternately on its own (no sandbox, straight to the fake, a fresh state folder) and as a
+  `claude-code` agent run (`agent_run_execute`: claim, sandbox, gateway, events, commit);
+  p50 / p95 of each and the difference.
+
+    python bench/cli_executor.py [--calls 200] [--runs 5]
+
+Uses the dev services (make services) with a database of its own (annihilation_bench_cli). The
+per-run part needs Claude Code installed (`make cli-agents`, or PSYCHONAUTS_CLI_AGENTS_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE))
+from bench._setup import django_bench_db, pct, scratch_dir  # noqa: E402
+
+HOME = scratch_dir("annihilation-cli-bench-")
+os.environ["ANNIHILATION_HOME"] = str(HOME)
+os.environ["ANNIHILATION_REPO"] = str(HOME / "repo")
+os.environ["ANNIHILATION_TRIVIAL_NO_LLM"] = "false"
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+django_bench_db("annihilation_bench_cli")
+
+from core.cli import positive_int  # noqa: E402
+from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server  # noqa: E402
+from tests.fakes.claude_code_script import claude_code_script  # noqa: E402
+
+MODEL = "claude-bench-1"
+BODY = {
+    "model": MODEL,
+    "max_tokens": 10,
+    "stream": True,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
+def _post(conn: http.client.HTTPConnection) -> None:
+    conn.request(
+        "POST", "/v1/messages", body=json.dumps(BODY), headers={"content-type": "application/json"}
+    )
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+
+
+def _unix(path: Path) -> http.client.HTTPConnection:
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.sock.connect(str(path))
+    return conn
+
+
+def per_call(calls: int) -> None:
+    from bursts.models import AgentRun
+    from psychonauts.executors.gateway import Gateway
+    from quanta.services import quantum_create
+
+    quantum = quantum_create(title="bench gateway")
+    run = AgentRun.objects.create(agent_id=f"{quantum.pk}_bench", quantum=quantum, role="coder")
+    direct: list[float] = []
+    through: list[float] = []
+    with fake_anthropic_server(lambda body: FakeReply(text="hello")) as fake:
+        os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
+        port = int(fake.base_url.rsplit(":", 1)[1])
+        with Gateway(
+            run, provider="claude-code", allowed_models=frozenset({MODEL}), wave=None
+        ) as gw:
+            for _ in range(calls):
+                started = time.perf_counter()
+                _post(http.client.HTTPConnection("127.0.0.1", port))
+                direct.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                _post(_unix(gw.socket))
+                through.append((time.perf_counter() - started) * 1000)
+            assert gw.metered.calls == calls, gw.metered
+    _report("model call", "ms", direct, through)
+
+
+def per_run(runs: int) -> None:
+    from psychonauts.executors.base import claude_binary
+    from psychonauts.models import Role
+    from psychonauts.roles import roles_sync_defaults
+    from psychonauts.services import agent_run_create, agent_run_execute
+    from psychonauts.workspaces import demo_repo_ensure
+    from quanta.services import quantum_create
+
+    binary = claude_binary()
+    if not binary.is_file():
+        print(f"per run: skipped, Claude Code is not installed ({binary})")
+        return
+    demo_repo_ensure(HOME / "repo")
+    roles_sync_defaults()
+    Role.objects.filter(name="coder").update(
+        executor="claude-code", provider="anthropic", model=MODEL
+    )
+    steps = [
+        FakeReply(tool_uses=[("Write", {"file_path": "bench.txt", "content": "bench\n"})]),
+        FakeReply(text="Done."),
+    ]
+    alone: list[float] = []
+    ours: list[float] = []
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
+        os.environ["ANTHROPIC_API_KEY"] = "bench"
+        for number in range(runs):
+            with tempfile.TemporaryDirectory(dir=HOME) as folder:
+                work = Path(folder) / "work"
+                work.mkdir()
+                env = {
+                    "PATH": os.environ["PATH"], "HOME": folder, "CLAUDE_CONFIG_DIR": f"{folder}/state",
+                    "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "bench",
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+                    "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+                }  # fmt: skip
+                started = time.perf_counter()
+                done = subprocess.run(
+                    [str(binary), "-p", "write bench.txt", "--output-format", "stream-json",
+                     "--verbose", "--model", MODEL, "--setting-sources", "", "--strict-mcp-config",
+                     "--permission-mode", "acceptEdits", "--allowedTools", "Write"],
+                    cwd=work, env=env, capture_output=True, check=False,
+                )  # fmt: skip
+                alone.append(time.perf_counter() - started)
+                if done.returncode != 0 or not (work / "bench.txt").exists():
+                    raise SystemExit(f"the CLI alone failed: {done.stderr.decode()[-500:]}")
+            quantum = quantum_create(title=f"bench run {number}")
+            run = agent_run_create(quantum_id=quantum.pk, role="coder")
+            started = time.perf_counter()
+            outcome = agent_run_execute(agent_run_id=run.pk)
+            ours.append(time.perf_counter() - started)
+            if outcome.status != "done":
+                raise SystemExit(f"the agent run failed: {outcome.error}")
+    _report("agent run", "s", alone, ours)
+
+
+def _report(what: str, unit: str, alone: list[float], ours: list[float]) -> None:
+    fmt = (lambda v: f"{v:.3f}") if unit == "s" else (lambda v: f"{v:.2f}")
+    print(f"{what} ({len(alone)} each, {unit}): alone p50 {fmt(pct(alone, 50))} p95 "
+          f"{fmt(pct(alone, 95))}; ours p50 {fmt(pct(ours, 50))} p95 {fmt(pct(ours, 95))}; "
+          f"added p50 {fmt(pct(ours, 50) - pct(alone, 50))} p95 "
+          f"{fmt(pct(ours, 95) - pct(alone, 95))}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=positive_int, default=200)
+    parser.add_argument("--runs", type=positive_int, default=5)
+    args = parser.parse_args()
+    per_call(args.calls)
+    per_run(args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Which loop runs an agent run: the role's `executor` chooses."""
+
+from __future__ import annotations
+
+from psychonauts.executors.base import CLAUDE_CODE, CODEX, OURS, ExecutorError, executor_status
+from psychonauts.models import Role
+from psychonauts.services.runner import Runner
+
+
+def runner_class(role: Role) -> type[Runner]:
+    """The Runner (sub)class for a role's executor; ExecutorError for one that cannot run."""
+    executor = getattr(role, "executor", OURS) or OURS
+    if executor == OURS:
+        return Runner
+    if executor == CLAUDE_CODE:
+        from psychonauts.executors.claude_code import ClaudeCodeRunner
+
+        return ClaudeCodeRunner
+    if executor == CODEX:
+        raise ExecutorError(f"the codex executor cannot run: {executor_status(CODEX).detail}")
+    raise ExecutorError(f"role {role.name!r} names an unknown executor {executor!r}")
