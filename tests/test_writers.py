@@ -40,6 +40,7 @@ from autopilot.models import (
 from bursts.models import AgentRun, Burst, QuantumRun, Wave
 from core.models import Event, Session
 from operations.models import Alert, AlertTransition, MetricSample
+from psychonauts.environments.models import EnvironmentBuild, EnvironmentWaiter
 from psychonauts.models import (
     AgentTurn,
     CommandTrauma,
@@ -100,6 +101,8 @@ OWNERS: dict[type[models.Model], str] = {
     DiaryEntry: "psychonauts/diary.py",
     CommandTrauma: "psychonauts/traumas.py",
     SandboxIdentity: "psychonauts/identities.py",
+    EnvironmentBuild: "psychonauts/environments/services.py",
+    EnvironmentWaiter: "psychonauts/environments/services.py",
     apps.get_model("psychonauts", "Endpoint"): "psychonauts/endpoints.py",
     Reaching: "tether/services/reachings.py",
     Drift: "tether/services/drifts.py",

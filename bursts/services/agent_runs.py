@@ -264,6 +264,17 @@ def agent_runs_heartbeat(*, agent_run_ids: Sequence[int], now: datetime) -> None
     AgentRun.objects.filter(pk__in=agent_run_ids).update(heartbeat_at=now)
 
 
+def agent_run_beat(*, agent_run_id: int, phase: str, now: datetime) -> bool:
+    """Stamp a running attempt's heartbeat and phase; False when it is no longer running (the
+    burst manager cancelled it, or another execution ended it)."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status=AgentStatus.RUNNING).update(
+            heartbeat_at=now, phase=phase
+        )
+        == 1
+    )
+
+
 # --- cancelling ---------------------------------------------------------------------------------
 
 
@@ -356,6 +367,7 @@ def agent_run_finish_cte() -> str:
 
 
 __all__ = [
+    "agent_run_beat",
     "agent_run_child_get_or_create",
     "agent_run_claim_cte",
     "agent_run_counters_cte",

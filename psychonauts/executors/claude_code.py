@@ -35,7 +35,8 @@ from django.db import connection
 from django.utils import timezone
 
 from bursts.executor import Outcome
-from bursts.models import AgentPhase, AgentRun, AgentStatus
+from bursts.models import AgentPhase, AgentStatus
+from bursts.services.agent_runs import agent_run_beat
 from core.redaction import redact, redact_data
 from psychonauts import registry
 from psychonauts.beneath import tree_chown
@@ -330,12 +331,10 @@ class ClaudeCodeRunner(Runner):
         manager cancelled it, or another execution ended it)."""
         now = timezone.now()
         self.run.heartbeat_at = now
-        updated = AgentRun.objects.filter(pk=self.run.pk, status=AgentStatus.RUNNING).update(
-            heartbeat_at=now, phase=self.run.phase
-        )
+        running = agent_run_beat(agent_run_id=self.run.pk, phase=self.run.phase, now=now)
         if not connection.in_atomic_block:
             connection.close()  # not held while the CLI works for minutes
-        return updated == 1
+        return running
 
     def on_line(self, line: bytes, end: CliEnd) -> bool:
         """One stream-json line into events; False (and the run stopped) when it is not JSON."""

@@ -69,6 +69,12 @@ def _installed() -> str:
     return ""
 
 
+@pytest.fixture(autouse=True)
+def model_priced(settings) -> None:
+    """The fake model has a price, so its calls count against budgets."""
+    settings.PSYCHONAUTS_PRICES = {**settings.PSYCHONAUTS_PRICES, MODEL: (3.0, 15.0)}
+
+
 @pytest.fixture
 def claude(settings, monkeypatch) -> Path:
     why = _installed()
