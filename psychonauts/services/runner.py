@@ -35,6 +35,7 @@ from psychonauts.checkpoint import (
     tool_call_done,
     tool_call_open,
     turn_complete,
+    turn_feedback,
     turn_open,
     turn_record,
 )
@@ -58,7 +59,7 @@ from psychonauts.services.budget import (
     spend_recorded,
 )
 from psychonauts.services.prompt import agent_prompt
-from psychonauts.services.runs import run_outcome
+from psychonauts.services.runs import agent_run_stop_orphan, run_outcome
 from psychonauts.services.spawn import Execute, agent_spawn
 from psychonauts.services.verification import (
     failure_reason,
@@ -94,6 +95,21 @@ logger = logging.getLogger(__name__)
 # A caller watching a run (the CLI): called with each event's type and payload, except `text`,
 # whose pieces it sees as ("delta", {"text": ...}) while the model writes.
 Observer = Callable[[str, dict[str, Any]], None]
+
+
+# What the model is told instead of running calls of a turn its output limit cut short: the last
+# call's arguments may be incomplete, and running a call on half its input does harm (a file
+# written half, `{}` for a command).
+CUT_CALL = (
+    "not run: your answer was cut off at the output limit ({max_tokens} tokens) before its tool "
+    "calls were complete, so none of them was run. Make the calls again, smaller: split a long "
+    "file into several edits or writes."
+)
+# The one reminder a reviewing role gets when it gives its final answer without a verdict.
+VERDICT_REMINDER = (
+    "You have not recorded a verdict. Call {tool} now, with verdict `pass` or `fail` and your "
+    "reasons; it is a tool call, not text. Without it your stage fails."
+)
 
 
 class _Stop(PsychonautError):
@@ -302,14 +318,12 @@ class Runner:
             elapsed = (timezone.now() - started).total_seconds()
             if elapsed > self.role.timeout_s:
                 raise _Stop(f"timeout: {elapsed:.0f}s > {self.role.timeout_s}s")
+            # A sub-agent looks up its chain of parents before each turn: one that ended
+            # (its run, stage or wave ended; it was cancelled) takes its whole tree with it.
+            agent_run_stop_orphan(run=self.run)
             spend = self.open_turn()
-            if spend is None:  # someone else ended it: the burst manager cancelled it
-                self.run.refresh_from_db(fields=["status", "result", "error"])
-                registry.registry_remove(self.run.pk)
-                if self.run.status == AgentStatus.CANCELLED:
-                    self.emit("cancelled", reason="cancelled by the burst manager")
-                self.flush_events()
-                return run_outcome(self.run)
+            if spend is None:  # someone else ended it: the burst manager, or its parent's end
+                return self.ended_elsewhere()
             messages = self.messages(turns[self.offset :])
             budget_check(
                 self.run,
@@ -351,8 +365,44 @@ class Runner:
                 outcome = self.done(turn)
                 if outcome is not None:
                     return outcome
-                continue  # verification failed: the agent fixes it in its next turn
+                continue  # verification failed (or a verdict is owed): the agent goes on
             self.finish_tools(turn, calls, originals)
+            if self.verdict_given(turn, calls):
+                # A reviewing role whose turn only recorded its verdict has said its last word:
+                # it ends here rather than be asked again (and call report_verdict again).
+                assert self.completion is not None
+                turn_complete(self.completion)
+                self.completion = None
+                outcome = self.done(turn)
+                if outcome is not None:
+                    return outcome
+
+    def verdict_given(self, turn: AgentTurn, calls: dict[str, ToolCall]) -> bool:
+        """The turn's calls were all report_verdict, and one of them recorded a verdict."""
+        if VERDICT_TOOL not in self.role.allowed_tools or turn.stop_reason == "max_tokens":
+            return False
+        uses = [b for b in turn.assistant if b.get("type") == "tool_use"]
+        return (
+            bool(uses)
+            and all(u["name"] == VERDICT_TOOL for u in uses)
+            and any(u["id"] in calls and not calls[u["id"]].is_error for u in uses)
+        )
+
+    def ended_elsewhere(self) -> Outcome:
+        """The run was ended by someone else (the burst manager cancelled it, or its parent's
+        end stopped it): its outcome is theirs, and it does nothing more."""
+        self.run.refresh_from_db(fields=["status", "result", "error"])
+        registry.registry_remove(self.run.pk)
+        if self.run.status == AgentStatus.CANCELLED:
+            self.emit("cancelled", reason=self.run.error or "cancelled by the burst manager")
+        self.flush_events()
+        return run_outcome(self.run)
+
+    def still_running(self) -> bool:
+        """Whether the run is still this execution's to end: not cancelled meanwhile, and (a
+        sub-agent) no agent above it has ended."""
+        agent_run_stop_orphan(run=self.run)
+        return AgentRun.objects.filter(pk=self.run.pk, status=AgentStatus.RUNNING).exists()
 
     def started_elsewhere(self, last: AgentTurn) -> bool:
         """A central repository, and this resumed run's earlier turns ran on another host. When
@@ -528,6 +578,7 @@ class Runner:
                     announce=fresh is None,
                     record=not last,
                     original=(originals or {}).get(use["id"]),
+                    cut=turn.stop_reason == "max_tokens",
                 )
                 unrecorded = call if last else None
             results.append(
@@ -554,6 +605,7 @@ class Runner:
         announce: bool,
         record: bool = True,
         original: dict[str, Any] | None = None,
+        cut: bool = False,
     ) -> ToolCall:
         """Execute one tool call; `record`: write its result now (else the caller writes it).
         `use` is the stored (redacted) call; the tool runs with `original`, the model's input,
@@ -589,7 +641,9 @@ class Runner:
             ),
         )
         started = time.monotonic()
-        if original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
+        if cut:
+            result = ToolResult(CUT_CALL.format(max_tokens=settings.PSYCHONAUTS_MAX_TOKENS), True)
+        elif original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
             # Resumed: the model's input held a secret, and only its redacted form was kept.
             # Running that would write the mark where the secret was (into a file, a command).
             result = ToolResult(
@@ -625,6 +679,10 @@ class Runner:
         verdict (a role with `report_verdict`), end the run. None: the verification failed and
         its corrective message is now the turn's reply; the loop goes on."""
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
+        if not self.still_running():
+            # Its run, stage or wave ended (or its parent did) while it worked: what it left in
+            # the worktree is not committed; the next attempt starts from the branch's tip.
+            return self.ended_elsewhere()
         sha = ""
         try:
             workspace = self.workspace  # made (and fenced) even when there is nothing to commit
@@ -651,7 +709,7 @@ class Runner:
                 return None  # the corrective message is the turn's reply now
             text += f"\n\nVerified: {len(report.checks)} check(s) passed."
         if VERDICT_TOOL in self.role.allowed_tools:
-            return self.judge(text.strip(), blocks=checks.verdict_blocks)
+            return self.judge(text.strip(), blocks=checks.verdict_blocks, turn=turn)
         return self.finish(AgentStatus.DONE, result=text.strip())
 
     def verify(
@@ -688,10 +746,17 @@ class Runner:
             return report, ""
         return report, failure_reason(report, commit=commit, round=round)
 
-    def judge(self, text: str, *, blocks: bool) -> Outcome:
-        """End a reviewing role's run by its verdict: none fails it, `fail` fails it when the
-        stage's verdict blocks, else the reasons become a comment on the quantum."""
+    def judge(self, text: str, *, blocks: bool, turn: AgentTurn) -> Outcome | None:
+        """End a reviewing role's run by its verdict: none fails it (after one reminder turn:
+        None, the reminder is the turn's reply), `fail` fails it when the stage's verdict
+        blocks, else the reasons become a comment on the quantum."""
         verdict = verdict_find(agent_run_id=self.run.pk)
+        if verdict is None and not self.reminded() and turn.pk is not None:
+            reminder = VERDICT_REMINDER.format(tool=VERDICT_TOOL)
+            turn.tool_results = [{"type": "text", "text": reminder}]
+            turn_feedback(turn_id=turn.pk, content=[{"type": "text", "text": reminder}])
+            self.emit("verdict_reminded", reminder=reminder)
+            return None
         if verdict is None:
             return self.finish(
                 AgentStatus.ERROR,
@@ -714,6 +779,14 @@ class Runner:
             author_kind=AuthorKind.PSYCHONAUT,
         )
         return self.finish(AgentStatus.DONE, result=result)
+
+    def reminded(self) -> bool:
+        """Whether the run was reminded of its verdict before (its one reminder is spent): the
+        reminder is a turn's stored reply, so a resumed run knows it too."""
+        reminder = VERDICT_REMINDER.format(tool=VERDICT_TOOL)
+        return AgentTurn.objects.filter(
+            agent_run_id=self.run.pk, tool_results__contains=[{"type": "text", "text": reminder}]
+        ).exists()
 
     def stale(self, reason: str) -> Outcome:
         """This execution lost its agent to another one (taken over on another host while this
