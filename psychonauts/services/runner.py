@@ -77,15 +77,17 @@ from psychonauts.tools import (
     tool_execute,
     tools_for,
 )
-from psychonauts.verify import VerifyReport, verify_commands_run
+from psychonauts.verify import Check, VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
     commit_message,
     git,
     repo_url,
     workspace_commit,
+    workspace_discard,
     workspace_prepare,
     workspace_ready,
+    workspace_uncommitted,
 )
 from quanta.models import AuthorKind
 from quanta.services import comment_add
@@ -305,6 +307,8 @@ class Runner:
             outcome = self.done(turns[-1])
             if outcome is not None:
                 return outcome
+        if not turns:
+            self.start_clean()
         started = self.run.started_at or timezone.now()
         system = (
             self.role.system_prompt
@@ -376,6 +380,38 @@ class Runner:
                 outcome = self.done(turn)
                 if outcome is not None:
                     return outcome
+
+    def start_clean(self) -> None:
+        """A fresh attempt of a stage's agent starts from its branch tip: what an earlier attempt
+        left uncommitted (it was cancelled, or failed, mid-work) is discarded, and the
+        `workspace_cleaned` event lists it. Not when the tree is shared with work in progress:
+        a sub-agent works in its parent's tree, a fan-out sibling or an agent waiting on the
+        Tether may be at work in the quantum's tree, and the shared mode has one tree for all."""
+        run = self.run
+        if (
+            run.quantum_run_id is None  # a run from the command line: the operator's tree
+            or run.parent_id is not None
+            or settings.PSYCHONAUTS_WORKSPACE_MODE == "shared"
+            or AgentRun.objects.filter(
+                quantum_id=run.quantum_id,
+                status__in=(AgentStatus.RUNNING, AgentStatus.WAITING),
+            )
+            .exclude(pk=run.pk)
+            .exists()
+        ):
+            return
+        workspace = self.workspace
+        discarded = workspace_discard(workspace, quantum_id=run.quantum_id)
+        if discarded:
+            tip = git("rev-parse", "HEAD", cwd=workspace)
+            self.emit(
+                "workspace_cleaned",
+                commit=tip,
+                files=discarded[:100],
+                count=len(discarded),
+                reason="left uncommitted by an earlier attempt: discarded, this attempt "
+                f"starts from {branch_for(run.quantum_id)} at {tip[:10]}",
+            )
 
     def verdict_given(self, turn: AgentTurn, calls: dict[str, ToolCall]) -> bool:
         """The turn's calls were all report_verdict, and one of them recorded a verdict."""
@@ -723,10 +759,17 @@ class Runner:
         self.phase(AgentPhase.TOOL_USE)
         self.emit("verifying", round=round, commit=commit, commands=commands)
         self.flush_events()  # the operator sees a long verification start, not only its end
+        # The verification is recorded against `commit`: it runs on exactly that, or not at
+        # all. Files the commit does not hold (written after it, or by someone else) would make
+        # it pass or fail on what nobody committed.
+        uncommitted = workspace_uncommitted(self.workspace)
         _release_connection()  # the commands may run for minutes
-        report = verify_commands_run(
-            commands, workspace=self.workspace, quantum_id=self.run.quantum_id
-        )
+        if uncommitted:
+            report = _not_the_commit(commands, commit, uncommitted)
+        else:
+            report = verify_commands_run(
+                commands, workspace=self.workspace, quantum_id=self.run.quantum_id
+            )
         retry = not report.passed and round <= retries
         feedback = (
             feedback_message(report, commit=commit, round=round, retries=retries) if retry else ""
@@ -826,6 +869,16 @@ class Runner:
             return run_outcome(run)
         self.notify(*outcome)
         return Outcome(status, result, error)  # type: ignore[arg-type]
+
+
+def _not_the_commit(commands: list[str], commit: str, uncommitted: list[str]) -> VerifyReport:
+    """A verification that could not run on `commit` alone: each command fails, not run."""
+    shown = ", ".join(uncommitted[:20]) + (" ..." if len(uncommitted) > 20 else "")
+    reason = (
+        f"not run: the workspace holds changes that commit {commit[:10]} does not ({shown}); "
+        "a verification runs on exactly the commit it records"
+    )
+    return VerifyReport(tuple(Check(c, False, None, reason, "", 0.0) for c in commands))
 
 
 def _release_connection() -> None:
