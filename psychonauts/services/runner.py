@@ -58,6 +58,7 @@ from psychonauts.services.budget import (
     cost_usd,
     spend_recorded,
 )
+from psychonauts.services.context import messages_fit, output_tokens
 from psychonauts.services.prompt import agent_prompt
 from psychonauts.services.runs import agent_run_stop_orphan, run_outcome
 from psychonauts.services.spawn import Execute, agent_spawn
@@ -182,6 +183,7 @@ class Runner:
         self._text: list[str] = []
         self._text_since = 0.0  # when the oldest text in _text came
         self.completion: TurnCompletion | None = None  # a finished turn not written yet
+        self.max_tokens = settings.PSYCHONAUTS_MAX_TOKENS  # the answer's limit, per request
 
     @property
     def workspace(self) -> Path:
@@ -329,6 +331,24 @@ class Runner:
             if spend is None:  # someone else ended it: the burst manager, or its parent's end
                 return self.ended_elsewhere()
             messages = self.messages(turns[self.offset :])
+            # An endpoint with a registered context size gets a conversation that fits it.
+            context_tokens: int | None = getattr(self.provider, "context_tokens", None)
+            self.max_tokens = output_tokens(settings.PSYCHONAUTS_MAX_TOKENS, context_tokens)
+            fitted = messages_fit(
+                messages,
+                system=system,
+                tools=tools,
+                context_tokens=context_tokens,
+                max_tokens=self.max_tokens,
+            )
+            if fitted.trimmed:
+                self.emit(
+                    "context_trimmed",
+                    pieces=fitted.trimmed,
+                    chars=fitted.chars,
+                    context_tokens=context_tokens,
+                )
+            messages = fitted.messages
             budget_check(
                 self.run,
                 spend=spend,
@@ -341,7 +361,7 @@ class Runner:
                 system=system,
                 messages=messages,
                 tools=tools,
-                max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+                max_tokens=self.max_tokens,
                 run=RunInfo(
                     agent_run_id=self.run.pk,
                     agent_id=self.run.agent_id,
@@ -678,7 +698,7 @@ class Runner:
         )
         started = time.monotonic()
         if cut:
-            result = ToolResult(CUT_CALL.format(max_tokens=settings.PSYCHONAUTS_MAX_TOKENS), True)
+            result = ToolResult(CUT_CALL.format(max_tokens=self.max_tokens), True)
         elif original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
             # Resumed: the model's input held a secret, and only its redacted form was kept.
             # Running that would write the mark where the secret was (into a file, a command).

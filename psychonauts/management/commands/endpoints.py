@@ -56,12 +56,25 @@ class Command(SafeCommand):
         add.add_argument("--price-in", type=price, help="USD per million input tokens")
         add.add_argument("--price-out", type=price, help="USD per million output tokens")
         add.add_argument("--disabled", action="store_true", help="add it switched off")
+        add.add_argument(
+            "--context-tokens",
+            type=positive_int,
+            default=None,
+            help="the model's context size in tokens (the server's n_ctx): requests are kept "
+            "within it",
+        )
+        add.add_argument(
+            "--text-tool-calls",
+            action="store_true",
+            help="parse tool calls the model writes as text (fenced JSON of name and "
+            "arguments) as tool calls",
+        )
         add.add_argument("--json", action="store_true")
         remove = sub.add_parser("remove", help="remove an endpoint")
         remove.add_argument("name")
         remove.add_argument("--json", action="store_true")
         check = sub.add_parser("check", help="check the health of every enabled endpoint now")
-        check.add_argument("names", nargs="*", help="only these endpoints")
+        check.add_argument("names", nargs="*", help="only these endpoints (enabled or not)")
         check.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -122,6 +135,8 @@ class Command(SafeCommand):
             usd_per_mtok_in=options["price_in"],
             usd_per_mtok_out=options["price_out"],
             enabled=not options["disabled"],
+            context_tokens=options["context_tokens"],
+            text_tool_calls=options["text_tool_calls"],
         )
         if options["json"]:
             emit_json(self.stdout, {"name": row.name, "added": True})
@@ -149,7 +164,7 @@ class Command(SafeCommand):
         if options["json"]:
             emit_json(self.stdout, [_result(r) for r in results])
         elif not results:
-            self.stdout.write("no enabled endpoints to check")
+            self.stdout.write("no enabled endpoints to check (name one to check it anyway)")
         else:
             table(
                 self.stdout,
