@@ -447,6 +447,9 @@ class Runner:
     def ended_elsewhere(self) -> Outcome:
         """The run was ended by someone else (the burst manager cancelled it, or its parent's
         end stopped it): its outcome is theirs, and it does nothing more."""
+        if self.completion is not None:  # the last turn's results stay the run's record
+            turn_complete(self.completion)
+            self.completion = None
         self.run.refresh_from_db(fields=["status", "result", "error"])
         registry.registry_remove(self.run.pk)
         if self.run.status == AgentStatus.CANCELLED:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
-from bursts.services import wave_start
-from psychonauts.models import Verification
+from bursts.services import wave_cancel, wave_start
+from core.models import Event
+from psychonauts.models import ToolCall, Verification
 from psychonauts.workspaces import branch_for, demo_repo_ensure
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
@@ -117,3 +118,118 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout} s: {what}")
+
+
+# The coder hands the work to a planner and waits for it; the planner works on, a file a second,
+# and would commit at its end. The stage's timeout (2 s) stops the coder first.
+WAITING_CODER = """
+name: waiting-coder
+match: {roles: [coder], labels: [spawn-tree]}
+turns:
+  - tools:
+      - spawn: {agents: [{role: planner, task: "do the work of quantum {quantum_id}"}]}
+  - text: "The planner did it."
+"""
+SLOW_PLANNER = """
+name: slow-planner
+match: {roles: [planner], labels: [spawn-tree]}
+turns:
+  - {sleep: 1, tools: [{write_file: {path: "child-1.txt", content: "1\\n"}}]}
+  - {sleep: 1, tools: [{write_file: {path: "child-2.txt", content: "2\\n"}}]}
+  - {sleep: 1, tools: [{write_file: {path: "child-3.txt", content: "3\\n"}}]}
+  - {sleep: 1, tools: [{write_file: {path: "child-4.txt", content: "4\\n"}}]}
+  - {sleep: 1, tools: [{write_file: {path: "child-5.txt", content: "5\\n"}}]}
+  - text: "Wrote five files."
+"""
+
+
+def _branch_tip(repo: Path, quantum_id: int) -> str:
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "rev-parse", "--verify", "-q", branch_for(quantum_id)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
+def test_a_failed_stage_stops_its_whole_spawn_tree_and_nothing_of_it_commits(
+    make_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    scripts = _scripts(tmp_path, coder=WAITING_CODER, planner=SLOW_PLANNER)
+    repo = _psychonaut_worker(make_worker, tmp_path, scripts, "spawntree")
+    pipeline("timed", {"mode": "sequential", "agents": ["coder"], "timeout_s": 2}, default=True)
+    quantum = quantum_create(title="a slow helper", labels=["spawn-tree"])
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+    wave = wait_wave(wave_start().pk, timeout=60)
+
+    run = QuantumRun.objects.get(quantum=quantum)
+    assert run.status == RunStatus.ERROR
+    assert run.finished_at is not None
+    # Everything under the run has ended, each agent soon after the run (at its next turn).
+    _wait(
+        lambda: not AgentRun.objects.filter(quantum=quantum, status__in=AGENT_LIVE).exists(),
+        15,
+        "every agent of the run ended",
+    )
+    child = AgentRun.objects.get(quantum=quantum, parent__isnull=False)
+    assert child.status == AgentStatus.CANCELLED, (child.status, child.error)
+    assert child.error.startswith("stopped:")
+    assert child.finished_at is not None
+    assert (child.finished_at - run.finished_at).total_seconds() < 2.5
+    # Nothing of it reached the branch, then or later.
+    assert AgentRun.objects.filter(quantum=quantum).count() == 2  # no retry, no other child
+    tip = _branch_tip(repo, quantum.pk)
+    assert tip in ("", head), "a stopped agent committed to the quantum's branch"
+    assert wave.status == WaveStatus.DONE
+
+
+# The coder's model answers, after a while, with a spawn of three sub-agents: the wave is
+# cancelled while that answer is on its way.
+LATE_SPAWN = """
+name: late-spawn
+match: {roles: [coder], labels: [late-spawn]}
+turns:
+  - sleep: 3
+    tools:
+      - spawn:
+          agents:
+            - {role: planner, task: "one"}
+            - {role: planner, task: "two"}
+            - {role: planner, task: "three"}
+  - text: "Done."
+"""
+
+
+def test_a_cancel_stops_a_spawn_in_flight_from_starting_sub_agents(
+    make_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    scripts = _scripts(tmp_path, coder=LATE_SPAWN, planner=QUICK_PLANNER)
+    _psychonaut_worker(make_worker, tmp_path, scripts, "latespawn")
+    pipeline("one", ("sequential", ["coder"]), default=True)
+    quantum = quantum_create(title="many helpers", labels=["late-spawn"])
+    wave = wave_start()
+    _wait(
+        lambda: Event.objects.filter(
+            topic__startswith=f"agent:{quantum.pk}_", type="phase"
+        ).exists(),
+        30,
+        "the coder is waiting for its model's answer",
+    )
+
+    wave_cancel(wave_id=wave.pk)
+
+    coder = AgentRun.objects.get(quantum=quantum, parent__isnull=True)
+    _wait(
+        lambda: ToolCall.objects.filter(agent_run=coder, name="spawn", completed=True).exists(),
+        30,
+        "the coder's spawn call was answered",
+    )
+    call = ToolCall.objects.get(agent_run=coder, name="spawn")
+    assert call.is_error and "no longer running" in call.output
+    assert not AgentRun.objects.filter(parent=coder).exists()
+    coder.refresh_from_db()
+    assert coder.status == AgentStatus.CANCELLED
