@@ -248,3 +248,14 @@ def test_spawn_with_both_one_agent_and_a_list_is_refused_and_starts_nothing(
     call = ToolCall.objects.get(agent_run=run, name="spawn")
     assert call.is_error and "ambiguous" in call.output
     assert not AgentRun.objects.filter(parent=run).exists()
+
+
+def test_adding_an_endpoint_says_when_the_roles_would_not_use_it(repo, settings, capsys):
+    settings.PSYCHONAUTS_PROVIDER = ""
+    call_command("endpoints", "add", "local", "--model", "qwen-coder")
+    out = capsys.readouterr().out
+    assert "scripted provider" in out and "ANNIHILATION_PROVIDER=openai" in out
+
+    settings.PSYCHONAUTS_PROVIDER = "openai"
+    call_command("endpoints", "add", "other", "--model", "qwen-coder")
+    assert "ANNIHILATION_PROVIDER" not in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from core.cli import SafeCommand, emit_json, positive_int, shorten, table
@@ -18,7 +19,8 @@ from psychonauts.endpoints import (
     registry_snapshot,
 )
 from psychonauts.errors import PsychonautError
-from psychonauts.models import Endpoint, EndpointProvider
+from psychonauts.models import Endpoint, EndpointProvider, Role
+from psychonauts.roles import roles_sync_defaults
 from quanta.models import Complexity
 
 
@@ -145,6 +147,18 @@ class Command(SafeCommand):
             f"added endpoint {row.name} ({row.provider} {row.model}, tier {row.tier}); "
             f"check it with `manage.py endpoints check {row.name}`"
         )
+        roles_sync_defaults()  # a fresh database has none yet: the shipped ones are what runs
+        scripted = sorted(
+            Role.objects.filter(provider__in=("scripted", "noop")).values_list("name", flat=True)
+        )
+        if not settings.PSYCHONAUTS_PROVIDER and scripted:
+            # The registry routes only runs that need a model: a role on the offline provider
+            # never asks it. Said here, where the operator expects the endpoint to take runs.
+            self.stdout.write(
+                f"note: roles {', '.join(scripted)} run on the offline scripted provider and do "
+                "not use the registry; set ANNIHILATION_PROVIDER=openai (or anthropic) in the "
+                "workers' environment for their runs to go to the endpoints"
+            )
 
     def _remove(self, options: dict[str, Any]) -> None:
         endpoint_remove(name=options["name"])
