@@ -47,6 +47,7 @@ from psychonauts.providers.base import (
     ProviderRequest,
     ProviderResponse,
     RunInfo,
+    TextBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -107,6 +108,12 @@ CUT_CALL = (
     "not run: your answer was cut off at the output limit ({max_tokens} tokens) before its tool "
     "calls were complete, so none of them was run. Make the calls again, smaller: split a long "
     "file into several edits or writes."
+)
+# What the model is told when the output limit cut its answer short of any tool call: it is not
+# taken as the agent's final answer.
+CUT_TEXT = (
+    "Your answer was cut off at the output limit ({max_tokens} tokens), so it is not taken as "
+    "your final answer. Be brief: make the next tool call now, or give a short final answer."
 )
 # The one reminder a reviewing role gets when it gives its final answer without a verdict.
 VERDICT_REMINDER = (
@@ -385,6 +392,14 @@ class Runner:
             turn, calls = self.checkpoint(index, response)
             turns.append(turn)
             self.changed = self.changed or calls_change_workspace(turn.assistant)
+            if not response.tool_uses and response.stop_reason == "max_tokens":
+                # Not a final answer: the output limit cut it. The model is told and goes on.
+                cut: list[TextBlock] = [
+                    {"type": "text", "text": CUT_TEXT.format(max_tokens=self.max_tokens)}
+                ]
+                turn.tool_results = list(cut)
+                turn_feedback(turn_id=turn.pk, content=cut)
+                continue
             if not response.tool_uses:
                 outcome = self.done(turn)
                 if outcome is not None:

@@ -105,6 +105,19 @@ def test_a_tool_call_cut_by_the_output_limit_is_not_run_and_the_model_is_told(
     assert "cut off at the output limit" in told[0]["content"]
 
 
+def test_an_answer_cut_by_the_output_limit_is_not_taken_as_the_final_answer(
+    repo, make_run, make_quantum
+):
+    replies = [recorded.cut_text_call(), FakeReply(text="Done: nothing to change.")]
+    with fake_openai_server(replies) as server:
+        _, outcome = _run(make_run, make_quantum, "coder", server)
+
+    assert outcome.status == "done", outcome.error
+    assert outcome.result.startswith("Done: nothing to change.")
+    told = server.requests[1]["messages"][-1]
+    assert told["role"] == "user" and "cut off at the output limit" in told["content"]
+
+
 # --- tool calls written as text ----------------------------------------------------------------
 
 
