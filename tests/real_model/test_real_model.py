@@ -156,7 +156,8 @@ def _assert_verified_on_its_commit(agent: AgentRun, repo: Path) -> None:
             assert sha in commits, (sha, commits)
 
 
-def test_one_agent_on_the_real_model(registry: None, repo: Path) -> None:
+def test_one_agent_on_the_real_model(repo: Path, registry: None) -> None:
+    # `repo` first: it resets the provider setting, which `registry` then sets to openai.
     quantum = quantum_create(title=TASK, body=TASK, verify_commands=VERIFY, complexity="standard")
     run = staged_run(quantum, "coder", verify=True, verify_retries=1)
 
