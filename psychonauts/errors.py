@@ -21,6 +21,20 @@ class ProviderError(PsychonautError):
     """The provider failed for good (after its retries); the run ends in `error`."""
 
 
+# How the error of a run that infrastructure ended begins (reflection reads it: no lesson).
+INFRASTRUCTURE = "infrastructure error: "
+
+
+class InfrastructureError(ProviderError):
+    """What failed is the machinery around the agent (the model's server, its limits), not the
+    agent's work: nothing to learn from it about how agents should work. The run's error begins
+    with INFRASTRUCTURE."""
+
+
+class ContextOverflow(InfrastructureError):
+    """The model's server refused a request longer than the model's context."""
+
+
 class UnknownProvider(PsychonautError):
     """No provider is registered under that name."""
 

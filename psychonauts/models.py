@@ -354,6 +354,18 @@ class Endpoint(models.Model):
         help_text="USD per million output tokens; blank = PSYCHONAUTS_PRICES",
     )  # fmt: skip
     enabled = models.BooleanField(default=True)
+    context_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1024)],
+        help_text="the model's context size in tokens (the server's n_ctx); each request is "
+        "kept within it by trimming old tool results; blank = not bounded here",
+    )
+    text_tool_calls = models.BooleanField(
+        default=False,
+        help_text="take tool calls the model writes as text (a fenced JSON object of `name` and "
+        "`arguments`, or <tool_call> tags) as tool calls, strictly",
+    )
     health = models.CharField(
         max_length=10, choices=HealthStatus.choices, default=HealthStatus.UNKNOWN
     )

@@ -639,8 +639,15 @@ def _spawn(ctx: ToolContext, args: dict[str, Any]) -> str:
     if ctx.spawn is None:
         raise ToolFailure("spawning is not available here")
     specs = args.get("agents") or []
+    if ("role" in args or "task" in args) and specs:
+        # Which did the model mean, one agent or the list? Running both starts agents nobody
+        # asked for.
+        raise ToolFailure(
+            "ambiguous: give either `role` and `task` (one sub-agent) or `agents` (several), "
+            "not both; nothing was started"
+        )
     if "role" in args:
-        specs = [{"role": args["role"], "task": args.get("task", "")}, *specs]
+        specs = [{"role": args["role"], "task": args.get("task", "")}]
     if not specs:
         raise ToolFailure("name a `role` and `task`, or a list of `agents`")
     return ctx.spawn(specs)

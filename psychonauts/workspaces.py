@@ -459,6 +459,37 @@ def workspace_left_out(workspace: Path, *, limit: int = 200) -> list[str]:
     return sorted(p for p in proc.stdout.split("\0") if p)[:limit]
 
 
+def workspace_uncommitted(workspace: Path) -> list[str]:
+    """The paths whose content is not in the worktree's HEAD commit: changed, removed or new
+    files the runtime's commit would take (generated files it leaves out are not listed)."""
+    out = git(
+        *("-c", f"core.excludesFile={excludes_file(workspace)}"),
+        *("status", "--porcelain", "-z", "--untracked-files=all"),
+        cwd=workspace,
+    )
+    paths = []
+    for entry in out.split("\0"):
+        if len(entry) > 3 and entry[2] == " ":
+            paths.append(entry[3:])
+    return sorted(paths)
+
+
+def workspace_discard(workspace: Path, *, quantum_id: int) -> list[str]:
+    """Bring the worktree back to its branch tip: what is not committed (changed, removed or
+    new, but the generated files the commit leaves out) is discarded. Returns the paths
+    discarded ([] when the worktree was clean)."""
+    left = workspace_uncommitted(workspace)
+    if not left:
+        return []
+    exclude = f"core.excludesFile={excludes_file(workspace)}"
+    with file_lock(f"commit-{stripe(str(workspace.resolve()))}"):
+        git("reset", "-q", "--hard", "HEAD", cwd=workspace)
+        git("-c", exclude, "clean", "-q", "-f", "-d", cwd=workspace)
+    # Files git wrote back are the runtime's: hand them to the quantum's sandbox user again.
+    workspace_own(workspace, quantum_id=quantum_id)
+    return left
+
+
 def worktree_path(quantum_id: int) -> Path:
     """Where a quantum's worktree is (or would be); the target repository in shared mode."""
     if settings.PSYCHONAUTS_WORKSPACE_MODE == "shared":

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psychonauts.errors import INFRASTRUCTURE
 from reflection.models import PlaybookRule, ReflectionRun, RuleKind
 from reflection.services import playbook
 
@@ -98,7 +99,9 @@ def findings(burst_id: int) -> tuple[list[Finding], int]:
     failures: dict[tuple[str, str, str], Finding] = {}
     committed = _committed([r.pk for r in runs])
     for r in runs:
-        if r.status != AgentStatus.ERROR:
+        if r.status != AgentStatus.ERROR or r.error.startswith(INFRASTRUCTURE):
+            # Infrastructure that failed (a model server down, a context overflow) teaches
+            # nothing about how agents should work.
             continue
         error = (r.error.strip().splitlines() or ["an unexplained error"])[0][:200]
         if results.get(r.pk, "").startswith(VERDICT_FAIL):

@@ -22,7 +22,7 @@ from bursts.models import AgentRun, QuantumRun
 from core.events import publish
 from core.models import Event, Session
 from psychonauts.diary import DiaryNote, diary_add_extracted
-from psychonauts.errors import PsychonautError
+from psychonauts.errors import INFRASTRUCTURE, PsychonautError
 from psychonauts.models import DiaryEntry, DiaryKind, DiarySource
 from psychonauts.providers.base import RunInfo
 from psychonauts.services.oneshot import role_complete
@@ -57,6 +57,11 @@ class Extraction:
     problems: list[str] = field(default_factory=list)
 
 
+# What the reflector reads instead of an error infrastructure caused: nothing it could turn into
+# a rule for agents.
+INFRASTRUCTURE_LINE = "ended by an infrastructure failure (not the agent's doing: no lesson)"
+
+
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -74,6 +79,8 @@ def _event_line(kind: str, payload: dict[str, Any]) -> str:
     if kind == "verdict":
         return f"verdict {payload.get('verdict', '?')}: {payload.get('reasons', '')}"
     if kind == "error":
+        if str(payload.get("error", "")).startswith(INFRASTRUCTURE):
+            return INFRASTRUCTURE_LINE
         return f"error: {payload.get('error', '')}"
     return f"{kind}: {json.dumps(payload, ensure_ascii=False, sort_keys=True)}"
 
@@ -117,7 +124,10 @@ def transcript(quantum_run: QuantumRun, agents: Sequence[AgentRun]) -> str:
                 lines.append("- (the rest of this session is left out)")
                 break
             lines.append(line)
-        if agent.error:
+        if agent.error.startswith(INFRASTRUCTURE):
+            # Not the agent's doing: no lesson for agents is to be drawn from it.
+            lines.append(INFRASTRUCTURE_LINE)
+        elif agent.error:
             lines.append("error: " + _clip(agent.error, EVENT_MAX))
         elif agent.result:
             lines.append("result: " + _clip(agent.result, EVENT_MAX))

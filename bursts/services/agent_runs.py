@@ -221,6 +221,41 @@ def agent_run_fail(*, agent_run_id: int, error: str, now: datetime) -> bool:
     )
 
 
+def agent_run_stop(*, agent_run_id: int, error: str, now: datetime) -> bool:
+    """Live -> cancelled: an agent whose parent (or its parent's parent) ended stops with it;
+    False if it had ended already."""
+    return (
+        AgentRun.objects.filter(pk=agent_run_id, status__in=AGENT_LIVE).update(
+            status=AgentStatus.CANCELLED, phase=AgentPhase.ERROR, error=error, finished_at=now
+        )
+        == 1
+    )
+
+
+# The first ended agent up a sub-agent's chain of parents (itself excluded), nearest first.
+_ANCESTOR_ENDED = """
+WITH RECURSIVE up AS (
+    SELECT {parent_id} AS id, 1 AS depth FROM {table} WHERE {id} = %(id)s
+    UNION ALL
+    SELECT a.{parent_id}, up.depth + 1 FROM {table} a JOIN up ON a.{id} = up.id
+    WHERE up.depth < 64
+)
+SELECT a.{agent_id}, a.{status} FROM up JOIN {table} a ON a.{id} = up.id
+WHERE a.{status} <> ALL(%(live)s)
+ORDER BY up.depth
+LIMIT 1
+""".format(**_A)
+
+
+def agent_run_ancestor_ended(*, agent_run_id: int) -> tuple[str, str] | None:
+    """(agent id, status) of the nearest ancestor of a sub-agent that has ended, or None while
+    every one is live (or the run has no parent)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ANCESTOR_ENDED, {"id": agent_run_id, "live": sorted(AGENT_LIVE)})
+        row = cursor.fetchone()
+    return (str(row[0]), str(row[1])) if row else None
+
+
 def agent_run_slot_wait(*, agent_run_id: int) -> bool:
     """Running (on a worker) -> waiting on the Tether, as a slot records its agent's outcome. An answer may already have resumed it
     (agent_resume: running, worker cleared): then it stays running, or its resumed task would
@@ -302,8 +337,8 @@ def agent_runs_cancel_pending(
     pending = AgentRun.objects.filter(quantum_run_id=quantum_run_id, status=AgentStatus.PENDING)
     if stage_index is not None:
         pending = pending.filter(stage_index=stage_index)
-    if position is not None:
-        pending = pending.filter(position=position)
+    if position is not None:  # a slot: its attempts, not a sub-agent at the same position
+        pending = pending.filter(position=position, parent__isnull=True)
     return pending.update(status=AgentStatus.CANCELLED, error=error, finished_at=now)
 
 

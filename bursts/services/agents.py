@@ -189,7 +189,10 @@ def slot_run(
     while True:
         attempts = list(
             AgentRun.objects.filter(
-                quantum_run_id=quantum_run_id, stage_index=stage_index, position=position
+                quantum_run_id=quantum_run_id,
+                stage_index=stage_index,
+                position=position,
+                parent__isnull=True,  # a sub-agent at this position is not the slot's
             ).order_by("attempt")
         )
         if not attempts:

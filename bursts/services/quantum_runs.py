@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from bursts.events import BurstEvent, burst_batch
 from bursts.models import QuantumRun, RunStatus
-from bursts.services.agent_runs import agent_runs_cancel_pending
+from bursts.services.agent_runs import agent_runs_cancel_live, agent_runs_cancel_pending
 from core.events import EventBatch
 from core.sql import sql_names
 
@@ -147,6 +147,14 @@ def quantum_run_finish(
     if status != RunStatus.DONE:
         # Agents that never started will not: say so instead of leaving them pending.
         agent_runs_cancel_pending(quantum_run_id=run.pk, error=f"not run: {reason}", now=now)
+    # Nothing outlives its run: a fan-out sibling still at work when the stage failed, a
+    # sub-agent of any depth (they carry the run too) stop at their next turn and commit
+    # nothing more.
+    agent_runs_cancel_live(
+        quantum_run_ids=[run.pk],
+        error=f"stopped: the run ended {status}" + (f": {reason}" if reason else ""),
+        now=now,
+    )
     return True
 
 

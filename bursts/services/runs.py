@@ -71,7 +71,8 @@ _A = sql_names(AgentRun, "a_")
 # cost more than the whole round trip. The agent rows come from the statement's snapshot: one
 # that waited for the lock may miss what the holder wrote, but that holder was a step of this
 # same run (the row then shows its new stage, and this trigger is stale), and every agent
-# finish that triggered this step committed before the trigger was sent.
+# finish that triggered this step committed before the trigger was sent. Sub-agents (a parent)
+# share their parent's run and stage but hold no slot of it: they are left out.
 _RUN_FOR_STEP = """
 SELECT {run_columns},
        w.{w_status}, w.{w_continuous},
@@ -83,7 +84,8 @@ SELECT {run_columns},
                                                   a.{a_status}, a.{a_error}, a.{a_result})),
                         '[]')
         FROM {a_table} a
-        WHERE a.{a_quantum_run_id} = r.{r_id} AND a.{a_stage_index} <= r.{r_current_stage})
+        WHERE a.{a_quantum_run_id} = r.{r_id} AND a.{a_stage_index} <= r.{r_current_stage}
+          AND a.{a_parent_id} IS NULL)
 FROM {r_table} r
 JOIN {w_table} w ON w.{w_id} = r.{r_wave_id}
 JOIN {q_table} q ON q.{q_id} = r.{r_quantum_id}

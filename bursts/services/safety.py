@@ -131,6 +131,7 @@ def _check_runs(runs: list[QuantumRun], report: SafetyReport) -> None:
         quantum_run_id__in=list(stages),
         quantum_run__status=RunStatus.RUNNING,
         stage_index=F("quantum_run__current_stage"),
+        parent__isnull=True,  # the stage's slots; a sub-agent lives and ends with its parent
     )
     for agent in current:
         stages[agent.quantum_run_id].append(agent)  # type: ignore[index]

@@ -75,8 +75,12 @@ class AgentRow(Protocol):
 
 
 def slots_latest(run_id: int, stage_index: int) -> tuple[dict[int, AgentRun], dict[int, int]]:
-    """The latest attempt per position of a stage, and how many attempts each has had."""
-    return _latest(AgentRun.objects.filter(quantum_run_id=run_id, stage_index=stage_index))
+    """The latest attempt per position of a stage, and how many attempts each has had. A
+    stage's slots are its top-level agents: a sub-agent carries its parent's run, stage and a
+    position of its own among its siblings, and never stands for a slot."""
+    return _latest(
+        AgentRun.objects.filter(quantum_run_id=run_id, stage_index=stage_index, parent__isnull=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,9 @@ def _contexts(
     else:
         for run_id, *row in (
             AgentRun.objects.filter(
-                quantum_run_id__in=[run.pk for run, _ in items], status=AgentStatus.DONE
+                quantum_run_id__in=[run.pk for run, _ in items],
+                status=AgentStatus.DONE,
+                parent__isnull=True,
             )
             .order_by("stage_index", "position", "attempt")
             .values_list("quantum_run_id", "stage_index", "position", "agent_id", "result")
@@ -342,7 +348,7 @@ def _contexts(
 _PRIOR_ROWS = """
 SELECT {stage_index}, {position}, {agent_id}, {result}, {status}, {attempt}, {quantum_id}
 FROM {table}
-WHERE {quantum_run_id} = %(run)s
+WHERE {quantum_run_id} = %(run)s AND {parent_id} IS NULL
   AND (({status} = 'done' AND {stage_index} <= %(stage)s)
        OR ({stage_index} = %(stage)s AND {position} = %(position)s))
 ORDER BY {stage_index}, {position}, {attempt}
@@ -383,6 +389,7 @@ def agent_context(agent: AgentRun, mode: str) -> str:
             quantum_run_id=agent.quantum_run_id,
             stage_index__lte=agent.stage_index,
             status=AgentStatus.DONE,
+            parent__isnull=True,
         )
         .order_by("stage_index", "position", "attempt")
         .values_list("stage_index", "position", "agent_id", "result")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ import httpx2
 import openai
 from django.conf import settings
 
-from psychonauts.errors import ProviderError
+from psychonauts.errors import ContextOverflow, InfrastructureError, ProviderError
 from psychonauts.providers.base import (
     ContentBlock,
     Message,
@@ -85,8 +86,10 @@ class OpenAIProvider:
         api_key: str | None = None,
         timeout_s: float | None = None,
         client: openai.OpenAI | None = None,
+        text_tool_calls: bool = False,
     ) -> None:
         self._base_url = base_url
+        self._text_tool_calls = text_tool_calls
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._client = client
@@ -115,7 +118,7 @@ class OpenAIProvider:
                 # A request that never got its answer was retried by the SDK already; a stream
                 # that broke after it began is retried here.
                 if attempt >= attempts or not getattr(exc, "mid_stream", True):
-                    raise ProviderError(
+                    raise InfrastructureError(
                         f"openai: {_describe(exc)} after {attempt} "
                         f"attempt{'s' if attempt > 1 else ''}"
                     ) from exc
@@ -128,8 +131,20 @@ class OpenAIProvider:
                 )
                 attempt += 1
             except openai.APIStatusError as exc:
-                raise ProviderError(
-                    f"openai: HTTP {exc.status_code} from {request.model}: {_status_message(exc)}"
+                message = _status_message(exc)
+                if exc.status_code == 400 and _CONTEXT_OVERFLOW.search(message):
+                    raise ContextOverflow(
+                        f"openai: HTTP 400 from {request.model}: the request exceeds the "
+                        f"model's context: {message}"
+                    ) from exc
+                # The server's own trouble (overloaded, down) is not the agent's doing.
+                error = (
+                    InfrastructureError
+                    if exc.status_code in (429, 502, 503, 504)
+                    else ProviderError
+                )
+                raise error(
+                    f"openai: HTTP {exc.status_code} from {request.model}: {message}"
                 ) from exc
             except openai.OpenAIError as exc:
                 raise ProviderError(f"openai: {type(exc).__name__}: {exc}") from exc
@@ -146,7 +161,10 @@ class OpenAIProvider:
         }
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        stream = _Stream(request.model)
+        stream = _Stream(
+            request.model,
+            frozenset(t["name"] for t in request.tools) if self._text_tool_calls else None,
+        )
         opened = self.client.chat.completions.with_streaming_response.create(**body)
         try:
             response = opened.__enter__()
@@ -170,6 +188,15 @@ class OpenAIProvider:
         finally:
             opened.__exit__(None, None, None)
         return stream.response()
+
+
+# How servers say a prompt is over the model's context: llama.cpp ("exceeds the available context
+# size"), vLLM and OpenAI ("maximum context length", context_length_exceeded), Ollama.
+_CONTEXT_OVERFLOW = re.compile(
+    r"context (size|length|window)|context_length_exceeded|too many tokens|"
+    r"exceeds? the (available|maximum) context",
+    re.IGNORECASE,
+)
 
 
 def _describe(exc: BaseException) -> str:
@@ -289,8 +316,10 @@ def prompt_cached_tokens(usage: dict[str, Any]) -> int:
 
 
 class _Stream:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, text_tool_calls: frozenset[str] | None = None) -> None:
         self.model = model
+        # The tool names whose calls written as text are taken as calls (None: text is text).
+        self.text_tool_calls = text_tool_calls
         self.served_by = ""
         self.text: list[str] = []
         self.calls: dict[int, _Call] = {}
@@ -359,8 +388,16 @@ class _Stream:
                     "input": args if isinstance(args, dict) else {},
                 }
             )
-        # Some servers end a turn of tool calls with "stop": the calls decide.
-        stop = "tool_use" if self.calls else _STOP_REASONS.get(self.finish, self.finish)
+        if not self.calls and self.text_tool_calls is not None:
+            content = text_tool_calls(content, self.text_tool_calls)
+        calls = any(b["type"] == "tool_use" for b in content)
+        # Some servers end a turn of tool calls with "stop": the calls decide. An answer cut at
+        # its output limit stays "max_tokens" whatever it holds: its last call may be half
+        # written, and the runtime runs none of them.
+        if self.finish == "length":
+            stop = "max_tokens"
+        else:
+            stop = "tool_use" if calls else _STOP_REASONS.get(self.finish, self.finish)
         return ProviderResponse(
             content=content,
             stop_reason=stop,
@@ -371,3 +408,55 @@ class _Stream:
             model=self.model,
             extra={"served_by": self.served_by} if self.served_by else {},
         )
+
+
+# --- tool calls written as text ---------------------------------------------------------------
+
+# A fenced block (```json or a bare ```) holding one JSON object, or a <tool_call> tag around one
+# (Qwen's own chat template): how small models write a call they were asked to make as a tool
+# call.
+_FENCED = re.compile(
+    r"```(?:json)?[ \t]*\n(?P<fenced>\{.*?\})[ \t]*\n?```|<tool_call>\s*(?P<tagged>\{.*?\})\s*</tool_call>",
+    re.DOTALL,
+)
+
+
+def text_tool_calls(content: list[ContentBlock], tools: frozenset[str]) -> list[ContentBlock]:
+    """An answer's text with its tool calls written as text taken out as tool_use blocks, for an
+    endpoint marked to have them parsed (`Endpoint.text_tool_calls`).
+
+    Strict: a block becomes a call only when it is a JSON object of exactly `name` (one of the
+    request's tools) and `arguments` (an object, or a string holding one); any other block, and
+    all of the text when one block is not such a call, stays text, so prose that shows JSON is
+    never run. The text around the calls stays the answer's text."""
+    text = "".join(b["text"] for b in content if b["type"] == "text")
+    found = list(_FENCED.finditer(text))
+    if not found:
+        return content
+    calls: list[ContentBlock] = []
+    for n, match in enumerate(found, start=1):
+        call = _text_call(match.group("fenced") or match.group("tagged"), tools)
+        if call is None:
+            return content
+        name, arguments = call
+        calls.append({"type": "tool_use", "id": f"text_call_{n}", "name": name, "input": arguments})
+    rest = _FENCED.sub("", text).strip()
+    return [*([{"type": "text", "text": rest}] if rest else []), *calls]  # type: ignore[list-item]
+
+
+def _text_call(raw: str, tools: frozenset[str]) -> tuple[str, dict[str, Any]] | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or set(data) != {"name", "arguments"}:
+        return None
+    name, arguments = data["name"], data["arguments"]
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(name, str) or name not in tools or not isinstance(arguments, dict):
+        return None
+    return name, arguments

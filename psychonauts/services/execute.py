@@ -34,7 +34,10 @@ from psychonauts.endpoints import (
     registry_enabled,
 )
 from psychonauts.errors import (
+    INFRASTRUCTURE,
     AgentRunNotFound,
+    ContextOverflow,
+    InfrastructureError,
     ProviderError,
     PsychonautError,
     RoleNotFound,
@@ -303,9 +306,12 @@ def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) ->
             runner.flush_events()
         return Outcome("waiting", error=reason)
     except ProviderError as exc:
-        # The provider's own retries are spent: its endpoint failed (a busy one did not).
-        if route is not None and not isinstance(exc, EndpointBusy):
+        # The provider's own retries are spent: its endpoint failed (a busy one did not, nor
+        # one handed a request over the model's context).
+        if route is not None and not isinstance(exc, (EndpointBusy, ContextOverflow)):
             endpoint_failure(*route.health_key)
+        if isinstance(exc, (InfrastructureError, EndpointBusy)):
+            return _fail(run, runner, f"{INFRASTRUCTURE}{exc}")
         return _fail(run, runner, str(exc))
     except PsychonautError as exc:
         return _fail(run, runner, str(exc))

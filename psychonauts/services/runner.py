@@ -37,6 +37,7 @@ from psychonauts.checkpoint import (
     tool_call_done,
     tool_call_open,
     turn_complete,
+    turn_feedback,
     turn_open,
     turn_record,
 )
@@ -51,6 +52,7 @@ from psychonauts.providers.base import (
     ProviderRequest,
     ProviderResponse,
     RunInfo,
+    TextBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -63,8 +65,9 @@ from psychonauts.services.budget import (
     cost_usd,
     spend_recorded,
 )
+from psychonauts.services.context import messages_fit, output_tokens
 from psychonauts.services.prompt import agent_prompt
-from psychonauts.services.runs import run_outcome
+from psychonauts.services.runs import agent_run_stop_orphan, run_outcome
 from psychonauts.services.spawn import Execute, agent_spawn
 from psychonauts.services.verification import (
     failure_reason,
@@ -82,15 +85,17 @@ from psychonauts.tools import (
     tool_execute,
     tools_for,
 )
-from psychonauts.verify import VerifyReport, verify_commands_run
+from psychonauts.verify import Check, VerifyReport, verify_commands_run
 from psychonauts.workspaces import (
     branch_for,
     commit_message,
     repo_local,
     repo_url,
     workspace_commit,
+    workspace_discard,
     workspace_prepare,
     workspace_ready,
+    workspace_uncommitted,
 )
 from quanta.models import AuthorKind
 from quanta.services import comment_add
@@ -100,6 +105,27 @@ logger = logging.getLogger(__name__)
 # A caller watching a run (the CLI): called with each event's type and payload, except `text`,
 # whose pieces it sees as ("delta", {"text": ...}) while the model writes.
 Observer = Callable[[str, dict[str, Any]], None]
+
+
+# What the model is told instead of running calls of a turn its output limit cut short: the last
+# call's arguments may be incomplete, and running a call on half its input does harm (a file
+# written half, `{}` for a command).
+CUT_CALL = (
+    "not run: your answer was cut off at the output limit ({max_tokens} tokens) before its tool "
+    "calls were complete, so none of them was run. Make the calls again, smaller: split a long "
+    "file into several edits or writes."
+)
+# What the model is told when the output limit cut its answer short of any tool call: it is not
+# taken as the agent's final answer.
+CUT_TEXT = (
+    "Your answer was cut off at the output limit ({max_tokens} tokens), so it is not taken as "
+    "your final answer. Be brief: make the next tool call now, or give a short final answer."
+)
+# The one reminder a reviewing role gets when it gives its final answer without a verdict.
+VERDICT_REMINDER = (
+    "You have not recorded a verdict. Call {tool} now, with verdict `pass` or `fail` and your "
+    "reasons; it is a tool call, not text. Without it your stage fails."
+)
 
 
 class _Stop(PsychonautError):
@@ -172,6 +198,7 @@ class Runner:
         self.completion: TurnCompletion | None = None  # a finished turn not written yet
         # The repository's environment its commands run in; decided as the loop starts.
         self.environment: SandboxEnvironment | None = None
+        self.max_tokens = settings.PSYCHONAUTS_MAX_TOKENS  # the answer's limit, per request
 
     @property
     def workspace(self) -> Path:
@@ -303,6 +330,8 @@ class Runner:
             outcome = self.done(turns[-1])
             if outcome is not None:
                 return outcome
+        if not turns:
+            self.start_clean()
         started = self.run.started_at or timezone.now()
         system = (
             self.role.system_prompt
@@ -316,15 +345,31 @@ class Runner:
             elapsed = (timezone.now() - started).total_seconds()
             if elapsed > self.role.timeout_s:
                 raise _Stop(f"timeout: {elapsed:.0f}s > {self.role.timeout_s}s")
+            # A sub-agent looks up its chain of parents before each turn: one that ended
+            # (its run, stage or wave ended; it was cancelled) takes its whole tree with it.
+            agent_run_stop_orphan(run=self.run)
             spend = self.open_turn()
-            if spend is None:  # someone else ended it: the burst manager cancelled it
-                self.run.refresh_from_db(fields=["status", "result", "error"])
-                registry.registry_remove(self.run.pk)
-                if self.run.status == AgentStatus.CANCELLED:
-                    self.emit("cancelled", reason="cancelled by the burst manager")
-                self.flush_events()
-                return run_outcome(self.run)
+            if spend is None:  # someone else ended it: the burst manager, or its parent's end
+                return self.ended_elsewhere()
             messages = self.messages(turns[self.offset :])
+            # An endpoint with a registered context size gets a conversation that fits it.
+            context_tokens: int | None = getattr(self.provider, "context_tokens", None)
+            self.max_tokens = output_tokens(settings.PSYCHONAUTS_MAX_TOKENS, context_tokens)
+            fitted = messages_fit(
+                messages,
+                system=system,
+                tools=tools,
+                context_tokens=context_tokens,
+                max_tokens=self.max_tokens,
+            )
+            if fitted.trimmed:
+                self.emit(
+                    "context_trimmed",
+                    pieces=fitted.trimmed,
+                    chars=fitted.chars,
+                    context_tokens=context_tokens,
+                )
+            messages = fitted.messages
             budget_check(
                 self.run,
                 spend=spend,
@@ -337,7 +382,7 @@ class Runner:
                 system=system,
                 messages=messages,
                 tools=tools,
-                max_tokens=settings.PSYCHONAUTS_MAX_TOKENS,
+                max_tokens=self.max_tokens,
                 long_cache=self.provider.uses_llm
                 and long_cache_pays(
                     role=self.run.role,
@@ -367,12 +412,29 @@ class Runner:
             turn, calls = self.checkpoint(index, response)
             turns.append(turn)
             self.changed = self.changed or calls_change_workspace(turn.assistant)
+            if not response.tool_uses and response.stop_reason == "max_tokens":
+                # Not a final answer: the output limit cut it. The model is told and goes on.
+                cut: list[TextBlock] = [
+                    {"type": "text", "text": CUT_TEXT.format(max_tokens=self.max_tokens)}
+                ]
+                turn.tool_results = list(cut)
+                turn_feedback(turn_id=turn.pk, content=cut)
+                continue
             if not response.tool_uses:
                 outcome = self.done(turn)
                 if outcome is not None:
                     return outcome
-                continue  # verification failed: the agent fixes it in its next turn
+                continue  # verification failed (or a verdict is owed): the agent goes on
             self.finish_tools(turn, calls, originals)
+            if self.verdict_given(turn, calls):
+                # A reviewing role whose turn only recorded its verdict has said its last word:
+                # it ends here rather than be asked again (and call report_verdict again).
+                assert self.completion is not None
+                turn_complete(self.completion)
+                self.completion = None
+                outcome = self.done(turn)
+                if outcome is not None:
+                    return outcome
             self.stop_if_looping(turns[self.offset :])
 
     def stop_if_looping(self, turns: list[AgentTurn]) -> None:
@@ -383,6 +445,68 @@ class Runner:
             return
         loop_trauma_record(loop=loop, quantum_id=self.run.quantum_id, agent_id=self.run.agent_id)
         raise _Stop(loop.reason)
+
+    def start_clean(self) -> None:
+        """A fresh attempt of a stage's agent starts from its branch tip: what an earlier attempt
+        left uncommitted (it was cancelled, or failed, mid-work) is discarded, and the
+        `workspace_cleaned` event lists it. Not when the tree is shared with work in progress:
+        a sub-agent works in its parent's tree, a fan-out sibling or an agent waiting on the
+        Tether may be at work in the quantum's tree, and the shared mode has one tree for all."""
+        run = self.run
+        if (
+            run.quantum_run_id is None  # a run from the command line: the operator's tree
+            or run.parent_id is not None
+            or settings.PSYCHONAUTS_WORKSPACE_MODE == "shared"
+            or AgentRun.objects.filter(
+                quantum_id=run.quantum_id,
+                status__in=(AgentStatus.RUNNING, AgentStatus.WAITING),
+            )
+            .exclude(pk=run.pk)
+            .exists()
+        ):
+            return
+        workspace = self.workspace
+        discarded = workspace_discard(workspace, quantum_id=run.quantum_id)
+        if discarded:
+            tip = git("rev-parse", "HEAD", cwd=workspace)
+            self.emit(
+                "workspace_cleaned",
+                commit=tip,
+                files=discarded[:100],
+                count=len(discarded),
+                reason="left uncommitted by an earlier attempt: discarded, this attempt "
+                f"starts from {branch_for(run.quantum_id)} at {tip[:10]}",
+            )
+
+    def verdict_given(self, turn: AgentTurn, calls: dict[str, ToolCall]) -> bool:
+        """The turn's calls were all report_verdict, and one of them recorded a verdict."""
+        if VERDICT_TOOL not in self.role.allowed_tools or turn.stop_reason == "max_tokens":
+            return False
+        uses = [b for b in turn.assistant if b.get("type") == "tool_use"]
+        return (
+            bool(uses)
+            and all(u["name"] == VERDICT_TOOL for u in uses)
+            and any(u["id"] in calls and not calls[u["id"]].is_error for u in uses)
+        )
+
+    def ended_elsewhere(self) -> Outcome:
+        """The run was ended by someone else (the burst manager cancelled it, or its parent's
+        end stopped it): its outcome is theirs, and it does nothing more."""
+        if self.completion is not None:  # the last turn's results stay the run's record
+            turn_complete(self.completion)
+            self.completion = None
+        self.run.refresh_from_db(fields=["status", "result", "error"])
+        registry.registry_remove(self.run.pk)
+        if self.run.status == AgentStatus.CANCELLED:
+            self.emit("cancelled", reason=self.run.error or "cancelled by the burst manager")
+        self.flush_events()
+        return run_outcome(self.run)
+
+    def still_running(self) -> bool:
+        """Whether the run is still this execution's to end: not cancelled meanwhile, and (a
+        sub-agent) no agent above it has ended."""
+        agent_run_stop_orphan(run=self.run)
+        return AgentRun.objects.filter(pk=self.run.pk, status=AgentStatus.RUNNING).exists()
 
     def started_elsewhere(self, last: AgentTurn) -> bool:
         """A central repository, and this resumed run's earlier turns ran on another host. When
@@ -573,6 +697,7 @@ class Runner:
                     announce=fresh is None,
                     record=not last,
                     original=(originals or {}).get(use["id"]),
+                    cut=turn.stop_reason == "max_tokens",
                 )
                 unrecorded = call if last else None
             results.append(
@@ -599,6 +724,7 @@ class Runner:
         announce: bool,
         record: bool = True,
         original: dict[str, Any] | None = None,
+        cut: bool = False,
     ) -> ToolCall:
         """Execute one tool call; `record`: write its result now (else the caller writes it).
         `use` is the stored (redacted) call; the tool runs with `original`, the model's input,
@@ -635,7 +761,9 @@ class Runner:
             ),
         )
         started = time.monotonic()
-        if original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
+        if cut:
+            result = ToolResult(CUT_CALL.format(max_tokens=self.max_tokens), True)
+        elif original is None and MARK in json.dumps(use["input"], ensure_ascii=False):
             # Resumed: the model's input held a secret, and only its redacted form was kept.
             # Running that would write the mark where the secret was (into a file, a command).
             result = ToolResult(
@@ -671,6 +799,10 @@ class Runner:
         verdict (a role with `report_verdict`), end the run. None: the verification failed and
         its corrective message is now the turn's reply; the loop goes on."""
         text = "".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
+        if not self.still_running():
+            # Its run, stage or wave ended (or its parent did) while it worked: what it left in
+            # the worktree is not committed; the next attempt starts from the branch's tip.
+            return self.ended_elsewhere()
         sha = ""
         try:
             workspace = self.workspace  # made (and fenced) even when there is nothing to commit
@@ -697,7 +829,7 @@ class Runner:
                 return None  # the corrective message is the turn's reply now
             text += f"\n\nVerified: {len(report.checks)} check(s) passed."
         if VERDICT_TOOL in self.role.allowed_tools:
-            return self.judge(text.strip(), blocks=checks.verdict_blocks)
+            return self.judge(text.strip(), blocks=checks.verdict_blocks, turn=turn)
         return self.finish(AgentStatus.DONE, result=text.strip())
 
     def verify(
@@ -711,10 +843,17 @@ class Runner:
         self.phase(AgentPhase.TOOL_USE)
         self.emit("verifying", round=round, commit=commit, commands=commands)
         self.flush_events()  # the operator sees a long verification start, not only its end
+        # The verification is recorded against `commit`: it runs on exactly that, or not at
+        # all. Files the commit does not hold (written after it, or by someone else) would make
+        # it pass or fail on what nobody committed.
+        uncommitted = workspace_uncommitted(self.workspace)
         _release_connection()  # the commands may run for minutes
-        report = verify_commands_run(
-            commands, workspace=self.workspace, quantum_id=self.run.quantum_id
-        )
+        if uncommitted:
+            report = _not_the_commit(commands, commit, uncommitted)
+        else:
+            report = verify_commands_run(
+                commands, workspace=self.workspace, quantum_id=self.run.quantum_id
+            )
         retry = not report.passed and round <= retries
         feedback = (
             feedback_message(report, commit=commit, round=round, retries=retries) if retry else ""
@@ -734,10 +873,17 @@ class Runner:
             return report, ""
         return report, failure_reason(report, commit=commit, round=round)
 
-    def judge(self, text: str, *, blocks: bool) -> Outcome:
-        """End a reviewing role's run by its verdict: none fails it, `fail` fails it when the
-        stage's verdict blocks, else the reasons become a comment on the quantum."""
+    def judge(self, text: str, *, blocks: bool, turn: AgentTurn) -> Outcome | None:
+        """End a reviewing role's run by its verdict: none fails it (after one reminder turn:
+        None, the reminder is the turn's reply), `fail` fails it when the stage's verdict
+        blocks, else the reasons become a comment on the quantum."""
         verdict = verdict_find(agent_run_id=self.run.pk)
+        if verdict is None and not self.reminded() and turn.pk is not None:
+            reminder = VERDICT_REMINDER.format(tool=VERDICT_TOOL)
+            turn.tool_results = [{"type": "text", "text": reminder}]
+            turn_feedback(turn_id=turn.pk, content=[{"type": "text", "text": reminder}])
+            self.emit("verdict_reminded", reminder=reminder)
+            return None
         if verdict is None:
             return self.finish(
                 AgentStatus.ERROR,
@@ -760,6 +906,14 @@ class Runner:
             author_kind=AuthorKind.PSYCHONAUT,
         )
         return self.finish(AgentStatus.DONE, result=result)
+
+    def reminded(self) -> bool:
+        """Whether the run was reminded of its verdict before (its one reminder is spent): the
+        reminder is a turn's stored reply, so a resumed run knows it too."""
+        reminder = VERDICT_REMINDER.format(tool=VERDICT_TOOL)
+        return AgentTurn.objects.filter(
+            agent_run_id=self.run.pk, tool_results__contains=[{"type": "text", "text": reminder}]
+        ).exists()
 
     def stale(self, reason: str) -> Outcome:
         """This execution lost its agent to another one (taken over on another host while this
@@ -799,6 +953,16 @@ class Runner:
             return run_outcome(run)
         self.notify(*outcome)
         return Outcome(status, result, error)  # type: ignore[arg-type]
+
+
+def _not_the_commit(commands: list[str], commit: str, uncommitted: list[str]) -> VerifyReport:
+    """A verification that could not run on `commit` alone: each command fails, not run."""
+    shown = ", ".join(uncommitted[:20]) + (" ..." if len(uncommitted) > 20 else "")
+    reason = (
+        f"not run: the workspace holds changes that commit {commit[:10]} does not ({shown}); "
+        "a verification runs on exactly the commit it records"
+    )
+    return VerifyReport(tuple(Check(c, False, None, reason, "", 0.0) for c in commands))
 
 
 def _release_connection() -> None:

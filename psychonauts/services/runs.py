@@ -66,6 +66,22 @@ def agent_run_children_create(
     ]
 
 
+def agent_run_stop_orphan(*, run: AgentRun) -> bool:
+    """A sub-agent whose parent, or any agent above it, has ended stops too (cancelled, with
+    whose end stopped it): nothing of a spawn tree outlives its root. True when it stopped."""
+    if run.parent_id is None:
+        return False
+    ended = agent_runs.agent_run_ancestor_ended(agent_run_id=run.pk)
+    if ended is None:
+        return False
+    agent_id, status = ended
+    return agent_runs.agent_run_stop(
+        agent_run_id=run.pk,
+        error=f"stopped: its parent {agent_id} ended {status}",
+        now=timezone.now(),
+    )
+
+
 def agent_run_suspend(*, agent_run_id: int) -> int:
     """A running run waits (on a tool call answered from outside); returns the rows updated."""
     return int(agent_runs.agent_run_wait(agent_run_id=agent_run_id, now=timezone.now()))

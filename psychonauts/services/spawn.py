@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from bursts.executor import Outcome
-from bursts.models import AgentRun
+from bursts.models import AgentRun, AgentStatus
 from psychonauts import semaphore
 from psychonauts.errors import SpawnRefused
 from psychonauts.models import Role
@@ -45,11 +45,17 @@ def agent_spawn(
     for spec in specs:
         if spec["role"] not in known:
             raise SpawnRefused(f"unknown role {spec['role']!r} (known: {sorted(known)})")
+    if not AgentRun.objects.filter(pk=parent.pk, status=AgentStatus.RUNNING).exists():
+        # Cancelled (its run, stage or wave ended) while its call was on the way: a spawn in
+        # flight starts no new sub-agent.
+        raise SpawnRefused(f"{parent.agent_id} is no longer running: no sub-agent started")
     children = agent_run_children_create(parent=parent, turn_index=turn_index, specs=specs)
 
     def run_child(child_id: int) -> Outcome:
         try:
             with semaphore.slot_held(f"agentrun:{child_id}"):
+                # Its parent may have ended while this child waited for a slot: the child's
+                # first turn looks up its parents and stops it then.
                 return execute(agent_run_id=child_id)
         finally:
             if threading.current_thread() is not threading.main_thread():

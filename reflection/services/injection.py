@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from bursts.models import AgentRun, AgentStatus, QuantumRun
+from psychonauts.errors import INFRASTRUCTURE
 from reflection.injection import ScoredRule, agents_md, rules_for
 from reflection.models import PlaybookRule, RuleKind, RuleMaturity, RuleUse, SkillOutcome, SkillUse
 from reflection.selection import Policy
@@ -98,20 +99,21 @@ _U = RuleUse._meta.db_table
 _A = AgentRun._meta.db_table
 _S = SkillUse._meta.db_table
 # A done agent counts a success, an error a failure; a cancelled agent's uses stay pending (its
-# run was stopped from outside, which says nothing about the rules it was given).
+# run was stopped from outside, which says nothing about the rules it was given), and so do
+# those of an agent that infrastructure ended (a model server down, a context overflow).
 SETTLE_RULES_SQL = f"""
 UPDATE {_U} u
 SET outcome = CASE a.status WHEN %(done)s THEN %(success)s ELSE %(failure)s END
 FROM {_A} a
 WHERE u.agent_run_id = a.id AND a.quantum_run_id = ANY(%(runs)s) AND u.outcome = %(pending)s
-  AND a.status IN (%(done)s, %(error)s)
+  AND a.status IN (%(done)s, %(error)s) AND NOT starts_with(a.error, %(infrastructure)s)
 RETURNING u.rule_id, u.outcome = %(success)s
 """
 PENDING_SKILLS_SQL = f"""
 SELECT s.id, a.status = %(done)s
 FROM {_S} s JOIN {_A} a ON a.id = s.agent_run_id
 WHERE a.quantum_run_id = ANY(%(runs)s) AND s.outcome = %(pending)s
-  AND a.status IN (%(done)s, %(error)s)
+  AND a.status IN (%(done)s, %(error)s) AND NOT starts_with(a.error, %(infrastructure)s)
 ORDER BY s.id
 """
 
@@ -131,6 +133,7 @@ def on_runs_drained(drained: Sequence[tuple[QuantumRun, str]]) -> None:
         "pending": SkillOutcome.PENDING,
         "success": SkillOutcome.SUCCESS,
         "failure": SkillOutcome.FAILURE,
+        "infrastructure": INFRASTRUCTURE,
     }
     with connection.cursor() as cursor:
         cursor.execute(SETTLE_RULES_SQL, params)

@@ -239,6 +239,7 @@ def pipeline(
                 "condition": s.get("condition", ""),
                 "retries": s.get("retries", 0),
                 "timeout_s": s.get("timeout_s", 0),
+                **{k: s[k] for k in ("verify", "verify_retries", "verdict") if k in s},
             }
         )
     spec: PipelineSpec = {

@@ -37,6 +37,8 @@ class FakeReply:
     tokens_in: int = 11
     tokens_out: int = 7
     cached_tokens: int = 0  # of tokens_in, read from the server's prefix cache (when > 0)
+    error: dict[str, Any] | None = None  # the JSON body of an error status, as the server sends it
+    arguments_cut: int = 0  # the last call's arguments stop after this many characters
 
 
 ReplySource = list[FakeReply] | Callable[[dict[str, Any]], FakeReply]
@@ -116,6 +118,8 @@ class FakeOpenAI:
                 yield b": keep-alive\n\n"
         for index, (name, args) in enumerate(reply.tool_calls):
             arguments = json.dumps(args)
+            if reply.arguments_cut and index == len(reply.tool_calls) - 1:
+                arguments = arguments[: reply.arguments_cut]
             call_id = f"call_fake_{next(self._ids)}"
             yield chunk(
                 {
@@ -219,7 +223,8 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 headers = {"retry-after": reply.retry_after} if reply.retry_after else {}
                 self._json(
                     reply.status,
-                    {"error": {"message": f"fake status {reply.status}", "type": "fake"}},
+                    reply.error
+                    or {"error": {"message": f"fake status {reply.status}", "type": "fake"}},
                     headers,
                 )
                 return

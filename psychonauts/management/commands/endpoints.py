@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from core.cli import SafeCommand, emit_json, positive_int, shorten, table
@@ -18,7 +19,8 @@ from psychonauts.endpoints import (
     registry_snapshot,
 )
 from psychonauts.errors import PsychonautError
-from psychonauts.models import Endpoint, EndpointProvider
+from psychonauts.models import Endpoint, EndpointProvider, Role
+from psychonauts.roles import roles_sync_defaults
 from quanta.models import Complexity
 
 
@@ -56,12 +58,25 @@ class Command(SafeCommand):
         add.add_argument("--price-in", type=price, help="USD per million input tokens")
         add.add_argument("--price-out", type=price, help="USD per million output tokens")
         add.add_argument("--disabled", action="store_true", help="add it switched off")
+        add.add_argument(
+            "--context-tokens",
+            type=positive_int,
+            default=None,
+            help="the model's context size in tokens (the server's n_ctx): requests are kept "
+            "within it",
+        )
+        add.add_argument(
+            "--text-tool-calls",
+            action="store_true",
+            help="parse tool calls the model writes as text (fenced JSON of name and "
+            "arguments) as tool calls",
+        )
         add.add_argument("--json", action="store_true")
         remove = sub.add_parser("remove", help="remove an endpoint")
         remove.add_argument("name")
         remove.add_argument("--json", action="store_true")
         check = sub.add_parser("check", help="check the health of every enabled endpoint now")
-        check.add_argument("names", nargs="*", help="only these endpoints")
+        check.add_argument("names", nargs="*", help="only these endpoints (enabled or not)")
         check.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -122,6 +137,8 @@ class Command(SafeCommand):
             usd_per_mtok_in=options["price_in"],
             usd_per_mtok_out=options["price_out"],
             enabled=not options["disabled"],
+            context_tokens=options["context_tokens"],
+            text_tool_calls=options["text_tool_calls"],
         )
         if options["json"]:
             emit_json(self.stdout, {"name": row.name, "added": True})
@@ -130,6 +147,18 @@ class Command(SafeCommand):
             f"added endpoint {row.name} ({row.provider} {row.model}, tier {row.tier}); "
             f"check it with `manage.py endpoints check {row.name}`"
         )
+        roles_sync_defaults()  # a fresh database has none yet: the shipped ones are what runs
+        scripted = sorted(
+            Role.objects.filter(provider__in=("scripted", "noop")).values_list("name", flat=True)
+        )
+        if not settings.PSYCHONAUTS_PROVIDER and scripted:
+            # The registry routes only runs that need a model: a role on the offline provider
+            # never asks it. Said here, where the operator expects the endpoint to take runs.
+            self.stdout.write(
+                f"note: roles {', '.join(scripted)} run on the offline scripted provider and do "
+                "not use the registry; set ANNIHILATION_PROVIDER=openai (or anthropic) in the "
+                "workers' environment for their runs to go to the endpoints"
+            )
 
     def _remove(self, options: dict[str, Any]) -> None:
         endpoint_remove(name=options["name"])
@@ -149,7 +178,7 @@ class Command(SafeCommand):
         if options["json"]:
             emit_json(self.stdout, [_result(r) for r in results])
         elif not results:
-            self.stdout.write("no enabled endpoints to check")
+            self.stdout.write("no enabled endpoints to check (name one to check it anyway)")
         else:
             table(
                 self.stdout,
