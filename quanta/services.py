@@ -22,6 +22,7 @@ from quanta.errors import (
     QuantumNotFound,
 )
 from quanta.fields import check_text, clean_fields
+from quanta.hooks import status_changed
 from quanta.models import (
     AuthorKind,
     Comment,
@@ -206,6 +207,7 @@ def _transition(
         raise IllegalTransition(
             f"cannot {verb} quantum #{quantum_id}: it is {current} (only from {allowed})"
         )
+    status_changed([quantum_id], to)
     return Quantum.objects.get(pk=quantum_id)
 
 
@@ -269,6 +271,7 @@ def quanta_close(
         closed = dict(cursor.fetchall())
     if not closed:
         return []
+    status_changed(list(closed), S.CLOSED)
     publish_many(
         "quanta",
         [
@@ -470,6 +473,7 @@ def quanta_claim(*, quantum_ids: Sequence[int]) -> list[int]:
         Quantum.objects.filter(pk__in=claimed, status=S.OPEN).update(
             status=S.IN_PROGRESS, updated_at=timezone.now()
         )
+        status_changed(claimed, S.IN_PROGRESS)
     return claimed
 
 

@@ -53,8 +53,9 @@ def test_it_grounds_and_notes_drifts(reaching: Reaching) -> None:
     assert "UTC" in run("drifts")
 
     assert "grounded" in run("ground", str(drift.pk))
-    assert json.loads(run("note", str(other.pk), "fine for now", "--json"))["status"] == "noted"
-    assert run("drifts").strip() == "(none)"
+    noted = json.loads(run("note", str(other.pk), "fine for now", "--json"))
+    assert noted["status"] == "open" and noted["notes"][0]["text"] == "fine for now"
+    assert "tabs" in run("drifts") and "UTC" not in run("drifts")  # a noted drift stays open
     assert len(json.loads(run("drifts", "--status", "all", "--json"))) == 2
     with pytest.raises(CommandError, match="already grounded"):
         run("ground", str(drift.pk))

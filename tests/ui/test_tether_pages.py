@@ -246,8 +246,9 @@ def test_it_notes_a_drift_and_the_note_needs_text(op_client, drift):
     missing = op_client.post(url, {"text": " "})
     assert missing.status_code == 400 and "Write the note." in missing.content.decode()
     response = op_client.post(url, {"text": "watch it"}, follow=True)
-    assert messages_of(response) == [f"Drift #{drift.pk} noted."]
-    assert Drift.objects.get(pk=drift.pk).status == DriftStatus.NOTED
+    assert messages_of(response) == [f"Note added to drift #{drift.pk}; it stays open."]
+    noted = Drift.objects.get(pk=drift.pk)
+    assert noted.status == DriftStatus.OPEN and noted.notes[0]["text"] == "watch it"
 
 
 def test_deciding_a_drift_twice_says_so_and_changes_nothing(op_client, drift):
