@@ -389,10 +389,25 @@ def test_it_shows_a_mutation_beside_the_current_pipeline(viewer_client, mutation
     response = viewer_client.get(reverse("grounding"))
     (row,) = response.context["mutations"]
     assert row["v"].current_version == 1 and "coder" in row["v"].current_yaml
-    assert {"tag": "add", "text": "+    agents: [tester]"} in row["diff"]
     html = response.content.decode()
     assert f'id="mutation-{mutation.pk}"' in html and "a tester should check" in html
     assert f"mutation-approve-{mutation.pk}" not in html
+
+
+def test_a_mutation_diff_marks_only_the_lines_that_change(viewer_client, mutation):
+    """The proposal is written in the agent's style (flow lists); the pipeline as it is now in
+    the loader's: only the added stage is a change."""
+    response = viewer_client.get(reverse("grounding"))
+    (row,) = response.context["mutations"]
+    changed = [(line["tag"], line["text"]) for line in row["diff"]]
+    assert [c for c in changed if c[0] in ("add", "del")] == [
+        ("del", "-- name: s0"),  # the fixture's stage name; the proposal names it `implement`
+        ("add", "+- name: implement"),
+        ("add", "+- name: check"),
+        ("add", "+  agents:"),
+        ("add", "+  - tester"),
+    ]
+    assert ("ctx", "   agents:") in changed and ("ctx", "   - coder") in changed
 
 
 def test_an_operator_approves_a_mutation(op_client, mutation):
