@@ -62,9 +62,10 @@ def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
     )
 
 
-# The full-text vector of quantum `{q}`: title (A), body (B) and all its comments (C).
+# The full-text vector of quantum `{q}`: title and labels (A), body (B) and all its comments (C).
 SEARCH_VECTOR_SQL = """
     setweight(to_tsvector(%(cfg)s::regconfig, {q}.title), 'A')
+    || setweight(to_tsvector(%(cfg)s::regconfig, array_to_string({q}.labels, ' ')), 'A')
     || setweight(to_tsvector(%(cfg)s::regconfig, {q}.body), 'B')
     || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
         (SELECT string_agg(c.body, ' ') FROM {comments} c WHERE c.quantum_id = {q}.id), '')), 'C')
@@ -186,7 +187,7 @@ def quantum_update(
     for name, value in fields.items():
         setattr(quantum, name, value)
     quantum.save(update_fields=[*fields, "updated_at"])
-    if {"title", "body"} & fields.keys():
+    if {"title", "body", "labels"} & fields.keys():
         search_refresh([quantum.pk])
     _quantum_event("quantum_updated", quantum, fields=sorted(fields))
     return quantum
