@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 # f(quantum_ids, to_status): these quanta just changed status, inside the writer's transaction
 # (a few rows; the burst manager's drain passes up to a thousand at once). A hook that keeps
 # something tied to a quantum's state (a question about a blocked quantum) withdraws it here.
-StatusChanged = Callable[[Sequence[int], str], None]
+StatusChanged = Callable[[Sequence[int], str], object]
 ON_STATUS_CHANGED: list[StatusChanged] = []
 
 

@@ -401,10 +401,10 @@ def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int)
     """
     ids = quanta_ids_in_query(query)
     if ids is not None:
-        listed = list(quanta.filter(pk__in=ids)[:count])
-        for q in listed:
+        named = list(quanta.filter(pk__in=ids)[:count])
+        for q in named:
             q.rank = 1.0  # type: ignore[attr-defined]
-        return listed
+        return named
     walk = _InOrderWalk(quanta, query, count)
     window = count * IN_ORDER_WINDOW_PER_ROW
     hits, full = walk.first(window)

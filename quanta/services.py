@@ -517,6 +517,7 @@ QUANTUM_COLUMNS = [
     "complexity",
     "complexity_auto",
     "close_reason",
+    "import_key",
     "created_at",
     "updated_at",
     "closed_at",
