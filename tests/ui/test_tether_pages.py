@@ -33,6 +33,7 @@ from tether.models import (
     ReachingStatus,
 )
 from tether.services import (
+    change_reject,
     change_review_create,
     drift_reject,
     mutation_propose,
@@ -312,6 +313,76 @@ def test_an_operator_approves_a_change(op_client, change, repo):
     assert main_file(repo, "hello.py") == "print('hi')\n"
     again = op_client.post(url, follow=True)
     assert messages_of(again) == [f"change #{change.pk} is merged; nothing changed"]
+
+
+def _review(make_quantum, title: str, files: dict[str, str | None]) -> ChangeReview:
+    quantum = make_quantum(title)
+    review = change_review_create(quantum_run_id=finished_run(quantum, files).pk)
+    assert review is not None
+    Quantum.objects.filter(pk=quantum.pk).update(status="closed")  # as its done run left it
+    return review
+
+
+@pytest.fixture
+def three_changes(repo, make_quantum, tether_settings) -> list[ChangeReview]:
+    """Two low-risk changes and a medium one (it deletes a file)."""
+    return [
+        _review(make_quantum, "Add a", {"a.py": "A = 1\n"}),
+        _review(make_quantum, "Add b", {"b.py": "B = 2\n"}),
+        _review(make_quantum, "Drop the readme", {"README.md": None}),
+    ]
+
+
+def _statuses(changes: list[ChangeReview]) -> list[str]:
+    return [ChangeReview.objects.get(pk=c.pk).status for c in changes]
+
+
+def test_the_grounding_page_offers_selection_and_all_low_risk(op_client, three_changes):
+    html = op_client.get(reverse("grounding")).content.decode()
+    assert 'id="bulk-approve"' in html and 'id="approve-low-risk"' in html
+    for c in three_changes:
+        assert f'id="select-change-{c.pk}"' in html
+
+
+def test_a_viewer_sees_no_bulk_approval(viewer_client, three_changes):
+    html = viewer_client.get(reverse("grounding")).content.decode()
+    assert 'id="bulk-approve"' not in html and "select-change-" not in html
+
+
+def test_an_operator_approves_every_low_risk_change_at_once(op_client, three_changes):
+    low_a, low_b, medium = three_changes
+    assert (low_a.risk, low_b.risk, medium.risk) == ("low", "low", "medium")
+
+    response = op_client.post(reverse("changes_approve"), {"all_low_risk": "1"}, follow=True)
+
+    assert _statuses(three_changes) == ["queued", "queued", "pending"]
+    assert messages_of(response)[0].startswith(
+        f"2 change(s) in the merge queue: #{low_a.pk}, #{low_b.pk}."
+    )
+
+
+def test_an_operator_approves_the_selected_changes_and_hears_each_refusal(op_client, three_changes):
+    low_a, low_b, medium = three_changes
+    change_reject(change_id=low_b.pk, reason="not now")
+
+    response = op_client.post(
+        reverse("changes_approve"),
+        {"change": [str(low_a.pk), str(low_b.pk), str(medium.pk)]},
+        follow=True,
+    )
+
+    assert _statuses(three_changes) == ["queued", "rejected", "queued"]
+    said = messages_of(response)
+    assert said[0].startswith(f"2 change(s) in the merge queue: #{low_a.pk}, #{medium.pk}.")
+    assert said[1] == f"Change #{low_b.pk} refused: change #{low_b.pk} is rejected; nothing changed"
+    nothing = op_client.post(reverse("changes_approve"), {}, follow=True)
+    assert messages_of(nothing) == ["Select the changes to approve, or approve all low-risk ones."]
+
+
+def test_a_viewer_cannot_approve_in_bulk(viewer_client, three_changes):
+    response = viewer_client.post(reverse("changes_approve"), {"all_low_risk": "1"})
+    assert response.status_code == 403
+    assert _statuses(three_changes) == ["pending", "pending", "pending"]
 
 
 def test_a_moved_branch_is_reported_and_nothing_is_merged(op_client, change, repo):
