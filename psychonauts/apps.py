@@ -8,7 +8,9 @@ class PsychonautsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from bursts.hooks import WAVE_CHECKS
         from core.celery import worker_warmup_register
+        from psychonauts.preflight import wave_problems
         from psychonauts.selectors import role_names
         from psychonauts.verify import verify_command_problem
         from quanta.fields import verify_command_check_source
@@ -17,6 +19,8 @@ class PsychonautsConfig(AppConfig):
         role_names_source(role_names)
         verify_command_check_source(verify_command_problem)
         worker_warmup_register(_agents_warm_up)
+        if wave_problems not in WAVE_CHECKS:
+            WAVE_CHECKS.append(wave_problems)
 
 
 def _agents_warm_up(concurrency: int) -> None:
