@@ -450,13 +450,6 @@ def comment_add(
 
 
 @transaction.atomic
-def quanta_delete_labelled(*, label: str) -> int:
-    """Delete every quantum carrying `label` (with its comments and dependencies); the count."""
-    _, by_model = Quantum.objects.filter(labels__contains=[label]).delete()
-    return by_model.get(Quantum._meta.label, 0)
-
-
-@transaction.atomic
 def quanta_claim(*, quantum_ids: Sequence[int]) -> list[int]:
     """Claim open quanta for a run: open -> in_progress in one compare-and-set.
 
