@@ -118,3 +118,17 @@ def test_a_noted_drift_can_still_be_rejected(db, make_quantum):
     rejected = drift_reject(drift_id=drift.pk, reason="use Postgres")
 
     assert rejected.status == DriftStatus.REJECTED and rejected.correction_id is not None
+
+
+def test_the_tether_page_shows_a_withdrawn_question_with_its_reason(db, make_quantum):
+    from core.events import event_message
+    from core.live import fragment_render
+
+    quantum, reaching = _quarantined(make_quantum)
+    quantum_close(quantum_id=quantum.pk, reason="done by hand")
+    event = Event.objects.get(type="question_withdrawn", payload__reaching_id=reaching.pk)
+
+    html = fragment_render(event_message(event), page="tether", params={}, can_operate=True)
+
+    assert f'id="reaching-{reaching.pk}"' in html and "was withdrawn: quantum" in html
+    assert f"#{quantum.pk} is closed now" in html
