@@ -13,11 +13,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import PurePath
 from typing import Any, TextIO, cast
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, OperationalError
+from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.redaction import redact
@@ -89,6 +91,9 @@ class SafeCommand(BaseCommand):
 
     # Commands that need no database set this False: the others check it answers first.
     needs_database = True
+    # Commands that cannot do their work without Redis (the broker, the question queue) set
+    # this True: they check it answers first, instead of retrying for minutes.
+    needs_redis = False
 
     def execute(self, *args: Any, **options: Any) -> Any:
         for name, value in options.items():
@@ -102,6 +107,10 @@ class SafeCommand(BaseCommand):
             problem = database_unreachable()
             if problem is not None:
                 raise CommandError(problem)
+        if self.needs_redis:
+            problem = redis_unreachable()
+            if problem is not None:
+                raise CommandError(problem)
         try:
             return super().execute(*args, **options)
         except DatabaseError as exc:
@@ -110,16 +119,14 @@ class SafeCommand(BaseCommand):
             raise CommandError(
                 f"the database stopped answering: {_first_line(exc)}. {DATABASE_HINT}"
             ) from None
-        except RedisConnectionError as exc:
-            raise CommandError(
-                f"cannot reach Redis (REDIS_URL): {_first_line(exc)}. Start it "
-                "(`scripts/services.sh start`, or `make dev`) or fix REDIS_URL"
-            ) from None
+        except (RedisConnectionError, KombuOperationalError) as exc:
+            raise CommandError(f"cannot reach Redis: {_first_line(exc)}. {REDIS_HINT}") from None
 
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader went away
-DATABASE_PROBE_S = 2.0  # seconds to wait for the database's port before saying it is not there
+PROBE_S = 2.0  # seconds to wait for a service's port before saying it is not there
 DATABASE_HINT = "Start it (`scripts/services.sh start`, or `make dev`) or fix DATABASE_URL"
+REDIS_HINT = "Start it (`scripts/services.sh start`, or `make dev`) or fix REDIS_URL"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -133,6 +140,28 @@ def _connection_lost(exc: DatabaseError) -> bool:
     return isinstance(exc, OperationalError)
 
 
+def _port_problem(host: str, port: int) -> str | None:
+    try:
+        socket.create_connection((host, port), timeout=PROBE_S).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def redis_unreachable() -> str | None:
+    """Why Redis (REDIS_URL, and the Celery broker when it is elsewhere) does not answer, in one
+    line, or None when it does."""
+    urls = {str(settings.REDIS_URL), str(getattr(settings, "CELERY_BROKER_URL", ""))}
+    for url in sorted(u for u in urls if u.startswith(("redis://", "rediss://"))):
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+        reason = _port_problem(host, port)
+        if reason is not None:
+            name = "REDIS_URL" if url == str(settings.REDIS_URL) else "CELERY_BROKER_URL"
+            return f"cannot reach Redis at {host}:{port} ({name}): {reason}. {REDIS_HINT}"
+    return None
+
+
 def database_unreachable() -> str | None:
     """Why the database's port does not answer, in one line, or None when it does. A TCP
     connect costs well under a millisecond on loopback; without it a command waits for the
@@ -142,16 +171,14 @@ def database_unreachable() -> str | None:
     if not host or host.startswith("/"):
         return None  # a unix socket: the driver's own error is quick and clear
     port = int(db.get("PORT") or 5432)
-    try:
-        socket.create_connection((host, port), timeout=DATABASE_PROBE_S).close()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        name = db.get("NAME") or "?"
-        return (
-            f"cannot reach the database {name} at {host}:{port} (DATABASE_URL): {reason}. "
-            f"{DATABASE_HINT}"
-        )
-    return None
+    reason = _port_problem(host, port)
+    if reason is None:
+        return None
+    name = db.get("NAME") or "?"
+    return (
+        f"cannot reach the database {name} at {host}:{port} (DATABASE_URL): {reason}. "
+        f"{DATABASE_HINT}"
+    )
 
 
 def _option_problem(value: Any) -> str | None:

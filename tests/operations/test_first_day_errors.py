@@ -100,3 +100,11 @@ def test_json_into_a_reader_that_left_ends_quietly() -> None:
     proc.stderr.close()
     assert proc.wait(timeout=60) == 141  # as a shell shows a writer stopped by SIGPIPE
     assert err == ""
+
+
+@pytest.mark.parametrize("argv", [["start_wave"], ["tether", "questions"]])
+def test_a_redis_that_is_not_there_is_one_line_at_once(argv: list[str]) -> None:
+    result = manage(*argv, REDIS_URL="redis://127.0.0.1:1/0")
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert "cannot reach Redis at 127.0.0.1:1 (REDIS_URL)" in line and "fix REDIS_URL" in line

@@ -94,6 +94,7 @@ def demo_sets_set_aside(number: int) -> tuple[list[int], list[int]]:
 
 class Command(SafeCommand):
     help = "Load the demo backlog and show the ready set and what blocks the rest."
+    needs_redis = True
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--file", type=Path, default=DEMO_FILE, help="backlog to load")

@@ -132,6 +132,7 @@ def summary(cmd: BaseCommand, detail: dict[str, Any]) -> None:
 
 class Command(SafeCommand):
     help = "Start a wave: bursts of ready quanta through their pipelines until nothing is ready."
+    needs_redis = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

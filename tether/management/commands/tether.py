@@ -126,6 +126,7 @@ def mutation_data(m: PipelineMutation) -> dict[str, Any]:
 
 class Command(SafeCommand):
     help = "Answer the psychonauts' questions and ground drifts, changes and pipeline mutations."
+    needs_redis = True
     # An operator answers an agent waiting seconds for it: no system checks first (they import
     # every view and the HTTP API to check the URLs). `manage.py check` runs them.
     requires_system_checks: list[str] = []
