@@ -23,3 +23,9 @@ ON_RUNS_DRAINED: list[RunsDrained] = []
 # f(burst): the burst just closed (phase done), called inside burst_close's transaction.
 BurstClosed = Callable[["Burst"], None]
 ON_BURST_CLOSED: list[BurstClosed] = []
+
+# f(): why the agents of a wave started now could not run in this configuration (a provider
+# without its key, no repository), one line that says what to do; None when nothing is wrong.
+# `start_wave` prints each as a warning (the workers' own environment may differ).
+WaveCheck = Callable[[], str | None]
+WAVE_CHECKS: list[WaveCheck] = []

@@ -6,14 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import PurePath
 from typing import Any, TextIO, cast
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DatabaseError, OperationalError
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.redaction import redact
 from core.safetext import quoted, text_problem
@@ -128,6 +135,19 @@ class SafeCommand(BaseCommand):
             message = str(exc).removeprefix("Error: ")
             self.stderr.write(f"{getattr(self, '_prog', argv[0])}: error: {message}")
             sys.exit(USAGE_ERROR)
+        except BrokenPipeError:
+            # The reader left (`... --json | head`): not an error of ours. Python would print a
+            # traceback, and another when it flushes stdout at exit: point stdout at /dev/null
+            # and exit as a process killed by SIGPIPE does.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(BROKEN_PIPE)
+
+    # Commands that need no database set this False: the others check it answers first.
+    needs_database = True
+    # Commands that cannot do their work without Redis (the broker, the question queue) set
+    # this True: they check it answers first, instead of retrying for minutes.
+    needs_redis = False
 
     def execute(self, *args: Any, **options: Any) -> Any:
         for name, value in options.items():
@@ -137,7 +157,82 @@ class SafeCommand(BaseCommand):
         for stream in ("stdout", "stderr"):
             if options.get(stream) and not isinstance(options[stream], _RedactingStream):
                 options[stream] = _RedactingStream(options[stream])
-        return super().execute(*args, **options)
+        if self.needs_database:
+            problem = database_unreachable()
+            if problem is not None:
+                raise CommandError(problem)
+        if self.needs_redis:
+            problem = redis_unreachable()
+            if problem is not None:
+                raise CommandError(problem)
+        try:
+            return super().execute(*args, **options)
+        except DatabaseError as exc:
+            if not _connection_lost(exc):
+                raise
+            raise CommandError(
+                f"the database stopped answering: {_first_line(exc)}. {DATABASE_HINT}"
+            ) from None
+        except (RedisConnectionError, KombuOperationalError) as exc:
+            raise CommandError(f"cannot reach Redis: {_first_line(exc)}. {REDIS_HINT}") from None
+
+
+BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader went away
+PROBE_S = 2.0  # seconds to wait for a service's port before saying it is not there
+DATABASE_HINT = "Start it (`scripts/services.sh start`, or `make dev`) or fix DATABASE_URL"
+REDIS_HINT = "Start it (`scripts/services.sh start`, or `make dev`) or fix REDIS_URL"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _connection_lost(exc: DatabaseError) -> bool:
+    # psycopg_pool's PoolTimeout and a server that went away are OperationalErrors; a bad
+    # statement (ProgrammingError, IntegrityError ...) is a bug, and keeps its traceback.
+    return isinstance(exc, OperationalError)
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    try:
+        socket.create_connection((host, port), timeout=PROBE_S).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def redis_unreachable() -> str | None:
+    """Why Redis (REDIS_URL, and the Celery broker when it is elsewhere) does not answer, in one
+    line, or None when it does."""
+    urls = {str(settings.REDIS_URL), str(getattr(settings, "CELERY_BROKER_URL", ""))}
+    for url in sorted(u for u in urls if u.startswith(("redis://", "rediss://"))):
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+        reason = _port_problem(host, port)
+        if reason is not None:
+            name = "REDIS_URL" if url == str(settings.REDIS_URL) else "CELERY_BROKER_URL"
+            return f"cannot reach Redis at {host}:{port} ({name}): {reason}. {REDIS_HINT}"
+    return None
+
+
+def database_unreachable() -> str | None:
+    """Why the database's port does not answer, in one line, or None when it does. A TCP
+    connect costs well under a millisecond on loopback; without it a command waits for the
+    connection pool's timeout (30 s) before failing with a traceback."""
+    db = settings.DATABASES["default"]
+    host = str(db.get("HOST") or "")
+    if not host or host.startswith("/"):
+        return None  # a unix socket: the driver's own error is quick and clear
+    port = int(db.get("PORT") or 5432)
+    reason = _port_problem(host, port)
+    if reason is None:
+        return None
+    name = db.get("NAME") or "?"
+    return (
+        f"cannot reach the database {name} at {host}:{port} (DATABASE_URL): {reason}. "
+        f"{DATABASE_HINT}"
+    )
 
 
 def _terminal_output(wrapper: OutputWrapper) -> OutputWrapper:

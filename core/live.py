@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Max
 from django.template import TemplateDoesNotExist
 from django.template.loader import select_template
+from django.utils import timezone
 
 from core.events import EventMessage
 from core.models import Event
@@ -58,6 +60,26 @@ def live_page_plain(name: str) -> None:
 def events_last_id() -> int:
     """The newest event id: a page rendered now catches up from here when its socket connects."""
     return Event.objects.aggregate(m=Max("id"))["m"] or 0
+
+
+# How long an event's transaction may stay open after its id was taken (a later id can commit
+# first): a page that must lose nothing catches up from the last event older than this.
+SETTLED_S = 10.0
+
+
+def events_settled_id(*, settled_s: float = SETTLED_S) -> int:
+    """A catch-up point that loses nothing, taken before a page reads what it shows: every event
+    above it is replayed, including one whose transaction had its id before a newer one
+    committed and was still open while the page was read. What the page shows already comes
+    again with the same element id and replaces itself (static/live.js)."""
+    cutoff = timezone.now() - timedelta(seconds=settled_s)
+    return (
+        Event.objects.filter(created_at__lte=cutoff)
+        .order_by("-id")
+        .values_list("id", flat=True)[:1]
+        .first()
+        or 0
+    )
 
 
 def fragment_render(
@@ -145,12 +167,15 @@ def ws_action_get(name: str) -> WsAction | None:
     return _ACTIONS.get(name)
 
 
-def live_attrs(topics: list[str], page: str, **params: Any) -> dict[str, Any]:
-    """What base.html puts on <body> for static/live.js: topics, page, params, catch-up point."""
+def live_attrs(
+    topics: list[str], page: str, *, after: int | None = None, **params: Any
+) -> dict[str, Any]:
+    """What base.html puts on <body> for static/live.js: topics, page, params, catch-up point
+    (`after`: one the page took before reading what it shows; else the newest event now)."""
     return {
         "live_topics": topics,
         "live_topics_json": json.dumps(topics),
         "live_page": page,
         "live_params_json": json.dumps({k: str(v) for k, v in params.items()}),
-        "live_after": events_last_id(),
+        "live_after": events_last_id() if after is None else after,
     }

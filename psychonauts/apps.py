@@ -8,9 +8,10 @@ class PsychonautsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from bursts.hooks import ON_RUNS_DRAINED
+        from bursts.hooks import ON_RUNS_DRAINED, WAVE_CHECKS
         from core.celery import worker_warmup_register
         from psychonauts.hooks import on_runs_drained
+        from psychonauts.preflight import wave_problems
         from psychonauts.selectors import role_names
         from psychonauts.verify import verify_command_problem
         from quanta.fields import verify_command_check_source
@@ -21,6 +22,8 @@ class PsychonautsConfig(AppConfig):
         worker_warmup_register(_agents_warm_up)
         if on_runs_drained not in ON_RUNS_DRAINED:
             ON_RUNS_DRAINED.append(on_runs_drained)
+        if wave_problems not in WAVE_CHECKS:
+            WAVE_CHECKS.append(wave_problems)
         _spend_section_register()
 
 

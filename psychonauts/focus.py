@@ -1,4 +1,6 @@
-"""Reads for the Focus page: one agent run's stream, tool calls, diary and worktree diff."""
+"""Reads for the Focus page: one agent run's stream, header, tool calls, diary and worktree
+diff. The page is live: each event of the run redraws what it can have changed
+(psychonauts.views.focus_live)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from core.models import Event
 from core.redaction import redact
 from psychonauts.central import base_branch, fetch_or_last, tracking
 from psychonauts.git import git_run
-from psychonauts.models import DiaryEntry, ToolCall
+from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
 from psychonauts.workspaces import branch_for, repo_local, repo_url
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
@@ -24,6 +26,11 @@ def agent_stream(*, run: AgentRun, limit: int = 500) -> list[Event]:
         .order_by("-id")[:limit]
     )
     return list(reversed(rows))
+
+
+def agent_turns(*, agent_run_id: int) -> int:
+    """How many turns the run has begun (its header's `turn`)."""
+    return AgentTurn.objects.filter(agent_run_id=agent_run_id).count()
 
 
 def agent_tool_calls(*, agent_run_id: int) -> QuerySet[ToolCall]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_init
 
-# Imported with the worker, not by its first task: the SDK takes about a second to import.
-import psychonauts.providers.anthropic  # noqa: F401
 from bursts.executor import OutcomeDict
 from psychonauts.endpoints import endpoints_health_check
 from psychonauts.environments.services import (
@@ -14,6 +13,14 @@ from psychonauts.environments.services import (
 )
 from psychonauts.errors import AgentRunNotFound
 from psychonauts.services import agent_run_execute, workspaces_sweep
+
+
+@worker_init.connect
+def _model_sdk_import(**_: object) -> None:
+    """The model SDK is imported when a worker starts (before a prefork pool forks), not by its
+    first task: it takes about a second. Not at this module's import: every command line loads
+    it (the URL checks import the views that send these tasks), and none of them calls a model."""
+    import psychonauts.providers.anthropic  # noqa: F401
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)

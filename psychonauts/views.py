@@ -12,9 +12,15 @@ from django.views.decorators.http import require_POST
 from bursts.selectors import agent_run_find
 from core.access import operator_required
 from core.events import EventMessage
-from core.live import LivePageError, live_attrs, live_page
+from core.live import LivePageError, events_settled_id, live_attrs, live_page
 from psychonauts.diffs import diff_parse
-from psychonauts.focus import agent_diary, agent_stream, agent_tool_calls, worktree_diff
+from psychonauts.focus import (
+    agent_diary,
+    agent_stream,
+    agent_tool_calls,
+    agent_turns,
+    worktree_diff,
+)
 from psychonauts.sections import focus_sections
 from psychonauts.selectors import agent_spend, agent_verifications, role_names, role_tools
 from psychonauts.services import agent_run_create
@@ -53,6 +59,9 @@ def agent_run_start(request: HttpRequest, quantum_id: int) -> HttpResponse:
 
 
 def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
+    # The catch-up point first, then the reads: an event written while the page is read (a fast
+    # agent's first turn) is replayed when the socket subscribes, not lost between the two.
+    after = events_settled_id()
     run = agent_run_find(agent_run_id=agent_run_id)
     if run is None:
         raise Http404(f"no agent run {agent_run_id}")
@@ -62,13 +71,14 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
         {
             "run": run,
             "spend": agent_spend(agent_run_id=run.pk),
+            "turns": agent_turns(agent_run_id=run.pk),
             "stream": agent_stream(run=run),
             "tool_calls": agent_tool_calls(agent_run_id=run.pk),
             "diary": agent_diary(agent_run_id=run.pk),
             **_checks_context(run.pk, run.role),
             "diff_files": diff_parse(worktree_diff(quantum_id=run.quantum_id)),
             "sections": focus_sections(run),
-            **live_attrs([f"agent:{run.agent_id}"], "focus", agent_run_id=run.pk),
+            **live_attrs([f"agent:{run.agent_id}"], "focus", after=after, agent_run_id=run.pk),
         },
     )
 
@@ -82,16 +92,35 @@ def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
     }
 
 
+# Events after which the side panels are redrawn (the header is redrawn after every event).
+_TOOL_EVENTS = frozenset({"tool_call", "tool_result"})
+_DIFF_EVENTS = frozenset({"commit", "restored", "set_aside", "done", "error", "cancelled"})
+
+
 @live_page("focus")
 def focus_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]:
+    """Everything one event of the run can have changed: the header (status, phase, turn,
+    tokens, cost) always; tool calls and diary after a tool's call or result; the diff after a
+    commit or the run's end; verification and verdict after theirs."""
     # One agent id has several attempts; show only the attempt on screen.
     if str(event["payload"].get("agent_run_id")) != params.get("agent_run_id"):
         raise LivePageError("another attempt's event")
-    if event["type"] in ("verification", "verdict"):  # their fragments redraw those sections
-        run_id = int(event["payload"]["agent_run_id"])
-        return {
-            "verifications": agent_verifications(agent_run_id=run_id),
-            "verdict": verdict_find(agent_run_id=run_id),
-            "expects_verdict": True,
-        }
-    return {}
+    run = agent_run_find(agent_run_id=int(params["agent_run_id"]))
+    if run is None:
+        raise LivePageError("no such agent run")
+    kind = event["type"]
+    context: dict[str, Any] = {
+        "run": run,
+        "turns": agent_turns(agent_run_id=run.pk),
+        "spend": agent_spend(agent_run_id=run.pk),
+    }
+    if kind in _TOOL_EVENTS:
+        context["tool_calls"] = agent_tool_calls(agent_run_id=run.pk)
+        context["diary"] = agent_diary(agent_run_id=run.pk)
+        context["panels"] = True
+    if kind in _DIFF_EVENTS:
+        context["diff_files"] = diff_parse(worktree_diff(quantum_id=run.quantum_id))
+        context["redraw_diff"] = True
+    if kind in ("verification", "verdict"):  # their fragments redraw those sections
+        context.update(_checks_context(run.pk, run.role))
+    return context

@@ -83,7 +83,10 @@ def file_lock_try(name: str) -> Iterator[bool]:
 
 _DEMO_FILES = {
     ".gitignore": "__pycache__/\n*.pyc\n.pytest_cache/\n",
-    "README.md": "# demo\n\nA small repository for Annihilation's demo wave.\n",
+    "README.md": (
+        "# calc\n\nA small calculator for Annihilation's demo: calc.py (add; subtract and divide"
+        " are its TODO) and its test, `python3 -m pytest -q`.\n"
+    ),
     "calc.py": (
         '"""A tiny calculator the demo agents work on."""\n\n\n'
         "def add(a: int, b: int) -> int:\n    return a + b\n\n\n"

@@ -3,6 +3,7 @@
 A record:
 
     ref: schema                 # optional local name other records may point at
+    key: backlog/schema         # optional stable key (default: the ref), see below
     title: Design the schema    # required
     body, kind, priority, labels, pipeline, acceptance, verify_commands,
     complexity: trivial | standard | complex | auto (none: classified from title and body)
@@ -13,13 +14,19 @@ A record:
 
 A YAML file holds a list of records (or `quanta:` followed by one); a JSON-lines file holds one
 JSON object per line. `quanta export` writes the same format, so export -> import round-trips.
+
+Each record has a stable key: its `key`, else its `ref`, else its title (the n-th record of one
+title: `title (n)`). It is imported once: importing it again updates the quantum its key names (the fields the record
+gives, a missing parent, edge or comment) and leaves its status to the work and the operator.
+The report says which were created, updated and left unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, models, transaction
 from django.utils import timezone
@@ -29,10 +36,17 @@ from core.records import records_read
 from core.safetext import quoted, text_problem
 from core.safeyaml import InputRefused, LineMap, source_name
 from quanta.complexity import complexity_classify
-from quanta.errors import ImportFailed, InvalidQuantum
+from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
 from quanta.fields import FIELD_CHECKS
-from quanta.models import AuthorKind, Comment, DependencyKind, Quantum, QuantumStatus
-from quanta.services import quanta_ids_allocate, quanta_rows_insert
+from quanta.models import AuthorKind, Comment, Dependency, DependencyKind, Quantum, QuantumStatus
+from quanta.services import (
+    QuantumChanges,
+    comment_add,
+    dependency_add,
+    quanta_ids_allocate,
+    quanta_rows_insert,
+    quantum_update,
+)
 
 Ref = str | int
 ID_MAX = 2**63 - 1  # ids are bigints
@@ -53,7 +67,17 @@ EDGE_FIELDS = {
     "discovered_from": DependencyKind.DISCOVERED_FROM,
 }
 FIELD_OF_KIND: dict[str, str] = {kind: name for name, kind in EDGE_FIELDS.items()}
-KNOWN_KEYS = {"ref", "status", "close_reason", "parent", "comments", *FIELD_CHECKS, *EDGE_FIELDS}
+KNOWN_KEYS = {
+    "ref",
+    "key",
+    "status",
+    "close_reason",
+    "parent",
+    "comments",
+    *FIELD_CHECKS,
+    *EDGE_FIELDS,
+}
+KEY_MAX = 300  # characters of a record's `key` (a title, the fallback, may be longer)
 
 
 @dataclass
@@ -61,6 +85,8 @@ class Record:
     where: str  # "file:line"
     ref: str | None
     fields: dict[str, Any]
+    key: str = ""  # the stable key: `key`, else `ref`, else the title
+    key_from_title: bool = False
     status: str = QuantumStatus.OPEN
     close_reason: str = ""
     parent: Ref | None = None
@@ -100,6 +126,13 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
     if ref is not None and (not isinstance(ref, str) or not ref):
         problems.append(f"{where('ref')}: ref: must be a non-empty string")
     record = Record(where=f"{name}:{line}", ref=ref if isinstance(ref, str) else None, fields={})
+    key = raw.get("key", record.ref or "")
+    if not isinstance(key, str) or ("key" in raw and not key.strip()):
+        problems.append(f"{where('key')}: key: must be non-empty text")
+    elif len(key) > KEY_MAX or text_problem(key):
+        problems.append(f"{where('key')}: key: at most {KEY_MAX} printable characters")
+    else:
+        record.key = key.strip()
     for key, check in FIELD_CHECKS.items():
         if key in raw:
             try:
@@ -120,6 +153,8 @@ def _parse_record(name: str, line: int, raw: Any, problems: list[str]) -> Record
         problems.append(f"{where('close_reason')}: close_reason: {text_problem(reason)}")
     else:
         record.close_reason = reason
+    if not record.key and "title" in record.fields:
+        record.key, record.key_from_title = record.fields["title"], True
     if record.status == QuantumStatus.CLOSED and not record.close_reason:
         record.close_reason = "imported closed"
     if raw.get("parent") is not None:
@@ -188,6 +223,22 @@ def _resolve(records: list[Record], problems: list[str]) -> dict[int, str]:
                 f"{record.where}: ref: {quoted(record.ref)} is already used at {refs[record.ref].where}"
             )
         refs[record.ref] = record
+    keys: dict[str, Record] = {}
+    titles: dict[str, int] = {}
+    for record in records:
+        if record.key_from_title:
+            # The n-th record of one title (n > 1) is keyed `title (n)`: the same file imported
+            # again finds each of them.
+            n = titles[record.key] = titles.get(record.key, 0) + 1
+            record.key = record.key if n == 1 else f"{record.key} ({n})"
+    for record in records:
+        if record.key and record.key in keys:
+            problems.append(
+                f"{record.where}: key: {quoted(record.key)} is already used at "
+                f"{keys[record.key].where}"
+            )
+        if record.key:
+            keys[record.key] = record
     wanted_ids = {t for r in records for _, t in r.edges if isinstance(t, int)}
     wanted_ids |= {r.parent for r in records if isinstance(r.parent, int)}
     with connection.cursor() as cursor:
@@ -300,15 +351,53 @@ def _complexity(fields: dict[str, Any]) -> tuple[str, bool]:
     return complexity_classify(fields["title"], fields.get("body") or "").complexity, True
 
 
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import did: every record's quantum in file order, and which were created,
+    updated (some field, parent, edge or comment of the record was new) or left unchanged."""
+
+    ids: list[int]
+    created: list[int]
+    updated: list[int]
+    unchanged: list[int]
+
+    def describe(self) -> str:
+        parts = [f"created {len(self.created)}"]
+        if self.updated or self.unchanged:
+            parts += [f"updated {len(self.updated)}", f"unchanged {len(self.unchanged)}"]
+        span = f" (#{min(self.created)}..#{max(self.created)})" if self.created else ""
+        return f"imported {len(self.ids)} quanta: " + ", ".join(parts) + span
+
+
+def quanta_import(*, path: Path, key_prefix: str = "") -> list[int]:
+    """Import every record of the file, or nothing. Returns the ids in file order."""
+    return quanta_import_report(path=path, key_prefix=key_prefix).ids
+
+
 @transaction.atomic
-def quanta_import(*, path: Path) -> list[int]:
-    """Import every record of the file, or nothing. Returns the new ids in file order."""
+def quanta_import_report(*, path: Path, key_prefix: str = "") -> ImportReport:
+    """Import every record of the file, or nothing: a record whose key names a quantum already
+    updates it, the others are created. `key_prefix` sets the records' keys apart (the demo
+    imports a fresh set beside the earlier ones)."""
     records, existing = parse_import(path)
     if not records:
-        return []
-    ids = quanta_ids_allocate(count=len(records))
-    by_ref = {r.ref: qid for r, qid in zip(records, ids, strict=True) if r.ref is not None}
-    status_of = {r.ref: r.status for r in records if r.ref is not None}
+        return ImportReport([], [], [], [])
+    for r in records:
+        if r.key:
+            r.key = key_prefix + r.key
+    known = {
+        q.import_key: q
+        for q in Quantum.objects.select_for_update().filter(
+            import_key__in=[r.key for r in records if r.key]
+        )
+    }
+    fresh = [r for r in records if r.key not in known]
+    again = [r for r in records if r.key in known]
+    ids = quanta_ids_allocate(count=len(fresh)) if fresh else []
+    by_ref = {r.ref: qid for r, qid in zip(fresh, ids, strict=True) if r.ref is not None}
+    by_ref |= {r.ref: known[r.key].pk for r in again if r.ref is not None}
+    status_of = {r.ref: r.status for r in fresh if r.ref is not None}
+    status_of |= {r.ref: known[r.key].status for r in again if r.ref is not None}
 
     def resolve(target: Ref) -> int:
         return target if isinstance(target, int) else by_ref[target]
@@ -322,41 +411,99 @@ def quanta_import(*, path: Path) -> list[int]:
 
     now = timezone.now()
     defaults = {f: _default(f) for f in FIELD_CHECKS if f != "complexity"}
-    quanta_rows_insert(
-        quanta=(
-            (
-                qid,
-                f["title"],
-                f["body"],
-                f["kind"],
-                r.status,
-                f["priority"],
-                f["labels"],
-                resolve(r.parent) if r.parent is not None else None,
-                f["pipeline"],
-                f["acceptance"],
-                f["verify_commands"],
-                *_complexity(f),
-                r.close_reason if r.status == QuantumStatus.CLOSED else "",
-                now,
-                now,
-                now if r.status == QuantumStatus.CLOSED else None,
-                open_blockers(r),
-            )
-            for r, qid in zip(records, ids, strict=True)
-            for f in ({**defaults, **r.fields},)
-        ),
-        dependencies=(
-            (qid, resolve(target), kind, now)
-            for r, qid in zip(records, ids, strict=True)
-            for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
-        ),
-        comments=(
-            (qid, kind, author, body, now)
-            for r, qid in zip(records, ids, strict=True)
-            for kind, author, body in r.comments
-        ),
-        analyze=len(ids) >= ANALYZE_AFTER,
+    if fresh:
+        quanta_rows_insert(
+            quanta=(
+                (
+                    qid,
+                    f["title"],
+                    f["body"],
+                    f["kind"],
+                    r.status,
+                    f["priority"],
+                    f["labels"],
+                    resolve(r.parent) if r.parent is not None else None,
+                    f["pipeline"],
+                    f["acceptance"],
+                    f["verify_commands"],
+                    *_complexity(f),
+                    r.close_reason if r.status == QuantumStatus.CLOSED else "",
+                    r.key,
+                    now,
+                    now,
+                    now if r.status == QuantumStatus.CLOSED else None,
+                    open_blockers(r),
+                )
+                for r, qid in zip(fresh, ids, strict=True)
+                for f in ({**defaults, **r.fields},)
+            ),
+            dependencies=(
+                (qid, resolve(target), kind, now)
+                for r, qid in zip(fresh, ids, strict=True)
+                for kind, target in dict.fromkeys(r.edges)  # the same edge twice is one edge
+            ),
+            comments=(
+                (qid, kind, author, body, now)
+                for r, qid in zip(fresh, ids, strict=True)
+                for kind, author, body in r.comments
+            ),
+            analyze=len(ids) >= ANALYZE_AFTER,
+        )
+    updated = [pk for r in again if (pk := _update(known[r.key], r, resolve)) is not None]
+    changed = set(updated)
+    created_of = {id(r): qid for r, qid in zip(fresh, ids, strict=True)}
+    order = [created_of[id(r)] if id(r) in created_of else known[r.key].pk for r in records]
+    report = ImportReport(
+        ids=order,
+        created=ids,
+        updated=updated,
+        unchanged=[known[r.key].pk for r in again if known[r.key].pk not in changed],
     )
-    publish("quanta", "quanta_imported", {"count": len(ids), "file": source_name(path)})
-    return ids
+    publish(
+        "quanta",
+        "quanta_imported",
+        {
+            "count": len(order),
+            "created": len(report.created),
+            "updated": len(report.updated),
+            "file": source_name(path),
+        },
+    )
+    return report
+
+
+def _update(quantum: Quantum, record: Record, resolve: Callable[[Ref], int]) -> int | None:
+    """Bring an imported quantum in line with its record again, through the services (their
+    checks: a new edge closing a cycle is refused). Its id when anything changed, else None."""
+    changes: dict[str, Any] = {}
+    for name, value in record.fields.items():
+        if name == "complexity":
+            if value is None and not quantum.complexity_auto:
+                changes[name] = None
+            elif value is not None and (quantum.complexity_auto or quantum.complexity != value):
+                changes[name] = value
+        elif getattr(quantum, name) != value:
+            changes[name] = value
+    parent = resolve(record.parent) if record.parent is not None else None
+    moved = parent is not None and parent != quantum.parent_id
+    try:
+        if changes or moved:
+            quantum_update(
+                quantum_id=quantum.pk,
+                changes=cast(QuantumChanges, changes),
+                parent_id=parent if moved else None,
+            )
+        have = set(
+            Dependency.objects.filter(quantum_id=quantum.pk).values_list("depends_on_id", "kind")
+        )
+        edges = [(resolve(t), kind) for kind, t in dict.fromkeys(record.edges)]
+        added = [(t, kind) for t, kind in edges if (t, kind) not in have]
+        for target, kind in added:
+            dependency_add(quantum_id=quantum.pk, depends_on_id=target, kind=kind)
+        said = set(Comment.objects.filter(quantum_id=quantum.pk).values_list("body", flat=True))
+        new_comments = [c for c in record.comments if c[2].strip() not in said]
+        for kind, author, body in new_comments:
+            comment_add(quantum_id=quantum.pk, body=body, author=author, author_kind=kind)
+    except QuantaError as exc:
+        raise ImportFailed([f"{record.where}: {exc}"]) from None
+    return quantum.pk if changes or moved or added or new_comments else None

@@ -78,6 +78,10 @@ class Quantum(models.Model):
         default=False, db_default=False, help_text="set by the classifier"
     )
     close_reason = models.TextField(blank=True)
+    # The stable key of an imported quantum (its record's `key`, else its `ref`, else its
+    # title): importing the same record again updates this quantum instead of adding another.
+    # Blank: not imported.
+    import_key = models.CharField(max_length=600, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -98,6 +102,9 @@ class Quantum(models.Model):
             models.CheckConstraint(condition=~Q(title=""), name="quantum_title_not_empty"),
             models.CheckConstraint(
                 condition=Q(status__in=QuantumStatus.values), name="quantum_status_valid"
+            ),
+            models.UniqueConstraint(
+                fields=["import_key"], condition=~Q(import_key=""), name="quantum_import_key"
             ),
         ]
         indexes = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -217,8 +218,20 @@ SEARCH_BROAD_DENSITY = 10
 SEARCH_INDEX_FIRST_SHARE = 1.0
 
 
+# `#12` (or `#12 #40`): the quanta of those ids, the way the operator names them everywhere.
+_IDS_QUERY = re.compile(r"\s*(?:#\d{1,18}\s*)+")
+
+
+def quanta_ids_in_query(query: str) -> list[int] | None:
+    """The ids of a query made only of `#N` references; None for any other query."""
+    if not _IDS_QUERY.fullmatch(query):
+        return None
+    return [int(n) for n in re.findall(r"#(\d+)", query)]
+
+
 def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
-    """Full-text search over title, body and comments; best match first.
+    """Full-text search over title, labels, body and comments; best match first. A query of
+    `#N` references finds those quanta.
 
     Every match is ranked, unless the query is broad: one matching at least one quantum in
     `SEARCH_BROAD_DENSITY` among the newest is ranked over its `SEARCH_RANK_CANDIDATES` newest
@@ -240,6 +253,10 @@ def quanta_search(*, query: str, limit: int = 50) -> list[SearchHit]:
     over), but a prefix by a fixed guess: a query with a prefix walks first. Both statements
     rank and sort the sort key only (id, priority, rank) and read the page's rows by id.
     """
+    ids = quanta_ids_in_query(query)
+    if ids is not None:
+        found = Quantum.objects.in_bulk(ids)
+        return [SearchHit(found[i], 1.0) for i in dict.fromkeys(ids) if i in found][:limit]
     search = _RankedSearch(query, limit=limit)
     if not search.expected_narrow():
         hits = search.walk()
@@ -382,6 +399,12 @@ def quanta_search_in_order(*, quanta: QuerySet[Quantum], query: str, count: int)
     the table per match, so it wins only where the query is rare. The rank is computed for the
     rows returned only.
     """
+    ids = quanta_ids_in_query(query)
+    if ids is not None:
+        named = list(quanta.filter(pk__in=ids)[:count])
+        for q in named:
+            q.rank = 1.0  # type: ignore[attr-defined]
+        return named
     walk = _InOrderWalk(quanta, query, count)
     window = count * IN_ORDER_WINDOW_PER_ROW
     hits, full = walk.first(window)

@@ -104,6 +104,7 @@ def export_record(
 
     record: dict[str, Any] = {
         "ref": f"q{q.pk}",
+        **({"key": q.import_key} if q.import_key else {}),  # a re-import updates, not adds
         "title": q.title,
         "kind": q.kind,
         "status": q.status if q.status != "in_progress" else "open",

@@ -22,6 +22,7 @@ from quanta.errors import (
     QuantumNotFound,
 )
 from quanta.fields import check_text, clean_fields
+from quanta.hooks import status_changed
 from quanta.models import (
     AuthorKind,
     Comment,
@@ -61,9 +62,10 @@ def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
     )
 
 
-# The full-text vector of quantum `{q}`: title (A), body (B) and all its comments (C).
+# The full-text vector of quantum `{q}`: title and labels (A), body (B) and all its comments (C).
 SEARCH_VECTOR_SQL = """
     setweight(to_tsvector(%(cfg)s::regconfig, {q}.title), 'A')
+    || setweight(to_tsvector(%(cfg)s::regconfig, array_to_string({q}.labels, ' ')), 'A')
     || setweight(to_tsvector(%(cfg)s::regconfig, {q}.body), 'B')
     || setweight(to_tsvector(%(cfg)s::regconfig, coalesce(
         (SELECT string_agg(c.body, ' ') FROM {comments} c WHERE c.quantum_id = {q}.id), '')), 'C')
@@ -185,7 +187,7 @@ def quantum_update(
     for name, value in fields.items():
         setattr(quantum, name, value)
     quantum.save(update_fields=[*fields, "updated_at"])
-    if {"title", "body"} & fields.keys():
+    if {"title", "body", "labels"} & fields.keys():
         search_refresh([quantum.pk])
     _quantum_event("quantum_updated", quantum, fields=sorted(fields))
     return quantum
@@ -206,6 +208,7 @@ def _transition(
         raise IllegalTransition(
             f"cannot {verb} quantum #{quantum_id}: it is {current} (only from {allowed})"
         )
+    status_changed([quantum_id], to)
     return Quantum.objects.get(pk=quantum_id)
 
 
@@ -269,6 +272,7 @@ def quanta_close(
         closed = dict(cursor.fetchall())
     if not closed:
         return []
+    status_changed(list(closed), S.CLOSED)
     publish_many(
         "quanta",
         [
@@ -446,13 +450,6 @@ def comment_add(
 
 
 @transaction.atomic
-def quanta_delete_labelled(*, label: str) -> int:
-    """Delete every quantum carrying `label` (with its comments and dependencies); the count."""
-    _, by_model = Quantum.objects.filter(labels__contains=[label]).delete()
-    return by_model.get(Quantum._meta.label, 0)
-
-
-@transaction.atomic
 def quanta_claim(*, quantum_ids: Sequence[int]) -> list[int]:
     """Claim open quanta for a run: open -> in_progress in one compare-and-set.
 
@@ -470,6 +467,7 @@ def quanta_claim(*, quantum_ids: Sequence[int]) -> list[int]:
         Quantum.objects.filter(pk__in=claimed, status=S.OPEN).update(
             status=S.IN_PROGRESS, updated_at=timezone.now()
         )
+        status_changed(claimed, S.IN_PROGRESS)
     return claimed
 
 
@@ -512,6 +510,7 @@ QUANTUM_COLUMNS = [
     "complexity",
     "complexity_auto",
     "close_reason",
+    "import_key",
     "created_at",
     "updated_at",
     "closed_at",

@@ -30,7 +30,7 @@ from quanta.forms import (
     problems_to_form,
     service_error_to_form,
 )
-from quanta.importer import quanta_import
+from quanta.importer import quanta_import_report
 from quanta.models import Quantum
 from quanta.selectors import (
     quanta_browse,
@@ -114,7 +114,7 @@ def quanta_import_upload(request: HttpRequest) -> HttpResponse:
             for chunk in upload.chunks():
                 out.write(chunk)
         try:
-            ids = quanta_import(path=path)
+            report = quanta_import_report(path=path)
         except ImportFailed as exc:
             form.add_error(None, f"import failed, nothing written ({len(exc.problems)} problems):")
             problems_to_form(form, "file", exc.problems)
@@ -122,8 +122,7 @@ def quanta_import_upload(request: HttpRequest) -> HttpResponse:
         except QuantaError as exc:
             form.add_error("file", str(exc))
             return _index(request, form, status=400)
-    span = f" (#{ids[0]}..#{ids[-1]})" if ids else ""
-    messages.success(request, f"Imported {len(ids)} quanta{span}.")
+    messages.success(request, report.describe().capitalize() + ".")
     return redirect("quanta")
 
 

@@ -24,3 +24,8 @@ class InvalidProposal(TetherError):
 
 class InvalidInput(TetherError):
     """An empty answer or reason, or another value the operator must fix."""
+
+
+class QuestionWithdrawn(AlreadyDecided):
+    """The question no longer applies (its quantum left the state it asked about): an answer to
+    it is refused, and nothing is changed."""

@@ -33,13 +33,16 @@ PRIORITY_RANK: dict[str, int] = {
 
 
 class ReachingStatus(models.TextChoices):
-    """pending -> answered | timed_out | cancelled. A timed-out reaching may still get one late
-    answer (the late_* fields), which never changes its status."""
+    """pending -> answered | timed_out | cancelled | withdrawn. A timed-out reaching may still
+    get one late answer (the late_* fields), which never changes its status. A question about a
+    quantum's state (a quarantine) is withdrawn, pending or timed out without a late answer,
+    when that state changes; `withdrawn_reason` says why."""
 
     PENDING = "pending", "pending"
     ANSWERED = "answered", "answered"
     TIMED_OUT = "timed_out", "timed out"
     CANCELLED = "cancelled", "cancelled"
+    WITHDRAWN = "withdrawn", "withdrawn"
 
 
 class Reaching(models.Model):
@@ -65,6 +68,7 @@ class Reaching(models.Model):
     late_answer = models.TextField(blank=True)
     late_answered_by = models.CharField(max_length=150, blank=True)
     late_answered_at = models.DateTimeField(null=True, blank=True)
+    withdrawn_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -96,12 +100,12 @@ class DriftKind(models.TextChoices):
 
 
 class DriftStatus(models.TextChoices):
-    """open -> grounded | rejected | noted | superseded (by a late answer). All four are final."""
+    """open -> grounded | rejected | superseded (by a late answer). All three are final. A note
+    decides nothing: it is added to `notes` and the drift stays open."""
 
     OPEN = "open", "open"
     GROUNDED = "grounded", "grounded"
     REJECTED = "rejected", "rejected"
-    NOTED = "noted", "noted"
     SUPERSEDED = "superseded", "superseded"
 
 
@@ -126,6 +130,9 @@ class Drift(models.Model):
     )
     status = models.CharField(max_length=12, choices=DriftStatus.choices, default=DriftStatus.OPEN)
     comment = models.TextField(blank=True)
+    notes = models.JSONField(
+        default=list, blank=True, help_text='the operator\'s notes: [{"by", "at", "text"}, ...]'
+    )
     decided_by = models.CharField(max_length=150, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     correction = models.ForeignKey(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -10,8 +11,9 @@ import yaml
 from django.db import connection
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
-from psychonauts.diffs import DiffLine, diff_by_path
+from psychonauts.diffs import DiffLine, diff_by_path, diff_line
 from quanta.pipeline_models import Pipeline
+from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import pipeline_spec
 from quanta.pipelines.spec import STAGE_DEFAULTS, PipelineSpec
 from tether.errors import NotFound
@@ -207,6 +209,23 @@ class MutationView:
     mutation: PipelineMutation
     current_version: int | None
     current_yaml: str  # "" for a new pipeline
+
+
+def mutation_diff(view: MutationView) -> list[DiffLine]:
+    """The proposal against the pipeline as it is now, line by line. Both sides are written in
+    the same form (`pipeline_yaml`) first: an agent's flow lists, comments or key order are not
+    changes, and only the lines whose meaning differs are marked. A proposal that no longer
+    parses is compared as written."""
+    proposed = view.mutation.proposed_yaml
+    specs, problems = pipelines_parse(proposed, source="proposal", roles=None)
+    if not problems and len(specs) == 1:
+        proposed = pipeline_yaml(specs[0][1])
+    label = f"current v{view.current_version}" if view.current_version else "(new pipeline)"
+    lines = difflib.unified_diff(
+        view.current_yaml.splitlines(), proposed.splitlines(), label, "proposed", lineterm=""
+    )
+    # The first two lines are the `---`/`+++` header; a removed `--- x` line further on is not.
+    return [diff_line(line) for n, line in enumerate(lines) if n >= 2]
 
 
 def mutations_list(*, status: str | None = None, limit: int = 100) -> list[MutationView]:

@@ -15,6 +15,7 @@ urlpatterns = [
     path("tether/drifts/<int:drift_id>/reject/", drifts.drift_reject_view, name="drift_reject"),
     path("tether/drifts/<int:drift_id>/note/", drifts.drift_note_view, name="drift_note"),
     path("grounding/", grounding.grounding_page, name="grounding"),
+    path("grounding/changes/approve/", changes.changes_approve_view, name="changes_approve"),
     path("grounding/changes/<int:change_id>/", changes.change_page, name="change"),
     path(
         "grounding/changes/<int:change_id>/approve/",

@@ -5,11 +5,17 @@ A file holds a list of rules (or `rules:` followed by one) in YAML, or one JSON 
 (`.jsonl`). A rule: `text` (required), `kind` rule | anti_pattern, `scope` project | global,
 `roles`, `labels`, `paths` (lists of text). `playbook export` writes the same format. Import is
 all or nothing: every problem is reported as `file:line: field: why` and nothing is written.
+
+A rule's key is its kind, scope and text (case and runs of spaces aside): importing a rule the
+playbook has already updates its roles, labels and paths (a grounded `update` delta, in its
+history) and keeps what the playbook learned about it: its confidence and maturity. A deprecated
+rule stays deprecated.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +26,14 @@ from core.records import records_read
 from core.safetext import text_problem
 from core.safeyaml import InputRefused, LineMap, source_name
 from reflection.errors import ReflectionError
-from reflection.models import DeltaOp, DeltaStatus, PlaybookRule, RuleKind, RuleScope
+from reflection.models import (
+    DeltaOp,
+    DeltaStatus,
+    PlaybookRule,
+    RuleKind,
+    RuleMaturity,
+    RuleScope,
+)
 from reflection.services.playbook import delta_decide, delta_propose, rule_create
 
 LIST_FIELDS = ("roles", "labels", "paths")
@@ -95,9 +108,34 @@ def _check(name: str, line: int, raw: Any, problems: list[str]) -> dict[str, Any
     }
 
 
-def playbook_import(path: Path, *, by: str) -> list[PlaybookRule]:
-    """Every rule of the file, created in one transaction; ImportFailed (nothing written)
-    when any record has a problem."""
+def rule_key(*, kind: str, scope: str, text: str) -> tuple[str, str, str]:
+    """What makes two rules the same rule for an import."""
+    return kind, scope, " ".join(text.split()).casefold()
+
+
+@dataclass
+class PlaybookImport:
+    """What an import did, rule by rule (each list in file order)."""
+
+    created: list[PlaybookRule] = field(default_factory=list)
+    updated: list[PlaybookRule] = field(default_factory=list)
+    unchanged: list[PlaybookRule] = field(default_factory=list)
+    deprecated: list[PlaybookRule] = field(default_factory=list)  # found, and left deprecated
+
+    def describe(self) -> str:
+        text = (
+            f"{len(self.created)} rule(s) created, {len(self.updated)} updated, "
+            f"{len(self.unchanged)} unchanged"
+        )
+        if self.deprecated:
+            ids = ", ".join(f"#{r.pk}" for r in self.deprecated)
+            text += f"; {len(self.deprecated)} already deprecated and left so ({ids})"
+        return text
+
+
+def playbook_import(path: Path, *, by: str) -> PlaybookImport:
+    """Every rule of the file, created or found again (see the module's docstring), in one
+    transaction; ImportFailed (nothing written) when any record has a problem."""
     name = source_name(path)
     try:
         records = records_read(path, key="rules", not_a_list=NOT_A_LIST)
@@ -107,8 +145,37 @@ def playbook_import(path: Path, *, by: str) -> list[PlaybookRule]:
     checked = [_check(name, line, raw, problems) for line, raw in records]
     if problems:
         raise ImportFailed(problems)
+    report = PlaybookImport()
     with transaction.atomic():
-        return [rule_create(**fields, created_by=by) for fields in checked if fields is not None]
+        known: dict[tuple[str, str, str], PlaybookRule] = {}
+        for have in PlaybookRule.objects.select_for_update().order_by("pk"):
+            known.setdefault(rule_key(kind=have.kind, scope=have.scope, text=have.text), have)
+        for fields in checked:
+            if fields is None:
+                continue
+            key = rule_key(kind=fields["kind"], scope=fields["scope"], text=fields["text"])
+            rule = known.get(key)
+            if rule is None:
+                known[key] = rule = rule_create(**fields, created_by=by)
+                report.created.append(rule)
+            elif rule.maturity == RuleMaturity.DEPRECATED:
+                report.deprecated.append(rule)
+            elif any(list(getattr(rule, k)) != fields[k] for k in LIST_FIELDS):
+                delta = delta_propose(
+                    op=DeltaOp.UPDATE,
+                    rule_id=rule.pk,
+                    text=rule.text,
+                    kind=rule.kind,
+                    scope=rule.scope,
+                    **{k: fields[k] for k in LIST_FIELDS},
+                    reason=f"imported from {name} by {by}",
+                )
+                delta_decide(delta.pk, to=DeltaStatus.GROUNDED, by=by, reason="import")
+                rule.refresh_from_db()
+                report.updated.append(rule)
+            else:
+                report.unchanged.append(rule)
+    return report
 
 
 @transaction.atomic

@@ -12,7 +12,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from quanta.errors import ImportFailed
-from quanta.importer import quanta_import
+from quanta.importer import quanta_import_report
 from quanta.models import Comment, Dependency, Quantum
 from tests.fuzz.conftest import FUZZ
 
@@ -97,7 +97,7 @@ def test_any_file_imports_or_is_refused_with_nothing_written(tmp_path: Path, fil
     path.write_bytes(data)
     before = (Quantum.objects.count(), Comment.objects.count(), Dependency.objects.count())
     try:
-        ids = quanta_import(path=path)
+        report = quanta_import_report(path=path)
     except ImportFailed as exc:
         assert exc.problems and all(p.startswith(f"{name}:") for p in exc.problems), exc.problems
         assert all(len(p) < 500 for p in exc.problems), exc.problems
@@ -105,5 +105,5 @@ def test_any_file_imports_or_is_refused_with_nothing_written(tmp_path: Path, fil
         assert after == before
         event("refused")
     else:
-        assert Quantum.objects.count() == before[0] + len(ids)
-        event("imported" if ids else "empty")
+        assert Quantum.objects.count() == before[0] + len(report.created)
+        event("imported" if report.ids else "empty")

@@ -261,3 +261,83 @@ def test_it_never_echoes_a_huge_value_and_refuses_what_the_database_cannot_store
     )
     assert problems[3] == "huge.jsonl:4: comments: author must be text of up to 200 characters"
     assert problems[6] == "huge.jsonl:7: priority: must be 0..4 (0 = critical), got inf"
+
+
+BACKLOG = """\
+- ref: schema
+  title: Design the schema
+  labels: [backend]
+  comments: [use Postgres]
+- title: Build the API
+  depends_on: [schema]
+"""
+
+
+def test_importing_the_same_file_twice_updates_instead_of_duplicating(tmp_path):
+    from quanta.importer import quanta_import_report
+
+    path = write(tmp_path, "backlog.yaml", BACKLOG)
+    first = quanta_import_report(path=path)
+    again = quanta_import_report(path=path)
+
+    assert len(first.created) == 2 and first.updated == first.unchanged == []
+    assert again.created == [] and again.updated == [] and again.unchanged == first.ids
+    assert again.ids == first.ids
+    assert Quantum.objects.count() == 2 and Comment.objects.count() == 1
+    assert Dependency.objects.count() == 1
+    assert again.describe() == "imported 2 quanta: created 0, updated 0, unchanged 2"
+
+
+def test_a_changed_record_updates_its_quantum_and_a_new_one_is_created(tmp_path):
+    from quanta.importer import quanta_import_report
+
+    first = quanta_import_report(path=write(tmp_path, "a.yaml", BACKLOG))
+    schema, api = first.ids
+    changed = BACKLOG.replace("[backend]", "[backend, db]") + "- title: Write the docs\n"
+    changed = changed.replace("comments: [use Postgres]", "comments: [use Postgres, index it]")
+
+    again = quanta_import_report(path=write(tmp_path, "b.yaml", changed))
+
+    assert again.updated == [schema] and again.unchanged == [api]
+    assert len(again.created) == 1 and again.ids[:2] == [schema, api]
+    assert Quantum.objects.get(pk=schema).labels == ["backend", "db"]
+    assert sorted(Comment.objects.filter(quantum_id=schema).values_list("body", flat=True)) == [
+        "index it",
+        "use Postgres",
+    ]
+    assert Quantum.objects.get(pk=schema).status == "open"
+
+
+def test_a_re_import_keeps_the_status_the_work_gave_it(tmp_path):
+    from quanta import services
+
+    path = write(tmp_path, "backlog.yaml", BACKLOG)
+    schema, _ = quanta_import(path=path)
+    services.quantum_close(quantum_id=schema, reason="done")
+    quanta_import(path=path)
+    assert Quantum.objects.get(pk=schema).status == "closed"
+
+
+def test_records_of_one_title_are_each_found_again(tmp_path):
+    path = write(tmp_path, "dup.yaml", "- title: Fix it\n- title: Fix it\n  priority: 1\n")
+    first = quanta_import(path=path)
+    assert quanta_import(path=path) == first and Quantum.objects.count() == 2
+
+
+def test_two_records_with_one_key_are_refused(tmp_path):
+    path = write(tmp_path, "dup.yaml", "- {ref: a, title: A}\n- {key: a, title: B}\n")
+    with pytest.raises(ImportFailed) as info:
+        quanta_import(path=path)
+    assert info.value.problems == ["dup.yaml:2: key: 'a' is already used at dup.yaml:1"]
+    assert not Quantum.objects.exists()
+
+
+def test_an_export_imported_again_changes_nothing(tmp_path, capsys):
+    from django.core.management import call_command
+
+    ids = quanta_import(path=write(tmp_path, "backlog.yaml", BACKLOG))
+    call_command("quanta", "export")
+    exported = write(tmp_path, "export.yaml", capsys.readouterr().out)
+    call_command("quanta", "import", str(exported), "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert report["created"] == [] and report["unchanged"] == ids

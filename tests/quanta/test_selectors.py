@@ -137,6 +137,29 @@ def test_search_survives_tsquery_syntax_in_input(corpus):
     assert {h.quantum.pk for h in hits} <= {q.pk for q in corpus.values()}
 
 
+def test_search_finds_labels_as_written_and_after_a_relabel():
+    labelled = make_quantum("Rotate the keys", labels=["auth", "ops"])
+    other = make_quantum("Cache warm-up", labels=["perf"])
+    assert [h.quantum.pk for h in selectors.quanta_search(query="auth*")] == [labelled.pk]
+    assert [h.quantum.pk for h in selectors.quanta_search(query="ops")] == [labelled.pk]
+
+    services.quantum_update(quantum_id=other.pk, changes={"labels": ["auth"]})
+
+    found = {h.quantum.pk for h in selectors.quanta_search(query="auth")}
+    assert found == {labelled.pk, other.pk}
+
+
+def test_search_finds_a_quantum_by_its_id():
+    a, b = make_quantum("first"), make_quantum("second, mentions 12 in passing")
+    assert [h.quantum.pk for h in selectors.quanta_search(query=f"#{a.pk}")] == [a.pk]
+    found = selectors.quanta_search(query=f"#{b.pk} #{a.pk} #999999")
+    assert [h.quantum.pk for h in found] == [b.pk, a.pk]
+    listed = selectors.quanta_search_in_order(
+        quanta=Quantum.objects.order_by("-pk"), query=f"#{a.pk}", count=10
+    )
+    assert [q.pk for q in listed] == [a.pk]
+
+
 def test_the_blocker_count_follows_every_path_that_changes_it():
     """open_blockers is kept by database triggers: check each path against the truth."""
     a, b = make_quantum("a"), make_quantum("b")

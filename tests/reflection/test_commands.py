@@ -91,10 +91,36 @@ def test_it_round_trips_export_and_import(db: Any, tmp_path: Path) -> None:
         paths[-1].write_text(text("playbook", "export", "--format", fmt))
     for path in paths:
         imported = run("playbook", "import", str(path))
-        assert imported["imported"] == 2
+        assert imported["imported"] == 0 and len(imported["unchanged"]) == 2
     texts = sorted(PlaybookRule.objects.values_list("text", "kind", "scope"))
-    assert texts.count(("Run the tests", "rule", "global")) == 3
-    assert texts.count(("Skip the tests", "anti_pattern", "project")) == 3
+    assert texts.count(("Run the tests", "rule", "global")) == 1
+    assert texts.count(("Skip the tests", "anti_pattern", "project")) == 1
+    PlaybookRule.objects.all().delete()
+    assert run("playbook", "import", str(paths[0]))["imported"] == 2  # a fresh playbook
+
+
+def test_an_import_finds_its_rules_again_and_revives_no_deprecated_one(
+    db: Any, tmp_path: Path
+) -> None:
+    kept = rule_create(text="Run the tests", roles=["coder"])
+    dropped = rule_create(text="Mock the database")
+    path = tmp_path / "rules.yaml"
+    path.write_text(text("playbook", "export"))
+    run("playbook", "deprecate", str(dropped.pk))
+    path.write_text(path.read_text().replace("- coder", "- coder\n  - tester"))
+
+    imported = run("playbook", "import", str(path))
+
+    assert imported["imported"] == 0 and imported["ids"] == []
+    assert imported["updated"] == [kept.pk] and imported["deprecated"] == [dropped.pk]
+    assert PlaybookRule.objects.count() == 2
+    assert PlaybookRule.objects.get(pk=dropped.pk).maturity == "deprecated"
+    assert PlaybookRule.objects.get(pk=kept.pk).roles == ["coder", "tester"]
+    said = text("playbook", "import", str(path)).strip()
+    assert said == (
+        f"0 rule(s) created, 0 updated, 1 unchanged; 1 already deprecated and left so "
+        f"(#{dropped.pk})"
+    )
 
 
 def test_it_imports_all_or_nothing_with_file_and_line(db: Any, tmp_path: Path) -> None:

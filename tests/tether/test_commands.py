@@ -53,8 +53,9 @@ def test_it_grounds_and_notes_drifts(reaching: Reaching) -> None:
     assert "UTC" in run("drifts")
 
     assert "grounded" in run("ground", str(drift.pk))
-    assert json.loads(run("note", str(other.pk), "fine for now", "--json"))["status"] == "noted"
-    assert run("drifts").strip() == "(none)"
+    noted = json.loads(run("note", str(other.pk), "fine for now", "--json"))
+    assert noted["status"] == "open" and noted["notes"][0]["text"] == "fine for now"
+    assert "tabs" in run("drifts") and "UTC" not in run("drifts")  # a noted drift stays open
     assert len(json.loads(run("drifts", "--status", "all", "--json"))) == 2
     with pytest.raises(CommandError, match="already grounded"):
         run("ground", str(drift.pk))
@@ -79,3 +80,22 @@ def test_it_exits_2_on_bad_usage(db) -> None:
     assert status("reject", "1") == 2  # --reason is required
     assert status("answer", "abc", "x") == 2
     assert status("frobnicate") == 2
+
+
+@pytest.mark.parametrize("argv", [["tether", "questions"], ["check"]])
+def test_a_command_that_calls_no_model_imports_no_model_sdk(db, argv) -> None:
+    """`tether questions` answers fast: it imports no model SDK, and neither does loading every
+    view (what the system checks do); the worker imports it when it starts."""
+    import subprocess
+    import sys
+
+    from tests.bursts.conftest import ROOT, worker_env
+
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "manage.py", *argv],
+        cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+    assert "anthropic" not in modules and "openai" not in modules
+    assert "django.core.management" in modules  # the import log was read

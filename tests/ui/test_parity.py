@@ -66,7 +66,7 @@ def upload(name, content):
 
 def test_it_imports_a_file_and_exports_it_in_the_command_format(op_client):
     done = op_client.post(reverse("quanta_import"), upload("plan.yaml", GOOD), follow=True)
-    assert b"Imported 2 quanta" in done.content
+    assert b"Imported 2 quanta: created 2" in done.content
     schema = Quantum.objects.get(title="Design the schema")
     api = Quantum.objects.get(title="Build the API")
     assert schema.labels == ["backend"] and api.open_blockers == 1
@@ -81,9 +81,11 @@ def test_it_imports_a_file_and_exports_it_in_the_command_format(op_client):
     lines = op_client.get(reverse("quanta_export"), {"format": "jsonl"}).content.splitlines()
     assert [json.loads(line)["title"] for line in lines] == ["Design the schema", "Build the API"]
     # What the download holds imports again (export -> import round-trips).
-    again = op_client.post(reverse("quanta_import"), upload("quanta.yaml", exported.content))
-    assert again.status_code == 302
-    assert Quantum.objects.filter(title="Build the API").count() == 2
+    again = op_client.post(
+        reverse("quanta_import"), upload("quanta.yaml", exported.content), follow=True
+    )
+    assert b"Imported 2 quanta: created 0, updated 0, unchanged 2" in again.content
+    assert Quantum.objects.filter(title="Build the API").count() == 1  # the same quanta
     assert op_client.get(reverse("quanta_export"), {"format": "xml"}).status_code == 400
 
 

@@ -34,6 +34,7 @@ from tether.models import (
     ReachingStatus,
 )
 from tether.services import (
+    change_reject,
     change_review_create,
     drift_reject,
     mutation_propose,
@@ -247,8 +248,9 @@ def test_it_notes_a_drift_and_the_note_needs_text(op_client, drift):
     missing = op_client.post(url, {"text": " "})
     assert missing.status_code == 400 and "Write the note." in missing.content.decode()
     response = op_client.post(url, {"text": "watch it"}, follow=True)
-    assert messages_of(response) == [f"Drift #{drift.pk} noted."]
-    assert Drift.objects.get(pk=drift.pk).status == DriftStatus.NOTED
+    assert messages_of(response) == [f"Note added to drift #{drift.pk}; it stays open."]
+    noted = Drift.objects.get(pk=drift.pk)
+    assert noted.status == DriftStatus.OPEN and noted.notes[0]["text"] == "watch it"
 
 
 def test_deciding_a_drift_twice_says_so_and_changes_nothing(op_client, drift):
@@ -312,6 +314,76 @@ def test_an_operator_approves_a_change(op_client, change, repo):
     assert main_file(repo, "hello.py") == "print('hi')\n"
     again = op_client.post(url, follow=True)
     assert messages_of(again) == [f"change #{change.pk} is merged; nothing changed"]
+
+
+def _review(make_quantum, title: str, files: dict[str, str | None]) -> ChangeReview:
+    quantum = make_quantum(title)
+    review = change_review_create(quantum_run_id=finished_run(quantum, files).pk)
+    assert review is not None
+    Quantum.objects.filter(pk=quantum.pk).update(status="closed")  # as its done run left it
+    return review
+
+
+@pytest.fixture
+def three_changes(repo, make_quantum, tether_settings) -> list[ChangeReview]:
+    """Two low-risk changes and a medium one (it deletes a file)."""
+    return [
+        _review(make_quantum, "Add a", {"a.py": "A = 1\n"}),
+        _review(make_quantum, "Add b", {"b.py": "B = 2\n"}),
+        _review(make_quantum, "Drop the readme", {"README.md": None}),
+    ]
+
+
+def _statuses(changes: list[ChangeReview]) -> list[str]:
+    return [ChangeReview.objects.get(pk=c.pk).status for c in changes]
+
+
+def test_the_grounding_page_offers_selection_and_all_low_risk(op_client, three_changes):
+    html = op_client.get(reverse("grounding")).content.decode()
+    assert 'id="bulk-approve"' in html and 'id="approve-low-risk"' in html
+    for c in three_changes:
+        assert f'id="select-change-{c.pk}"' in html
+
+
+def test_a_viewer_sees_no_bulk_approval(viewer_client, three_changes):
+    html = viewer_client.get(reverse("grounding")).content.decode()
+    assert 'id="bulk-approve"' not in html and "select-change-" not in html
+
+
+def test_an_operator_approves_every_low_risk_change_at_once(op_client, three_changes):
+    low_a, low_b, medium = three_changes
+    assert (low_a.risk, low_b.risk, medium.risk) == ("low", "low", "medium")
+
+    response = op_client.post(reverse("changes_approve"), {"all_low_risk": "1"}, follow=True)
+
+    assert _statuses(three_changes) == ["queued", "queued", "pending"]
+    assert messages_of(response)[0].startswith(
+        f"2 change(s) in the merge queue: #{low_a.pk}, #{low_b.pk}."
+    )
+
+
+def test_an_operator_approves_the_selected_changes_and_hears_each_refusal(op_client, three_changes):
+    low_a, low_b, medium = three_changes
+    change_reject(change_id=low_b.pk, reason="not now")
+
+    response = op_client.post(
+        reverse("changes_approve"),
+        {"change": [str(low_a.pk), str(low_b.pk), str(medium.pk)]},
+        follow=True,
+    )
+
+    assert _statuses(three_changes) == ["queued", "rejected", "queued"]
+    said = messages_of(response)
+    assert said[0].startswith(f"2 change(s) in the merge queue: #{low_a.pk}, #{medium.pk}.")
+    assert said[1] == f"Change #{low_b.pk} refused: change #{low_b.pk} is rejected; nothing changed"
+    nothing = op_client.post(reverse("changes_approve"), {}, follow=True)
+    assert messages_of(nothing) == ["Select the changes to approve, or approve all low-risk ones."]
+
+
+def test_a_viewer_cannot_approve_in_bulk(viewer_client, three_changes):
+    response = viewer_client.post(reverse("changes_approve"), {"all_low_risk": "1"})
+    assert response.status_code == 403
+    assert _statuses(three_changes) == ["pending", "pending", "pending"]
 
 
 def test_a_moved_branch_is_reported_and_nothing_is_merged(op_client, change, repo):
@@ -389,10 +461,25 @@ def test_it_shows_a_mutation_beside_the_current_pipeline(viewer_client, mutation
     response = viewer_client.get(reverse("grounding"))
     (row,) = response.context["mutations"]
     assert row["v"].current_version == 1 and "coder" in row["v"].current_yaml
-    assert {"tag": "add", "text": "+    agents: [tester]"} in row["diff"]
     html = response.content.decode()
     assert f'id="mutation-{mutation.pk}"' in html and "a tester should check" in html
     assert f"mutation-approve-{mutation.pk}" not in html
+
+
+def test_a_mutation_diff_marks_only_the_lines_that_change(viewer_client, mutation):
+    """The proposal is written in the agent's style (flow lists); the pipeline as it is now in
+    the loader's: only the added stage is a change."""
+    response = viewer_client.get(reverse("grounding"))
+    (row,) = response.context["mutations"]
+    changed = [(line["tag"], line["text"]) for line in row["diff"]]
+    assert [c for c in changed if c[0] in ("add", "del")] == [
+        ("del", "-- name: s0"),  # the fixture's stage name; the proposal names it `implement`
+        ("add", "+- name: implement"),
+        ("add", "+- name: check"),
+        ("add", "+  agents:"),
+        ("add", "+  - tester"),
+    ]
+    assert ("ctx", "   agents:") in changed and ("ctx", "   - coder") in changed
 
 
 def test_an_operator_approves_a_mutation(op_client, mutation):

@@ -1,6 +1,7 @@
 """Drifts, and the only module that writes them: a question or a pipeline proposal nobody
-answered in time opens one; the operator grounds, rejects or notes it; a late answer grounds or
-supersedes it; a change review records what was built on it."""
+answered in time opens one; the operator grounds or rejects it, and may add notes to it at any
+time (a note decides nothing); a late answer grounds or supersedes it; a change review records
+what was built on it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from tether.services.corrections import correction_file
 _EVENT: dict[str, str] = {
     DriftStatus.GROUNDED: "drift_confirmed",
     DriftStatus.REJECTED: "drift_rejected",
-    DriftStatus.NOTED: "drift_noted",
     DriftStatus.SUPERSEDED: "drift_superseded",
 }
 
@@ -112,7 +112,7 @@ def _correction_body(drift: Drift, correction: str, verb: str) -> str:
 def drift_decide(
     *, drift_id: int, to: str, comment: str = "", by: str = "operator", correction: str = ""
 ) -> Drift:
-    """open -> grounded | rejected | noted | superseded. Rejected and superseded-with-a-
+    """open -> grounded | rejected | superseded. Rejected and superseded-with-a-
     correction file a correction quantum. Deciding twice is an error and changes nothing."""
     if to not in _EVENT:
         raise InvalidInput(f"a drift can become {', '.join(_EVENT)}, not {to!r}")
@@ -164,7 +164,28 @@ def drift_reject(*, drift_id: int, reason: str, by: str = "operator") -> Drift:
     )
 
 
+@transaction.atomic
 def drift_note(*, drift_id: int, text: str, by: str = "operator") -> Drift:
+    """Add the operator's note to a drift, open or decided; its status does not change (an open
+    drift can still be grounded or rejected)."""
     if not text.strip():
         raise InvalidInput("the note is empty")
-    return drift_decide(drift_id=drift_id, to=DriftStatus.NOTED, comment=text, by=by)
+    drift = Drift.objects.select_for_update().filter(pk=drift_id).first()
+    if drift is None:
+        raise NotFound(f"no drift #{drift_id}")
+    note = {"by": by, "at": timezone.now().isoformat(), "text": text.strip()}
+    drift.notes = [*drift.notes, note]
+    Drift.objects.filter(pk=drift_id).update(notes=drift.notes)
+    publish(
+        "tether:drifts",
+        "drift_noted",
+        {
+            "drift_id": drift.pk,
+            "kind": drift.kind,
+            "quantum_id": drift.quantum_id,
+            "status": drift.status,
+            "note": note["text"],
+            "by": by,
+        },
+    )
+    return drift

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
@@ -23,8 +24,9 @@ from core.sql import sql_names
 from psychonauts.errors import PsychonautError
 from psychonauts.models import AgentTurn
 from psychonauts.services import tool_call_complete
+from quanta.models import AuthorKind, QuantumStatus
 from quanta.services import comment_add, quantum_reopen
-from tether.errors import AlreadyDecided, InvalidInput, NotFound, TetherError
+from tether.errors import AlreadyDecided, InvalidInput, NotFound, QuestionWithdrawn, TetherError
 from tether.models import Drift, DriftStatus, Priority, Reaching, ReachingStatus
 from tether.queue import queue_push_unsafe, queue_remove_unsafe
 from tether.services.drifts import drift_decide, drift_open_for_reaching
@@ -248,6 +250,11 @@ def reaching_answer(*, reaching_id: int, text: str, by: str = "operator") -> Ans
             raise NotFound(f"no reaching #{reaching_id}")
         if reaching.status == ReachingStatus.TIMED_OUT:
             return _late_answer(reaching, text.strip(), by)
+        if reaching.status == ReachingStatus.WITHDRAWN:
+            raise QuestionWithdrawn(
+                f"reaching #{reaching_id} was withdrawn: {reaching.withdrawn_reason} "
+                "Your answer was not applied; nothing changed."
+            )
         raise AlreadyDecided(f"reaching #{reaching_id} is {reaching.status}; nothing changed")
     metrics.tether_waited((now - reaching.created_at).total_seconds(), outcome="answered")
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
@@ -336,6 +343,52 @@ def reaching_expire(*, reaching_id: int, now: datetime | None = None) -> bool:
     return True
 
 
+# --- withdrawal ------------------------------------------------------------------------------
+
+
+def reachings_withdraw_for_status(quantum_ids: Sequence[int], to: str) -> list[int]:
+    """The quanta left the state a quarantine question asked about (blocked): each such question,
+    pending or timed out without a late answer, is withdrawn with the reason, in the caller's
+    transaction, so that a later answer (`retry`) cannot act on a quantum that moved on.
+    Returns the reachings withdrawn."""
+    if to == QuantumStatus.BLOCKED:
+        return []
+    open_questions = Reaching.objects.filter(
+        quantum_id__in=list(quantum_ids), agent_run__isnull=True
+    ).filter(
+        Q(status=ReachingStatus.PENDING)
+        | Q(status=ReachingStatus.TIMED_OUT, late_answered_at__isnull=True)
+    )
+    withdrawn: list[int] = []
+    for pk, quantum_id in open_questions.values_list("pk", "quantum_id"):
+        reason = (
+            f"quantum #{quantum_id} is {to} now, no longer blocked; the question about its "
+            "quarantine no longer applies."
+        )
+        if (
+            Reaching.objects.filter(
+                pk=pk, status__in=[ReachingStatus.PENDING, ReachingStatus.TIMED_OUT]
+            ).update(status=ReachingStatus.WITHDRAWN, withdrawn_reason=reason)
+            != 1
+        ):
+            continue
+        withdrawn.append(pk)
+        comment_add(
+            quantum_id=quantum_id,
+            body=f"The Tether's question #{pk} was withdrawn: {reason}",
+            author="tether",
+            author_kind=AuthorKind.SYSTEM,
+        )
+        publish(
+            "tether:reaching",
+            "question_withdrawn",
+            {"reaching_id": pk, "quantum_id": quantum_id, "reason": reason},
+        )
+    if withdrawn:
+        transaction.on_commit(lambda: queue_remove_unsafe(withdrawn))
+    return withdrawn
+
+
 def reachings_expire_due() -> list[int]:
     """Every pending reaching past its deadline (the beat safety net). Returns those expired."""
     now = timezone.now()
@@ -409,4 +462,5 @@ __all__ = [
     "reaching_quarantine",
     "reachings_cancel_orphans",
     "reachings_expire_due",
+    "reachings_withdraw_for_status",
 ]

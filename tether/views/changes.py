@@ -7,6 +7,7 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.access import operator_required
@@ -15,7 +16,12 @@ from tether.errors import InvalidInput, TetherError
 from tether.forms import ChangeRejectForm
 from tether.models import ChangeReview, ChangeStatus
 from tether.selectors import change_detail
-from tether.services import change_approve, change_reject
+from tether.services import (
+    change_approve,
+    change_reject,
+    changes_approve,
+    changes_approve_low_risk,
+)
 from tether.views.common import or_404
 
 
@@ -72,6 +78,51 @@ def change_approve_view(request: HttpRequest, change_id: int) -> HttpResponse:
     else:
         messages.add_message(request, *change_message(review))
     return redirect("change", change_id=change_id)
+
+
+def approvals_message(
+    outcomes: list[tuple[int, ChangeReview | TetherError]],
+) -> list[tuple[int, str]]:
+    """What the operator is told after approving several changes: the queued ones in one line,
+    each refusal on its own (the same outcomes `manage.py tether approve` prints)."""
+    if not outcomes:
+        return [(messages.INFO, "No pending low-risk change to approve.")]
+    queued = [f"#{i}" for i, o in outcomes if not isinstance(o, TetherError)]
+    said: list[tuple[int, str]] = []
+    if queued:
+        said.append(
+            (
+                messages.SUCCESS,
+                f"{len(queued)} change(s) in the merge queue: {', '.join(queued)}. Each is merged "
+                "and verified in turn; the base moves only if its checks pass.",
+            )
+        )
+    said += [
+        (messages.ERROR, f"Change #{i} refused: {o}")
+        for i, o in outcomes
+        if isinstance(o, TetherError)
+    ]
+    return said
+
+
+@require_POST
+@operator_required
+def changes_approve_view(request: HttpRequest) -> HttpResponse:
+    """Approve the selected changes, or every pending low-risk one: the rules of `manage.py
+    tether approve ID... | --all-low-risk`."""
+    by = request.user.get_username()
+    if request.POST.get("all_low_risk"):
+        outcomes = changes_approve_low_risk(by=by)
+    else:
+        raw = request.POST.getlist("change")
+        ids = [int(v) for v in raw if v.isdigit() and 0 < int(v) < 2**63]
+        if not ids or len(ids) != len(raw):
+            messages.error(request, "Select the changes to approve, or approve all low-risk ones.")
+            return redirect(reverse("grounding") + "#changes-table")
+        outcomes = changes_approve(change_ids=list(dict.fromkeys(ids)), by=by)
+    for level, text in approvals_message(outcomes):
+        messages.add_message(request, level, text)
+    return redirect(reverse("grounding") + "#changes-table")
 
 
 @require_POST

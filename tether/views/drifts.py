@@ -81,5 +81,5 @@ def drift_note_view(request: HttpRequest, drift_id: int) -> HttpResponse:
         "note",
         DriftNoteForm,
         lambda data, by: drift_note(drift_id=drift_id, text=data["text"], by=by),
-        lambda d: f"Drift #{d.pk} noted.",
+        lambda d: f"Note added to drift #{d.pk}; it stays {d.status}.",
     )

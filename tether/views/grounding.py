@@ -3,7 +3,6 @@ pipeline proposals, each beside the pipeline as it is now; approving or rejectin
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +15,6 @@ from django.views.decorators.http import require_POST
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
-from psychonauts.diffs import diff_line
 from tether.errors import NotFound, TetherError
 from tether.forms import MutationRejectForm
 from tether.models import ChangeReview
@@ -25,6 +23,7 @@ from tether.selectors import (
     change_get,
     changes_list,
     merge_queue_list,
+    mutation_diff,
     mutation_exists,
     mutations_list,
     tether_counts,
@@ -38,14 +37,10 @@ GROUNDING_TOPICS = ["tether:drifts", "tether:questions"]
 
 def mutation_row(view: MutationView, bound: Bound | None = None) -> dict[str, Any]:
     m = view.mutation
-    label = f"current v{view.current_version}" if view.current_version else "(new pipeline)"
-    lines = difflib.unified_diff(
-        view.current_yaml.splitlines(), m.proposed_yaml.splitlines(), label, "proposed", lineterm=""
-    )
     return {
         "v": view,
         "m": m,
-        "diff": [diff_line(line) for line in lines if not line.startswith(("---", "+++"))],
+        "diff": mutation_diff(view),
         "reject": form_pick(bound, "mreject", m.pk, MutationRejectForm),
     }
 

@@ -1,6 +1,8 @@
 """`manage.py demo`: the main job.
 
-Loads the demo backlog (replacing an earlier one), shows what is ready and what blocks the rest,
+Loads the demo backlog as a fresh set beside the earlier ones (their quanta, runs, reviews and
+the playbook's evidence stay; what they left unfinished is deferred, and said so), shows what is
+ready and what blocks the rest,
 then runs a wave over it on a demo git repository with the scripted provider (on Claude when
 ANTHROPIC_API_KEY is set), and prints what every agent did and changed. Then the learning loop:
 what reflection learned from the wave's failures, and a second wave whose agents get it
@@ -38,10 +40,10 @@ from psychonauts.sandbox import sandbox_status
 from psychonauts.workspaces import branch_for, demo_repo_ensure, repo_local, repo_url
 from quanta.errors import QuantaError
 from quanta.importer import quanta_import
-from quanta.models import Quantum
+from quanta.models import AuthorKind, Quantum
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.selectors import quanta_blocked, quanta_ready, quantum_why_not_ready
-from quanta.services import quanta_delete_labelled
+from quanta.services import comment_add, quantum_defer
 from tether.errors import TetherError
 from tether.models import ChangeStatus, DriftStatus, Reaching, ReachingStatus
 from tether.selectors import changes_list, drifts_list
@@ -72,8 +74,44 @@ def demo_environment_env() -> dict[str, str]:
     return found
 
 
+# The import keys of a demo set: `demo-<n>/<ref>`, one n per run of the demo.
+DEMO_KEY = "demo-"
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(f"#{i}" for i in ids)
+
+
+def demo_set_next() -> int:
+    """The number of the demo set about to be loaded: one more than the highest loaded so far."""
+    keys = Quantum.objects.filter(import_key__startswith=DEMO_KEY).values_list(
+        "import_key", flat=True
+    )
+    numbers = [int(n) for k in keys if (n := k[len(DEMO_KEY) :].split("/", 1)[0]).isdigit()]
+    return max(numbers, default=0) + 1
+
+
+def demo_sets_set_aside(number: int) -> tuple[list[int], list[int]]:
+    """Defer what the earlier demo sets left open or blocked, with a comment, so that the new
+    set's wave runs the new set only (a question about a blocked one is withdrawn with it).
+    Returns (deferred, still in progress)."""
+    earlier = Quantum.objects.filter(labels__contains=[DEMO_LABEL]).order_by("pk")
+    deferred = []
+    for quantum_id in earlier.filter(status__in=["open", "blocked"]).values_list("pk", flat=True):
+        quantum_defer(quantum_id=quantum_id)
+        comment_add(
+            quantum_id=quantum_id,
+            body=f"Deferred: demo set {number} was loaded beside this one.",
+            author="demo",
+            author_kind=AuthorKind.SYSTEM,
+        )
+        deferred.append(quantum_id)
+    return deferred, list(earlier.filter(status="in_progress").values_list("pk", flat=True))
+
+
 class Command(SafeCommand):
     help = "Load the demo backlog and show the ready set and what blocks the rest."
+    needs_redis = True
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--file", type=Path, default=DEMO_FILE, help="backlog to load")
@@ -88,16 +126,21 @@ class Command(SafeCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             with transaction.atomic():
-                # Safe to run twice: the previous demo backlog is replaced, nothing else touched.
-                removed = quanta_delete_labelled(label=DEMO_LABEL)
-                ids = quanta_import(path=options["file"])
+                # Safe to run twice: a fresh set beside the earlier ones, whose history stays.
+                number = demo_set_next()
+                set_aside, running = demo_sets_set_aside(number)
+                ids = quanta_import(path=options["file"], key_prefix=f"{DEMO_KEY}{number}/")
         except QuantaError as exc:
             raise CommandError(str(exc)) from None
         w = self.stdout.write
-        w(
-            f"Loaded {len(ids)} demo quanta from {options['file'].name}"
-            + (" (replacing the previous demo)" if removed else "")
-        )
+        w(f"Loaded {len(ids)} demo quanta from {options['file'].name} (demo set {number})")
+        if set_aside:
+            w(
+                f"Earlier demo sets keep their quanta, runs and reviews; their unfinished quanta "
+                f"{_ids(set_aside)} are deferred (`manage.py quanta reopen ID` runs one again)."
+            )
+        if running:
+            w(f"Still running from an earlier demo set, left as they are: {_ids(running)}.")
         w("")
         w("Ready now (a burst would take these, in this order):")
         ready = list(quanta_ready())
@@ -118,7 +161,7 @@ class Command(SafeCommand):
         if options["no_wave"]:
             w("")
             w(
-                "Try: .venv/bin/python manage.py quanta ready | quanta show ID | quanta search 'todo*'"
+                "Try: .venv/bin/python manage.py quanta ready | quanta show ID | quanta search 'calc*'"
             )
         else:
             self.run_wave(ids, timeout=options["timeout"], autopilot=not options["no_autopilot"])

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bursts.errors import BurstsError
+from bursts.hooks import WAVE_CHECKS
 from bursts.models import WAVE_TERMINAL, RunStatus, WaveStatus
 from bursts.selectors import WaveProgress, celery_queue_depths, wave_detail, wave_progress
 from bursts.services import wave_start
@@ -131,6 +132,7 @@ def summary(cmd: BaseCommand, detail: dict[str, Any]) -> None:
 
 class Command(SafeCommand):
     help = "Start a wave: bursts of ready quanta through their pipelines until nothing is ready."
+    needs_redis = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -160,6 +162,10 @@ class Command(SafeCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         as_json = bool(options["json"])
+        for check in WAVE_CHECKS:
+            problem = check()
+            if problem:
+                self.stderr.write(problem)
         try:
             wave = wave_start(
                 labels=options["labels"],

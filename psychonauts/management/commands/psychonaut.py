@@ -13,6 +13,7 @@ from core.cli import SafeCommand, emit_json, parse_id, shorten, table
 from core.redaction import redact
 from psychonauts import leases, selectors, services
 from psychonauts.errors import PsychonautError
+from psychonauts.preflight import provider_of, provider_problem, repository_problem
 from psychonauts.registry import registry_rebuild
 from psychonauts.sandbox import sandbox_status
 from quanta.models import Quantum
@@ -107,6 +108,12 @@ class Command(SafeCommand):
         services.roles_sync_defaults()
         if not Quantum.objects.filter(pk=options["quantum"]).exists():
             raise CommandError(f"quantum #{options['quantum']} does not exist")
+        # Refused before the run exists: a run that errors at its first call is one more thing
+        # for a new operator to clean up.
+        provider = provider_of(role=options["role"], provider=options["provider"] or "")
+        problem = provider_problem(provider) or repository_problem()
+        if problem is not None:
+            raise CommandError(problem)
         run = services.agent_run_create(
             quantum_id=options["quantum"],
             role=options["role"],

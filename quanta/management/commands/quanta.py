@@ -22,7 +22,7 @@ from quanta import selectors, serializers, services
 from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
 from quanta.fields import COMPLEXITY_AUTO
-from quanta.importer import quanta_import
+from quanta.importer import quanta_import_report
 from quanta.models import (
     Comment,
     Complexity,
@@ -347,12 +347,20 @@ class Command(SafeCommand):
         )
 
     def do_import(self, o: dict[str, Any]) -> None:
-        ids = quanta_import(path=o["file"])
+        report = quanta_import_report(path=o["file"])
         if o["json"]:
-            emit_json(self.stdout, {"imported": len(ids), "ids": ids})
+            emit_json(
+                self.stdout,
+                {
+                    "imported": len(report.ids),
+                    "ids": report.ids,
+                    "created": report.created,
+                    "updated": report.updated,
+                    "unchanged": report.unchanged,
+                },
+            )
         else:
-            span = f" (#{ids[0]}..#{ids[-1]})" if ids else ""
-            self.stdout.write(f"imported {len(ids)} quanta{span}")
+            self.stdout.write(report.describe())
 
     def do_export(self, o: dict[str, Any]) -> None:
         fmt = "jsonl" if o["json"] else o["format"]

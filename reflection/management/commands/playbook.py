@@ -163,8 +163,17 @@ class Command(SafeCommand):
             self.stdout.write(text, ending="")
 
     def do_import(self, o: dict[str, Any]) -> None:
-        rules = playbook_import(o["file"], by=CLI_AUTHOR)
+        report = playbook_import(o["file"], by=CLI_AUTHOR)
         if o["json"]:
-            emit_json(self.stdout, {"imported": len(rules), "ids": [r.pk for r in rules]})
+            emit_json(
+                self.stdout,
+                {
+                    "imported": len(report.created),
+                    "ids": [r.pk for r in report.created],
+                    "updated": [r.pk for r in report.updated],
+                    "unchanged": [r.pk for r in report.unchanged],
+                    "deprecated": [r.pk for r in report.deprecated],
+                },
+            )
         else:
-            self.stdout.write(f"{len(rules)} rule(s) imported")
+            self.stdout.write(report.describe())

@@ -71,6 +71,7 @@ def drift_data(d: Drift) -> dict[str, Any]:
         "rationale": d.rationale,
         "built_on": d.built_on,
         "comment": d.comment,
+        "notes": d.notes,
         "decided_by": d.decided_by,
         "decided_at": d.decided_at,
         "correction_id": d.correction_id,
@@ -125,6 +126,10 @@ def mutation_data(m: PipelineMutation) -> dict[str, Any]:
 
 class Command(SafeCommand):
     help = "Answer the psychonauts' questions and ground drifts, changes and pipeline mutations."
+    needs_redis = True
+    # An operator answers an agent waiting seconds for it: no system checks first (they import
+    # every view and the HTTP API to check the URLs). `manage.py check` runs them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = subcommands(parser)
@@ -138,7 +143,7 @@ class Command(SafeCommand):
         p = add("reject", "reject a drift's assumption: files a correction quantum")
         p.add_argument("drift_id", type=parse_id)
         p.add_argument("--reason", required=True)
-        p = add("note", "keep a drift with a note, neither confirmed nor corrected")
+        p = add("note", "add a note to a drift; it stays open, to be grounded or rejected later")
         p.add_argument("drift_id", type=parse_id)
         p.add_argument("text")
         add("changes", "change reviews, pending first")
@@ -244,7 +249,8 @@ class Command(SafeCommand):
         )
 
     def do_note(self, options: dict[str, Any]) -> None:
-        self._drift_done(drift_note(drift_id=options["drift_id"], text=options["text"], by=self.by))
+        drift = drift_note(drift_id=options["drift_id"], text=options["text"], by=self.by)
+        self.say(drift_data(drift), f"drift {drift.pk} noted; it stays {drift.status}")
 
     def do_changes(self, options: dict[str, Any]) -> None:
         rows = [change_data(c) for c in changes_list()]
