@@ -61,6 +61,7 @@ from pathlib import Path
 from django.conf import settings
 
 from psychonauts.errors import WorkspaceError
+from repos.context import current
 
 __all__ = [
     "PSYCHONAUT",
@@ -166,10 +167,10 @@ def _home_ensure(folder: Path) -> tuple[Path, Path]:
 def _project_repository() -> Path:
     """The local repository the project's git works in (ANNIHILATION_REPO, or this host's clone
     of the central repository), without making the clone."""
-    repo = str(settings.ANNIHILATION_REPO)
-    if repo.startswith("/"):
-        return Path(repo)
-    return Path(settings.ANNIHILATION_CLONE)
+    target = current()
+    if not target.url:
+        return Path(target.location)
+    return target.clone
 
 
 def _toplevel(cwd: Path) -> Path | None:

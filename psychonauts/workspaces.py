@@ -10,6 +10,7 @@ clone of it, a stage fetches its branch first and each commit is pushed, fenced 
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import functools
 import hashlib
@@ -31,6 +32,7 @@ from django.conf import settings
 from psychonauts.errors import PathEscape, WorkspaceError
 from psychonauts.git import git, git_run, submodules_left_out
 from psychonauts.sandbox import workspace_own
+from repos.context import current
 
 if TYPE_CHECKING:
     from psychonauts.central import Fence
@@ -110,31 +112,27 @@ def demo_repo_ensure(path: Path) -> Path:
 
 
 def repo_url() -> str:
-    """The central repository's URL, or "" when ANNIHILATION_REPO is a local path. settings.py
-    validated the setting and made a local path absolute; tests set a Path or a str of one."""
-    return _url_of(str(settings.ANNIHILATION_REPO))
-
-
-@functools.lru_cache(maxsize=16)
-def _url_of(value: str) -> str:
-    return "" if value.startswith("/") else value
+    """The central repository's URL, or "" when the current repository (repos.context: the
+    default one is ANNIHILATION_REPO) is a local path."""
+    return current().url
 
 
 def repo_local() -> Path:
-    """The local git repository to run git in: ANNIHILATION_REPO itself (a local path), or this
-    host's clone of the central repository, made on first use (a URL)."""
-    url = repo_url()
-    if not url:
-        return Path(settings.ANNIHILATION_REPO)
+    """The local git repository to run git in: the current repository itself (a local path), or
+    this host's clone of its central repository, made on first use (a URL)."""
+    target = current()
+    if not target.url:
+        return Path(target.location)
     from psychonauts.central import clone_ensure  # central.py builds on this module
 
-    return clone_ensure(url)
+    return clone_ensure(target.url)
 
 
 def repo_key() -> str:
-    """A short key of the target repository (ANNIHILATION_REPO): its locks and scratch folders;
-    the same on every host for a central repository (its URL)."""
-    repo = repo_url() or str(Path(settings.ANNIHILATION_REPO).resolve())
+    """A short key of the current repository: its locks, scratch folders and merge queue; the
+    same on every host for a central repository (its URL)."""
+    target = current()
+    repo = target.url or str(Path(target.location).resolve())
     return hashlib.sha1(repo.encode()).hexdigest()[:16]
 
 
@@ -335,7 +333,8 @@ def workspace_prepare(*, quantum_id: int, fence: Fence | None = None) -> Future[
     bench/agents_concurrency.py); this way git works while the model does. `fence` (remote
     mode): the execution takes its agent's fence first, so what it fetches next is all that
     earlier executions of the agent could still push."""
-    return _Preparer.pool().submit(_prepare, quantum_id, fence)
+    # In the caller's context: the pool's thread works on the caller's repository.
+    return _Preparer.pool().submit(contextvars.copy_context().run, _prepare, quantum_id, fence)
 
 
 def _prepare(quantum_id: int, fence: Fence | None) -> Path:
