@@ -32,7 +32,7 @@ from django.conf import settings
 from psychonauts.errors import PathEscape, WorkspaceError
 from psychonauts.git import git, git_run, submodules_left_out
 from psychonauts.sandbox import workspace_own
-from repos.context import current
+from repos.context import current, working_on_quantum
 
 if TYPE_CHECKING:
     from psychonauts.central import Fence
@@ -355,8 +355,14 @@ def workspace_ready(prepared: Future[Path], *, quantum_id: int, fence: Fence | N
 
 
 def workspace_remove(*, quantum_id: int) -> bool:
-    """Remove a quantum's worktree; False when it had none. Its branch stays: reviews and merges
-    read the branch, and a later run of the quantum checks it out again."""
+    """Remove a quantum's worktree from its repository; False when it had none. Its branch
+    stays: reviews and merges read the branch, and a later run of the quantum checks it out
+    again."""
+    with working_on_quantum(quantum_id):
+        return _workspace_remove(quantum_id)
+
+
+def _workspace_remove(quantum_id: int) -> bool:
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
     repo = repo_local()
     with file_lock(f"worktree-{stripe(quantum_id)}"):

@@ -30,6 +30,9 @@ from quanta.models import (
     Quantum,
     QuantumStatus,
 )
+from repos.context import current
+from repos.models import Repository
+from repos.services import default_repository_id
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +115,18 @@ def _check_parent(parent_id: int | None, *, child_id: int | None = None) -> None
             cursor_id = Quantum.objects.filter(pk=cursor_id).values_list("parent_id", flat=True)[0]
 
 
+def _repository_for(repository_id: int | None, parent_id: int | None) -> int:
+    if repository_id is not None:
+        if not Repository.objects.filter(pk=repository_id, removed_at__isnull=True).exists():
+            raise InvalidQuantum(f"no repository #{repository_id}")
+        return repository_id
+    if parent_id is not None:
+        found = Quantum.objects.filter(pk=parent_id).values_list("repository_id", flat=True)
+        if found:
+            return found[0]
+    return current().repository_id or default_repository_id()
+
+
 @transaction.atomic
 def quantum_create(
     *,
@@ -126,9 +141,11 @@ def quantum_create(
     verify_commands: Iterable[str] = (),
     complexity: str | None = None,
     depends_on: Iterable[int] = (),
+    repository_id: int | None = None,
 ) -> Quantum:
     """A new quantum; `complexity` None (or "auto"): the classifier sets it from the title and
-    body, and classifies it again when they change."""
+    body, and classifies it again when they change. Its repository: `repository_id`, else its
+    parent's, else the one the caller works on (repos.context; the default one outside)."""
     fields = clean_fields(
         {
             "title": title,
@@ -146,7 +163,9 @@ def quantum_create(
     fields["complexity_auto"] = fields["complexity"] is None
     if fields["complexity_auto"]:
         fields["complexity"] = complexity_classify(fields["title"], fields["body"]).complexity
-    quantum = Quantum.objects.create(parent_id=parent_id, **fields)
+    quantum = Quantum.objects.create(
+        parent_id=parent_id, repository_id=_repository_for(repository_id, parent_id), **fields
+    )
     for blocker_id in depends_on:
         dependency_add(quantum_id=quantum.pk, depends_on_id=blocker_id)
     search_refresh([quantum.pk])
