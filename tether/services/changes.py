@@ -35,7 +35,7 @@ from psychonauts.workspaces import (
 from quanta.errors import IllegalTransition
 from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
-from repos.context import current, working_on_id
+from repos.context import current, working_on_id, working_on_quantum
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
@@ -309,6 +309,11 @@ def _queue_kick() -> None:
 
 
 def _branch_check(review: ChangeReview) -> None:
+    with working_on_quantum(review.quantum_id):  # the branches are its quantum's repository's
+        _branches_check(review)
+
+
+def _branches_check(review: ChangeReview) -> None:
     now_sha = sha_of(review.branch)
     if now_sha != review.head_sha:
         state = f"now at {now_sha[:10]}" if now_sha else "deleted"
