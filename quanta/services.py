@@ -566,6 +566,7 @@ def quanta_rows_insert(
     dependencies: Iterable[Sequence[Any]],
     comments: Iterable[Sequence[Any]],
     analyze: bool,
+    repository_id: int | None = None,
 ) -> None:
     """Insert checked rows in bulk (values in QUANTUM_COLUMNS, DEPENDENCY_COLUMNS and
     COMMENT_COLUMNS order; ids from `quanta_ids_allocate`), inside the caller's transaction.
@@ -575,7 +576,9 @@ def quanta_rows_insert(
     once, with the blocker count the caller computed and its search vector computed by the
     INSERT ... SELECT from a staging table, instead of written and then rewritten. `analyze`:
     refresh the planner's statistics after a big import, or the first queries plan blind.
+    The quanta go to `repository_id` (None: the one the caller works on, repos.context).
     """
+    repository = repository_id or current().repository_id or default_repository_id()
     quantum_table = Quantum._meta.db_table
     _copy(Dependency._meta.db_table, DEPENDENCY_COLUMNS, dependencies)
     _copy(Comment._meta.db_table, COMMENT_COLUMNS, comments)
@@ -584,13 +587,15 @@ def quanta_rows_insert(
             f"CREATE TEMP TABLE import_quanta (LIKE {quantum_table} INCLUDING DEFAULTS)"
             " ON COMMIT DROP"
         )
+        # The staging rows carry no repository: the INSERT below gives them theirs.
+        cursor.execute("ALTER TABLE import_quanta ALTER COLUMN repository_id DROP NOT NULL")
     _copy("import_quanta", QUANTUM_COLUMNS, quanta)
     columns = ", ".join(QUANTUM_COLUMNS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {quantum_table} ({columns}, search_vector)"
-            f" SELECT {columns}, {_search_vector('s')} FROM import_quanta s",
-            {"cfg": settings.SEARCH_CONFIG},
+            f"INSERT INTO {quantum_table} ({columns}, repository_id, search_vector)"
+            f" SELECT {columns}, %(repository)s, {_search_vector('s')} FROM import_quanta s",
+            {"cfg": settings.SEARCH_CONFIG, "repository": repository},
         )
         cursor.execute("DROP TABLE import_quanta")
         if analyze:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from bursts.models import Wave
 from psychonauts.workspaces import demo_repo_ensure
+from quanta.models import Quantum
 from quanta.services import quantum_create
 from repos.models import Repository
 
@@ -64,3 +66,17 @@ def test_bad_input_is_one_clear_error(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="no repository named 'ghost'"):
         run("show", "ghost")
     assert Repository.objects.filter(name="second", removed_at__isnull=True).count() == 1
+
+
+def test_quanta_and_waves_are_made_in_the_repository_named(repo: Path, tmp_path: Path) -> None:
+    run("add", "second", str(demo_repo_ensure(tmp_path / "second")))
+    second = Repository.objects.get(name="second", removed_at__isnull=True)
+
+    call_command("quanta", "create", "over there", "--repository", "second", stdout=StringIO())
+    call_command("start_wave", "--repository", "second", "--json", stdout=StringIO())
+
+    assert Quantum.objects.get(title="over there").repository_id == second.pk
+    assert Wave.objects.get().repository_id == second.pk
+    with pytest.raises(CommandError, match="no repository named 'ghost'"):
+        call_command("quanta", "create", "lost", "--repository", "ghost", stdout=StringIO())
+    assert not Quantum.objects.filter(title="lost").exists()
