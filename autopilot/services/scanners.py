@@ -70,6 +70,7 @@ from quanta.models import QuantumKind, QuantumStatus
 from quanta.services import quantum_create
 from repos.context import current, current_is_default, working_on_id
 from repos.models import Repository
+from repos.services import default_repository_id
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -330,10 +331,14 @@ def _judge(candidates: list[_Candidate], *, branch: str, sha: str, now: datetime
                 f"#{row.quantum_id}); not filed again within {_ago(window.total_seconds())}"
             )
     # A file with an open quantum of a scanner gets no second one from it: the new findings
-    # wait for that quantum to close (two agents on one file's findings would collide).
+    # wait for that quantum to close (two agents on one file's findings would collide). Files
+    # of the repository scanned: another repository's file of the same path is another file.
     open_on: dict[tuple[str, str], int] = {}
     for scanner, path, quantum_id in (
-        Finding.objects.filter(quantum__isnull=False)
+        Finding.objects.filter(
+            quantum__isnull=False,
+            quantum__repository_id=current().repository_id or default_repository_id(),
+        )
         .exclude(quantum__status=QuantumStatus.CLOSED)
         .values_list("scanner", "path", "quantum_id")
     ):
