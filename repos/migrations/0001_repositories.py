@@ -5,31 +5,80 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Repository',
+            name="Repository",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="lowercase letters, digits, '.', '_' and '-'", max_length=63)),
-                ('location', models.CharField(help_text="an absolute path of a local git repository, or a central repository's URL", max_length=1000)),
-                ('target_branch', models.CharField(blank=True, help_text='the branch changes merge into; blank = checked out', max_length=255)),
-                ('verify_commands', django.contrib.postgres.fields.ArrayField(base_field=models.TextField(), blank=True, default=list, help_text="run on every merged result of the merge queue, after the quantum's own", size=None)),
-                ('environment', models.TextField(blank=True)),
-                ('is_default', models.BooleanField(default=False, editable=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('removed_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="lowercase letters, digits, '.', '_' and '-'", max_length=63
+                    ),
+                ),
+                (
+                    "location",
+                    models.CharField(
+                        help_text="an absolute path of a local git repository, or a central repository's URL",
+                        max_length=1000,
+                    ),
+                ),
+                (
+                    "target_branch",
+                    models.CharField(
+                        blank=True,
+                        help_text="the branch changes merge into; blank = checked out",
+                        max_length=255,
+                    ),
+                ),
+                (
+                    "verify_commands",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.TextField(),
+                        blank=True,
+                        default=list,
+                        help_text="run on every merged result of the merge queue, after the quantum's own",
+                        size=None,
+                    ),
+                ),
+                ("environment", models.TextField(blank=True)),
+                ("is_default", models.BooleanField(default=False, editable=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("removed_at", models.DateTimeField(blank=True, editable=False, null=True)),
             ],
             options={
-                'verbose_name_plural': 'repositories',
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('removed_at__isnull', True)), fields=('name',), name='repository_name_live'), models.UniqueConstraint(condition=models.Q(('is_default', True)), fields=('is_default',), name='repository_one_default'), models.CheckConstraint(condition=models.Q(('name__regex', '^[a-z0-9][a-z0-9._-]{0,62}$')), name='repository_name_valid'), models.CheckConstraint(condition=models.Q(('location', ''), _negated=True), name='repository_location_set')],
+                "verbose_name_plural": "repositories",
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("removed_at__isnull", True)),
+                        fields=("name",),
+                        name="repository_name_live",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_default", True)),
+                        fields=("is_default",),
+                        name="repository_one_default",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("name__regex", "^[a-z0-9][a-z0-9._-]{0,62}$")),
+                        name="repository_name_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("location", ""), _negated=True),
+                        name="repository_location_set",
+                    ),
+                ],
             },
         ),
     ]

@@ -19,7 +19,7 @@ __all__ = ["scan_settings"]
 
 pytestmark = pytest.mark.django_db
 
-SAME = {"app.py": "x = 1  # TODO: handle none\n"}
+SAME: dict[str, str | bytes] = {"app.py": "x = 1  # TODO: handle none\n"}
 
 
 def test_each_repository_is_scanned_and_gets_its_own_quanta(

@@ -84,12 +84,10 @@ def test_two_repositories_run_waves_at_once_apart(
     assert branch_for(qb.pk) in branches(second_path)
     assert branch_for(qa.pk) not in branches(second_path)
 
-    reviews = {
-        q.pk: wait_for(
-            lambda q=q: ChangeReview.objects.filter(quantum=q).first(), what=f"a review of #{q.pk}"
-        )
-        for q in (qa, qb)
-    }
+    reviews: dict[int, ChangeReview] = {}
+    for q in (qa, qb):
+        found = ChangeReview.objects.filter(quantum=q)
+        reviews[q.pk] = wait_for(found.first, what=f"a review of #{q.pk}")
     assert [f["path"] for f in reviews[qa.pk].files] == ["a.txt"]
     assert [f["path"] for f in reviews[qb.pk].files] == ["b.txt"]
     assert reviews[qb.pk].base == "main"
