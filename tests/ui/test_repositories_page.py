@@ -59,3 +59,28 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_added(
         page = op_client.post("/repositories/add/", data)
         assert page.status_code == 400 and message in page.content.decode()
     assert not Repository.objects.filter(name="x").exists()
+
+
+def test_the_dashboard_starts_a_wave_in_the_repository_chosen(
+    op_client, repo: Path, tmp_path: Path
+) -> None:
+    from bursts.models import Wave
+    from psychonauts.repositories import repository_inspect
+    from repos.services import repository_create, repository_default
+
+    second = repository_create(
+        name="second", location=str(demo_repo_ensure(tmp_path / "second")),
+        inspect=repository_inspect,
+    )  # fmt: skip
+    page = op_client.get("/").content.decode()
+    assert '<option value="second">' in page
+
+    op_client.post("/waves/start/", {"labels": "", "repository": "second"})
+    op_client.post("/waves/start/", {"labels": ""})
+    refused = op_client.post("/waves/start/", {"labels": "", "repository": "ghost"})
+
+    assert refused.status_code == 400
+    assert list(Wave.objects.order_by("pk").values_list("repository_id", flat=True)) == [
+        second.pk,
+        repository_default().pk,
+    ]
