@@ -164,8 +164,9 @@ def tracking(branch: str) -> str:
 
 
 def base_branch() -> str:
-    """The branch a quantum's new branch starts from, centrally: TETHER_TARGET_BRANCH, or the
-    central repository's HEAD branch (as the clone recorded it)."""
+    """The branch a quantum's new branch starts from, centrally: the current repository's
+    target branch (the default one's: TETHER_TARGET_BRANCH), or the central repository's HEAD
+    branch (as the clone recorded it)."""
     if current().target_branch:
         return current().target_branch
     repo = repo_local()

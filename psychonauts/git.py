@@ -165,8 +165,9 @@ def _home_ensure(folder: Path) -> tuple[Path, Path]:
 
 
 def _project_repository() -> Path:
-    """The local repository the project's git works in (ANNIHILATION_REPO, or this host's clone
-    of the central repository), without making the clone."""
+    """The local repository the project's git works in: the current repository (repos.context;
+    the default one is ANNIHILATION_REPO), or this host's clone of its central repository,
+    without making the clone."""
     target = current()
     if not target.url:
         return Path(target.location)

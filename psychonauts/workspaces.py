@@ -3,9 +3,10 @@
 git state is changed under a file lock (fcntl): fan-out agents of one quantum share a worktree,
 and two `git worktree add` or `git commit` at once would race on git's own index lock.
 
-ANNIHILATION_REPO may also be a central repository's URL: worktrees then come from this host's
-clone of it, a stage fetches its branch first and each commit is pushed, fenced (central.py).
-`repo_local()` is the repository git runs in, in either mode.
+Everything here works on the current repository (repos.context: a quantum's own, the default
+one being ANNIHILATION_REPO). Its location may be a central repository's URL: worktrees then
+come from this host's clone of it, a stage fetches its branch first and each commit is pushed,
+fenced (central.py). `repo_local()` is the repository git runs in, in either mode.
 """
 
 from __future__ import annotations
