@@ -89,3 +89,27 @@ def test_the_openapi_schema_describes_repositories(anonymous: ApiClient) -> None
     schema = json.loads(anonymous.get("/api/openapi.json").content)
     assert {"/api/repositories", "/api/repositories/{name}"} <= set(schema["paths"])
     assert "repository_id" in schema["components"]["schemas"]["WaveStartIn"]["properties"]
+
+
+def test_waves_and_goals_are_listed_by_repository(
+    operator: ApiClient, reader: ApiClient, repo: Path, tmp_path: Path
+) -> None:
+    path = demo_repo_ensure(tmp_path / "second")
+    second = operator.post("/api/repositories", {"name": "second", "location": str(path)}).json()
+    there = operator.post("/api/waves", {"labels": ["none"], "repository_id": second["id"]})
+    here = operator.post("/api/waves", {"labels": ["none"]})
+    goal = operator.post(
+        "/api/goals",
+        {"title": "g", "success_criteria": "done", "repository_id": second["id"]},
+    )
+    assert goal.status_code == 201 and goal.json()["repository_id"] == second["id"]
+
+    waves = reader.get("/api/waves", {"repository": "second"}).json()["items"]
+    assert [w["id"] for w in waves] == [there.json()["id"]]
+    assert {w["id"] for w in reader.get("/api/waves").json()["items"]} == {
+        there.json()["id"],
+        here.json()["id"],
+    }
+    goals = reader.get("/api/goals", {"repository": "default"}).json()["items"]
+    assert goals == []
+    assert_problem(reader.get("/api/waves", {"repository": "ghost"}), 404, "not-found")
