@@ -46,6 +46,7 @@ ANNIHILATION_HOME = env_path("ANNIHILATION_HOME", BASE_DIR / ".annihilation")
 # The project's apps, bottom floor first: each imports only those before it.
 PROJECT_APPS = [
     "core",
+    "repos",
     "quanta",
     "bursts",
     "psychonauts",

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from annihilation.views import dashboard, pipelines, quantum, sessions
+from annihilation.views import dashboard, pipelines, quantum, repositories, sessions
 from core.ratelimit import posts_limited
 
 # Login attempts per client address (django-axes still locks out a username on failures).
@@ -20,6 +20,13 @@ urlpatterns = [
     path("pipelines/", pipelines.pipelines, name="pipelines"),
     path("pipelines/load/", pipelines.pipelines_load_pasted, name="pipelines_load"),
     path("sessions/", sessions.sessions_page, name="sessions"),
+    path("repositories/", repositories.repositories_page, name="repositories"),
+    path("repositories/add/", repositories.repository_add, name="repository_add"),
+    path(
+        "repositories/<str:name>/remove/",
+        repositories.repository_remove_view,
+        name="repository_remove",
+    ),
     path("", include("quanta.urls")),
     path("waves/start/", dashboard.wave_start_view, name="wave_start"),
     path("waves/", include("bursts.urls")),

@@ -13,10 +13,11 @@ from api.auth import RateLimited, ScopeMissing, read_auth, token_of
 from api.errors import ApiError
 from api.problems import domain_problem, problem, pydantic_errors
 from api.schemas import ProblemOut, TokenOut
-from api.views import quanta, tether, work
+from api.views import quanta, repositories, tether, work
 from autopilot.errors import AutopilotError
 from bursts.errors import BurstsError
 from quanta.errors import QuantaError
+from repos.errors import RepositoryError
 from tether.errors import TetherError
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ api = NinjaAPI(
 api.add_router("/", quanta.router)
 api.add_router("/", work.router)
 api.add_router("/", tether.router)
+api.add_router("/", repositories.router)
 
 
 @api.get("/me", response={200: TokenOut, 401: ProblemOut, 429: ProblemOut}, auth=read_auth)
@@ -100,5 +102,13 @@ def on_domain_error(request: HttpRequest, exc: Exception | type[Exception]) -> H
     return problem(request, "server-error", "the server failed; the error is logged")
 
 
-for base in (QuantaError, BurstsError, TetherError, AutopilotError, ApiError, Exception):
+for base in (
+    QuantaError,
+    BurstsError,
+    TetherError,
+    AutopilotError,
+    RepositoryError,
+    ApiError,
+    Exception,
+):
     api.add_exception_handler(base, on_domain_error)

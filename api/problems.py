@@ -22,6 +22,7 @@ from quanta.errors import (
     InvalidQuantum,
     QuantumNotFound,
 )
+from repos.errors import InvalidRepository, RepositoryInUse, RepositoryNotFound
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ DOMAIN_ERRORS: list[tuple[type[Exception], str]] = [
     (InvalidGoal, "validation"),
     (InvalidInput, "validation"),
     (InvalidToken, "validation"),
+    (RepositoryNotFound, "not-found"),
+    (RepositoryInUse, "conflict"),
+    (InvalidRepository, "validation"),
 ]
 
 

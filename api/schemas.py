@@ -36,6 +36,7 @@ class ProblemOut(Schema):
 
 class QuantumOut(Schema):
     id: int
+    repository_id: int
     title: str
     body: str
     kind: str
@@ -81,6 +82,9 @@ class QuantumCreateIn(In):
     verify_commands: list[str] = []
     complexity: str | None = Field(None, description="trivial | standard | complex; null: auto")
     depends_on: list[int] = Field([], description="ids of quanta this one waits on (blocks)")
+    repository_id: int | None = Field(
+        None, description="its repository; null: the parent's or the default"
+    )
 
 
 class QuantumUpdateIn(In):
@@ -115,6 +119,7 @@ class ImportOut(Schema):
 
 class GoalOut(Schema):
     id: int
+    repository_id: int
     title: str
     description: str
     success_criteria: str
@@ -146,6 +151,7 @@ class GoalCreateIn(In):
     priority: int = 2
     labels: list[str] = []
     budget_usd: Decimal | None = None
+    repository_id: int | None = Field(None, description="its repository; null: the default")
 
 
 class GoalAbandonIn(In):
@@ -157,6 +163,7 @@ class GoalAbandonIn(In):
 
 class WaveOut(Schema):
     id: int
+    repository_id: int
     status: str
     labels: list[str]
     continuous: bool
@@ -177,6 +184,35 @@ class WaveStartIn(In):
     labels: list[str] = []
     continuous: bool = False
     max_bursts: int | None = Field(None, ge=1)
+    repository_id: int | None = Field(None, description="whose ready quanta; null: the default")
+
+
+# --- repositories ------------------------------------------------------------------------------
+
+
+class RepositoryOut(Schema):
+    id: int
+    name: str
+    location: str
+    target_branch: str
+    verify_commands: list[str]
+    environment: str
+    is_default: bool
+    created_at: datetime
+
+
+class RepositoryCreateIn(In):
+    name: str
+    location: str = Field(description="a local git repository's absolute path, or its URL")
+    target_branch: str = Field("", description="empty: the branch checked out")
+    verify_commands: list[str] = []
+    environment: str = Field("", description="the environment declaration, YAML or JSON text")
+
+
+class RepositoryUpdateIn(In):
+    target_branch: str | None = None
+    verify_commands: list[str] | None = None
+    environment: str | None = None
 
 
 class WaveStatusOut(Schema):

@@ -11,15 +11,19 @@ from bursts.models import Wave
 from tether.models import ChangeReview, Drift, Reaching
 
 
-def goals_all(*, status: str | None = None) -> QuerySet[Goal]:
-    """Goals (paged by priority, created_at, id; the pk breaks ties)."""
+def goals_all(*, status: str | None = None, repository_id: int | None = None) -> QuerySet[Goal]:
+    """Goals (paged by priority, created_at, id; the pk breaks ties), of one repository or all."""
     qs = Goal.objects.all()
+    if repository_id is not None:
+        qs = qs.filter(repository_id=repository_id)
     return qs.filter(status=status) if status else qs
 
 
-def waves_all(*, status: str | None = None) -> QuerySet[Wave]:
-    """Waves (paged newest first by id)."""
+def waves_all(*, status: str | None = None, repository_id: int | None = None) -> QuerySet[Wave]:
+    """Waves (paged newest first by id), of one repository or all."""
     qs = Wave.objects.all()
+    if repository_id is not None:
+        qs = qs.filter(repository_id=repository_id)
     return qs.filter(status=status) if status else qs
 
 

@@ -13,6 +13,7 @@ from django.db.models import Q
 
 from bursts.models import AgentRun
 from quanta.models import PRIORITY_MAX, PRIORITY_MIN, Quantum
+from repos.services import default_repository_id
 
 
 class GoalStatus(models.TextChoices):
@@ -63,6 +64,13 @@ class GoalSource(models.TextChoices):
 
 class Goal(models.Model):
     title = models.CharField(max_length=500)
+    # The repository the goal's quanta are made in; made without one: the default repository.
+    repository = models.ForeignKey(
+        "repos.Repository",
+        on_delete=models.PROTECT,
+        related_name="goals",
+        default=default_repository_id,
+    )
     description = models.TextField(blank=True)
     success_criteria = models.TextField(help_text="what must be true when the goal is done")
     verify_commands = ArrayField(

@@ -39,9 +39,9 @@ def goal_verify(goal_id: int) -> str:
 def scan() -> dict[str, object]:
     """One improving pass: the scanners over the target branch, filing improvement quanta (a
     pass that finds another running returns at once, busy)."""
-    from autopilot.services.scanners import scan_run
+    from autopilot.services.scanners import scans_run
 
-    return scan_run().as_data()
+    return {name: report.as_data() for name, report in scans_run().items()}
 
 
 @shared_task(name="autopilot.contemplate", ignore_result=True)

@@ -153,6 +153,22 @@ def main() -> None:
     print(
         f"ready query, whole set (burst collect): p50 {ms(pct(whole, 50))}  p95 {ms(pct(whole, 95))}"
     )
+    # One repository's ready page (a wave's collect): the walk of quantum_ready_repository.
+    from repos.services import repository_default
+
+    default_id = repository_default().pk
+    assert list(quanta_ready(repository_id=default_id, limit=100)) == list(
+        quanta_ready(limit=100)
+    ), "every imported quantum is the default repository's"
+    one_repo = timed(lambda: list(quanta_ready(repository_id=default_id, limit=100)))
+    with connection.cursor() as cursor:
+        sql, params = quanta_ready(repository_id=default_id, limit=100).query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = " / ".join(row[0].strip() for row in cursor.fetchall()[:2])
+    print(
+        f"ready query of one repository, first 100: p50 {ms(pct(one_repo, 50))}"
+        f"  p95 {ms(pct(one_repo, 95))}  plan: {plan}"
+    )
     print(
         f"baseline, anti-join over the dependency graph, first 100: p50 {ms(pct(baseline, 50))}"
         f"  -> the counter is {pct(baseline, 50) / pct(page, 50):.1f}x faster"

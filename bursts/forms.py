@@ -6,6 +6,7 @@ from django import forms
 
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_labels
+from repos.models import Repository
 
 
 def split_labels(value: str) -> list[str]:
@@ -19,6 +20,13 @@ class WaveStartForm(forms.Form):
     )
     continuous = forms.BooleanField(
         required=False, help_text="one rolling burst: start whatever becomes ready at once"
+    )
+    repository = forms.ModelChoiceField(
+        queryset=Repository.objects.filter(removed_at__isnull=True).order_by("-is_default", "name"),
+        required=False,
+        empty_label="default",
+        to_field_name="name",
+        help_text="whose ready quanta",
     )
 
     def clean_labels(self) -> list[str]:

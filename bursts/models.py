@@ -8,6 +8,7 @@ from django.db.models import Q
 
 from core.workers import worker_host
 from quanta.models import Quantum
+from repos.services import default_repository_id
 
 
 class WaveStatus(models.TextChoices):
@@ -25,6 +26,13 @@ WAVE_TERMINAL: frozenset[str] = frozenset(
 
 
 class Wave(models.Model):
+    # The repository whose quanta the wave runs; made without one: the default repository.
+    repository = models.ForeignKey(
+        "repos.Repository",
+        on_delete=models.PROTECT,
+        related_name="waves",
+        default=default_repository_id,
+    )
     status = models.CharField(max_length=16, choices=WaveStatus.choices, default=WaveStatus.RUNNING)
     labels = ArrayField(
         models.CharField(max_length=64), default=list, blank=True, help_text="scope; empty = all"

@@ -8,7 +8,9 @@ from typing import Any
 from celery import shared_task
 
 from bursts.canvas import stage_in_place
+from bursts.models import QuantumRun
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
+from repos.context import working_on_id
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +26,17 @@ def stage_agent(
 ) -> SlotResult:
     """One agent of a stage. The last link of a chain, or a link that broke it, evaluates the
     stage at once; a fan-out stage is evaluated by its chord callback."""
-    return _agent_slot(prior, quantum_run_id, stage_index, position, final, agent_run_id)
+    with working_on_id(_repository_of(quantum_run_id)):
+        return _agent_slot(prior, quantum_run_id, stage_index, position, final, agent_run_id)
+
+
+def _repository_of(quantum_run_id: int) -> int | None:
+    """The repository a run's git, worktree and checks are in (its quantum's)."""
+    return (
+        QuantumRun.objects.filter(pk=quantum_run_id)
+        .values_list("quantum__repository_id", flat=True)
+        .first()
+    )
 
 
 def _agent_slot(
@@ -55,17 +67,18 @@ def _agent_slot(
 def stage_done(quantum_run_id: int, stage_index: int) -> None:
     """A fan-out stage's chord callback. A next stage of one sequential agent runs here, as
     the raw DAG's chord body would (see `stage_in_place`)."""
-    with stage_in_place(quantum_run_id) as kept:
-        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
-    for d in kept:
-        _agent_slot(
-            prior=None,
-            quantum_run_id=d.quantum_run_id,
-            stage_index=d.stage_index,
-            position=d.positions[0],
-            final=True,
-            agent_run_id=d.agent_run_ids[0],
-        )
+    with working_on_id(_repository_of(quantum_run_id)):
+        with stage_in_place(quantum_run_id) as kept:
+            run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+        for d in kept:
+            _agent_slot(
+                prior=None,
+                quantum_run_id=d.quantum_run_id,
+                stage_index=d.stage_index,
+                position=d.positions[0],
+                final=True,
+                agent_run_id=d.agent_run_ids[0],
+            )
 
 
 @shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)

@@ -55,6 +55,7 @@ from psychonauts.workspaces import (
     repo_url,
     stripe,
 )
+from repos.context import current
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +78,8 @@ class CentralConflict(WorkspaceError):
 
 
 def clone_path() -> Path:
-    return Path(
-        getattr(settings, "ANNIHILATION_CLONE", "") or Path(settings.ANNIHILATION_HOME) / "clone"
-    )
+    """This host's clone of the current repository's central one (repos.context)."""
+    return current().clone
 
 
 def clone_ensure(url: str) -> Path:
@@ -164,10 +164,11 @@ def tracking(branch: str) -> str:
 
 
 def base_branch() -> str:
-    """The branch a quantum's new branch starts from, centrally: TETHER_TARGET_BRANCH, or the
-    central repository's HEAD branch (as the clone recorded it)."""
-    if settings.TETHER_TARGET_BRANCH:
-        return str(settings.TETHER_TARGET_BRANCH)
+    """The branch a quantum's new branch starts from, centrally: the current repository's
+    target branch (the default one's: TETHER_TARGET_BRANCH), or the central repository's HEAD
+    branch (as the clone recorded it)."""
+    if current().target_branch:
+        return current().target_branch
     repo = repo_local()
     found = git_run("symbolic-ref", "--short", f"refs/remotes/{REMOTE}/HEAD", cwd=repo)
     if found.returncode == 0:

@@ -13,6 +13,7 @@ from psychonauts.central import base_branch, fetch_or_last, tracking
 from psychonauts.git import git_run
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
 from psychonauts.workspaces import branch_for, repo_local, repo_url
+from repos.context import working_on_quantum
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
@@ -45,6 +46,11 @@ def worktree_diff(*, quantum_id: int) -> str:
     """What the quantum's branch changed against the repository's HEAD ("" when nothing; for a
     central repository: against its base branch, both fetched), redacted: the branch keeps
     what the agent wrote, the page shows no secret of it."""
+    with working_on_quantum(quantum_id):
+        return _worktree_diff(quantum_id)
+
+
+def _worktree_diff(quantum_id: int) -> str:
     repo = repo_local()
     if not (repo / ".git").exists():
         return ""

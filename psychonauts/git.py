@@ -61,6 +61,7 @@ from pathlib import Path
 from django.conf import settings
 
 from psychonauts.errors import WorkspaceError
+from repos.context import current
 
 __all__ = [
     "PSYCHONAUT",
@@ -164,12 +165,13 @@ def _home_ensure(folder: Path) -> tuple[Path, Path]:
 
 
 def _project_repository() -> Path:
-    """The local repository the project's git works in (ANNIHILATION_REPO, or this host's clone
-    of the central repository), without making the clone."""
-    repo = str(settings.ANNIHILATION_REPO)
-    if repo.startswith("/"):
-        return Path(repo)
-    return Path(settings.ANNIHILATION_CLONE)
+    """The local repository the project's git works in: the current repository (repos.context;
+    the default one is ANNIHILATION_REPO), or this host's clone of its central repository,
+    without making the clone."""
+    target = current()
+    if not target.url:
+        return Path(target.location)
+    return target.clone
 
 
 def _toplevel(cwd: Path) -> Path | None:

@@ -3,13 +3,15 @@
 git state is changed under a file lock (fcntl): fan-out agents of one quantum share a worktree,
 and two `git worktree add` or `git commit` at once would race on git's own index lock.
 
-ANNIHILATION_REPO may also be a central repository's URL: worktrees then come from this host's
-clone of it, a stage fetches its branch first and each commit is pushed, fenced (central.py).
-`repo_local()` is the repository git runs in, in either mode.
+Everything here works on the current repository (repos.context: a quantum's own, the default
+one being ANNIHILATION_REPO). Its location may be a central repository's URL: worktrees then
+come from this host's clone of it, a stage fetches its branch first and each commit is pushed,
+fenced (central.py). `repo_local()` is the repository git runs in, in either mode.
 """
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import functools
 import hashlib
@@ -31,6 +33,7 @@ from django.conf import settings
 from psychonauts.errors import PathEscape, WorkspaceError
 from psychonauts.git import git, git_run, submodules_left_out
 from psychonauts.sandbox import workspace_own
+from repos.context import current, working_on_quantum
 
 if TYPE_CHECKING:
     from psychonauts.central import Fence
@@ -113,31 +116,27 @@ def demo_repo_ensure(path: Path) -> Path:
 
 
 def repo_url() -> str:
-    """The central repository's URL, or "" when ANNIHILATION_REPO is a local path. settings.py
-    validated the setting and made a local path absolute; tests set a Path or a str of one."""
-    return _url_of(str(settings.ANNIHILATION_REPO))
-
-
-@functools.lru_cache(maxsize=16)
-def _url_of(value: str) -> str:
-    return "" if value.startswith("/") else value
+    """The central repository's URL, or "" when the current repository (repos.context: the
+    default one is ANNIHILATION_REPO) is a local path."""
+    return current().url
 
 
 def repo_local() -> Path:
-    """The local git repository to run git in: ANNIHILATION_REPO itself (a local path), or this
-    host's clone of the central repository, made on first use (a URL)."""
-    url = repo_url()
-    if not url:
-        return Path(settings.ANNIHILATION_REPO)
+    """The local git repository to run git in: the current repository itself (a local path), or
+    this host's clone of its central repository, made on first use (a URL)."""
+    target = current()
+    if not target.url:
+        return Path(target.location)
     from psychonauts.central import clone_ensure  # central.py builds on this module
 
-    return clone_ensure(url)
+    return clone_ensure(target.url)
 
 
 def repo_key() -> str:
-    """A short key of the target repository (ANNIHILATION_REPO): its locks and scratch folders;
-    the same on every host for a central repository (its URL)."""
-    repo = repo_url() or str(Path(settings.ANNIHILATION_REPO).resolve())
+    """A short key of the current repository: its locks, scratch folders and merge queue; the
+    same on every host for a central repository (its URL)."""
+    target = current()
+    repo = target.url or str(Path(target.location).resolve())
     return hashlib.sha1(repo.encode()).hexdigest()[:16]
 
 
@@ -338,7 +337,8 @@ def workspace_prepare(*, quantum_id: int, fence: Fence | None = None) -> Future[
     bench/agents_concurrency.py); this way git works while the model does. `fence` (remote
     mode): the execution takes its agent's fence first, so what it fetches next is all that
     earlier executions of the agent could still push."""
-    return _Preparer.pool().submit(_prepare, quantum_id, fence)
+    # In the caller's context: the pool's thread works on the caller's repository.
+    return _Preparer.pool().submit(contextvars.copy_context().run, _prepare, quantum_id, fence)
 
 
 def _prepare(quantum_id: int, fence: Fence | None) -> Path:
@@ -359,8 +359,14 @@ def workspace_ready(prepared: Future[Path], *, quantum_id: int, fence: Fence | N
 
 
 def workspace_remove(*, quantum_id: int) -> bool:
-    """Remove a quantum's worktree; False when it had none. Its branch stays: reviews and merges
-    read the branch, and a later run of the quantum checks it out again."""
+    """Remove a quantum's worktree from its repository; False when it had none. Its branch
+    stays: reviews and merges read the branch, and a later run of the quantum checks it out
+    again."""
+    with working_on_quantum(quantum_id):
+        return _workspace_remove(quantum_id)
+
+
+def _workspace_remove(quantum_id: int) -> bool:
     path = Path(settings.PSYCHONAUTS_WORKTREES) / f"q-{quantum_id}"
     repo = repo_local()
     with file_lock(f"worktree-{stripe(quantum_id)}"):

@@ -10,6 +10,8 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import F, Q
 
+from repos.services import default_repository_id
+
 
 class QuantumStatus(models.TextChoices):
     """Where a quantum stands.
@@ -54,6 +56,13 @@ PRIORITY_MIN, PRIORITY_MAX = 0, 4  # 0 = critical
 
 class Quantum(models.Model):
     title = models.CharField(max_length=500)
+    # The repository the quantum's work is in; made without one: the default repository.
+    repository = models.ForeignKey(
+        "repos.Repository",
+        on_delete=models.PROTECT,
+        related_name="quanta",
+        default=default_repository_id,
+    )
     body = models.TextField(blank=True)
     kind = models.CharField(max_length=16, choices=QuantumKind.choices, default=QuantumKind.TASK)
     status = models.CharField(
@@ -114,6 +123,13 @@ class Quantum(models.Model):
                 fields=["priority", "created_at", "id"],
                 condition=Q(status="open", open_blockers=0),
                 name="quantum_ready_order",
+            ),
+            # quanta_ready(repository_id=...): a wave's ready quanta, the same walk within one
+            # repository.
+            models.Index(
+                fields=["repository", "priority", "created_at", "id"],
+                condition=Q(status="open", open_blockers=0),
+                name="quantum_ready_repository",
             ),
             # quanta_list() in its order, unfiltered or filtered (the API's keyset pages: a walk
             # from the cursor, never a sort of the whole table).

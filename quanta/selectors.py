@@ -22,16 +22,24 @@ S = QuantumStatus
 
 
 def quanta_ready(
-    *, labels: Sequence[str] = (), exclude_ids: Sequence[int] = (), limit: int | None = None
+    *,
+    repository_id: int | None = None,
+    labels: Sequence[str] = (),
+    exclude_ids: Sequence[int] = (),
+    limit: int | None = None,
 ) -> QuerySet[Quantum]:
     """Open quanta whose every `blocks` dependency is closed, by priority then age.
 
-    `labels` scopes to quanta carrying any of them. A walk of the partial index
-    quantum_ready_order: `open_blockers` is kept by triggers (quanta migration 0003).
+    `repository_id` scopes to one repository's quanta (None: every repository's); `labels` to
+    quanta carrying any of them. A walk of the partial index quantum_ready_repository (one
+    repository) or quantum_ready_order (all): `open_blockers` is kept by triggers (quanta
+    migration 0003).
     """
     qs = Quantum.objects.filter(status=S.OPEN, open_blockers=0).order_by(
         "priority", "created_at", "id"
     )
+    if repository_id is not None:
+        qs = qs.filter(repository_id=repository_id)
     if labels:
         qs = qs.filter(labels__overlap=list(labels))
     if exclude_ids:

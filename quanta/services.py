@@ -31,6 +31,9 @@ from quanta.models import (
     Quantum,
     QuantumStatus,
 )
+from repos.context import current
+from repos.models import Repository
+from repos.services import default_repository_id
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +117,18 @@ def _check_parent(parent_id: int | None, *, child_id: int | None = None) -> None
             cursor_id = Quantum.objects.filter(pk=cursor_id).values_list("parent_id", flat=True)[0]
 
 
+def _repository_for(repository_id: int | None, parent_id: int | None) -> int:
+    if repository_id is not None:
+        if not Repository.objects.filter(pk=repository_id, removed_at__isnull=True).exists():
+            raise InvalidQuantum(f"no repository #{repository_id}")
+        return repository_id
+    if parent_id is not None:
+        found = Quantum.objects.filter(pk=parent_id).values_list("repository_id", flat=True)
+        if found:
+            return found[0]
+    return current().repository_id or default_repository_id()
+
+
 @transaction.atomic
 def quantum_create(
     *,
@@ -128,9 +143,11 @@ def quantum_create(
     verify_commands: Iterable[str] = (),
     complexity: str | None = None,
     depends_on: Iterable[int] = (),
+    repository_id: int | None = None,
 ) -> Quantum:
     """A new quantum; `complexity` None (or "auto"): the classifier sets it from the title and
-    body, and classifies it again when they change."""
+    body, and classifies it again when they change. Its repository: `repository_id`, else its
+    parent's, else the one the caller works on (repos.context; the default one outside)."""
     fields = clean_fields(
         {
             "title": title,
@@ -148,7 +165,9 @@ def quantum_create(
     fields["complexity_auto"] = fields["complexity"] is None
     if fields["complexity_auto"]:
         fields["complexity"] = complexity_classify(fields["title"], fields["body"]).complexity
-    quantum = Quantum.objects.create(parent_id=parent_id, **fields)
+    quantum = Quantum.objects.create(
+        parent_id=parent_id, repository_id=_repository_for(repository_id, parent_id), **fields
+    )
     for blocker_id in depends_on:
         dependency_add(quantum_id=quantum.pk, depends_on_id=blocker_id)
     search_refresh([quantum.pk])
@@ -546,6 +565,7 @@ def quanta_rows_insert(
     dependencies: Iterable[Sequence[Any]],
     comments: Iterable[Sequence[Any]],
     analyze: bool,
+    repository_id: int | None = None,
 ) -> None:
     """Insert checked rows in bulk (values in QUANTUM_COLUMNS, DEPENDENCY_COLUMNS and
     COMMENT_COLUMNS order; ids from `quanta_ids_allocate`), inside the caller's transaction.
@@ -555,7 +575,9 @@ def quanta_rows_insert(
     once, with the blocker count the caller computed and its search vector computed by the
     INSERT ... SELECT from a staging table, instead of written and then rewritten. `analyze`:
     refresh the planner's statistics after a big import, or the first queries plan blind.
+    The quanta go to `repository_id` (None: the one the caller works on, repos.context).
     """
+    repository = repository_id or current().repository_id or default_repository_id()
     quantum_table = Quantum._meta.db_table
     _copy(Dependency._meta.db_table, DEPENDENCY_COLUMNS, dependencies)
     _copy(Comment._meta.db_table, COMMENT_COLUMNS, comments)
@@ -564,13 +586,15 @@ def quanta_rows_insert(
             f"CREATE TEMP TABLE import_quanta (LIKE {quantum_table} INCLUDING DEFAULTS)"
             " ON COMMIT DROP"
         )
+        # The staging rows carry no repository: the INSERT below gives them theirs.
+        cursor.execute("ALTER TABLE import_quanta ALTER COLUMN repository_id DROP NOT NULL")
     _copy("import_quanta", QUANTUM_COLUMNS, quanta)
     columns = ", ".join(QUANTUM_COLUMNS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {quantum_table} ({columns}, search_vector)"
-            f" SELECT {columns}, {_search_vector('s')} FROM import_quanta s",
-            {"cfg": settings.SEARCH_CONFIG},
+            f"INSERT INTO {quantum_table} ({columns}, repository_id, search_vector)"
+            f" SELECT {columns}, %(repository)s, {_search_vector('s')} FROM import_quanta s",
+            {"cfg": settings.SEARCH_CONFIG, "repository": repository},
         )
         cursor.execute("DROP TABLE import_quanta")
         if analyze:

@@ -5,7 +5,6 @@ reflection.services.injection)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +12,7 @@ from django.db import connection
 
 from bursts.models import AgentRun
 from psychonauts.central import central_file
-from psychonauts.workspaces import repo_url
+from psychonauts.workspaces import repo_local, repo_url
 from reflection.models import PlaybookRule, RuleMaturity
 
 # How much a rule's maturity weighs in its score: a candidate is injected with a low weight.
@@ -134,7 +133,7 @@ def agents_md() -> str:
     if repo_url():  # a central repository: the file on its base branch, as last fetched
         data = central_file("AGENTS.md", limit=AGENTS_MD_MAX_BYTES + 1)
     else:
-        path = Path(settings.ANNIHILATION_REPO) / "AGENTS.md"
+        path = repo_local() / "AGENTS.md"
         try:
             if path.is_symlink() or not path.is_file():
                 return ""

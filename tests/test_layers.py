@@ -1,6 +1,6 @@
 """The apps are floors: each imports only the apps below it, never one above.
 
-core (ground floor) < quanta < bursts < psychonauts < tether < reflection < autopilot <
+core (ground floor) < repos < quanta < bursts < psychonauts < tether < reflection < autopilot <
 operations < hooks < api < annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
 migrations are outside the house and may import anything.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = [
     "core",
+    "repos",
     "quanta",
     "bursts",
     "psychonauts",

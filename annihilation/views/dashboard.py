@@ -160,7 +160,9 @@ def wave_start_view(request: HttpRequest) -> HttpResponse:
     form = WaveStartForm(request.POST)
     if not form.is_valid():
         return dashboard_render(request, start_form=form, status=400)
+    repository = form.cleaned_data["repository"]
     wave = wave_start(
+        repository_id=repository.pk if repository else None,
         labels=form.cleaned_data["labels"],
         continuous=form.cleaned_data["continuous"],
         started_by=request.user.get_username(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 
 from api.auth import operate_auth, read_auth
 from api.pagination import keyset_page, listing_id
@@ -29,6 +29,7 @@ from autopilot.services.goals import goal_abandon, goal_approve, goal_create
 from bursts.models import Wave
 from bursts.selectors import wave_get, wave_progress
 from bursts.services.waves import wave_cancel, wave_start
+from repos.selectors import repository_get
 
 router = Router()
 
@@ -37,8 +38,20 @@ ERRORS: dict[int | tuple[int, ...], Any] = {(400, 401, 403, 404, 409, 422, 429):
 
 class ListFilters(Schema):
     status: str | None = None
+    repository: str | None = Field(None, description="a repository's name: its rows only")
     cursor: str | None = None
     limit: int | None = None
+
+
+def _repository_id(name: str | None) -> int | None:
+    """The id of the repository named (RepositoryNotFound: a 404), None for all."""
+    return repository_get(name=name).pk if name else None
+
+
+def _listing_filters(filters: ListFilters) -> dict[str, Any]:
+    """The filters a cursor is bound to (a repository only when one is named)."""
+    named = {"repository": filters.repository} if filters.repository else {}
+    return {"status": filters.status, **named}
 
 
 # --- goals -------------------------------------------------------------------------------------
@@ -48,8 +61,8 @@ class ListFilters(Schema):
 def goals_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     """Goals by priority, then age."""
     page = keyset_page(
-        goals_all(status=filters.status),
-        listing=listing_id("goals", {"status": filters.status}),
+        goals_all(status=filters.status, repository_id=_repository_id(filters.repository)),
+        listing=listing_id("goals", _listing_filters(filters)),
         order=("priority", "created_at", "id"),
         cursor=filters.cursor,
         limit=page_size(filters.limit),
@@ -103,8 +116,8 @@ def goal_abandon_view(request: HttpRequest, goal_id: int, payload: GoalAbandonIn
 def waves_list_view(request: HttpRequest, filters: Query[ListFilters]) -> dict[str, Any]:
     """Waves, newest first."""
     page = keyset_page(
-        waves_all(status=filters.status),
-        listing=listing_id("waves", {"status": filters.status}),
+        waves_all(status=filters.status, repository_id=_repository_id(filters.repository)),
+        listing=listing_id("waves", _listing_filters(filters)),
         order=("-id",),
         cursor=filters.cursor,
         limit=page_size(filters.limit),

@@ -81,6 +81,9 @@ from quanta.services import (
     quantum_defer,
     quantum_reopen,
 )
+from repos.context import current, working_on_id
+from repos.models import Repository
+from repos.services import default_repository_id
 from tether.models import ChangeReview, ChangeStatus, ReviewDue
 from tether.services.changes import sha_of, target_branch
 
@@ -257,12 +260,20 @@ def goal_create(
     budget_usd: Decimal | None = None,
     source: str = GoalSource.OPERATOR,
     by: str = "",
+    repository_id: int | None = None,
 ) -> Goal:
-    """A new goal, proposed (it waits for the operator's approval). InvalidGoal names the field;
-    a verify command the command guard refuses is named with the guard's reason."""
+    """A new goal, proposed (it waits for the operator's approval), in a repository (None: the
+    one the caller works on, repos.context). InvalidGoal names the field; a verify command the
+    command guard refuses is named with the guard's reason."""
     if source not in GoalSource.values:
         raise InvalidGoal(f"source: one of {', '.join(GoalSource.values)}")
+    if (
+        repository_id is not None
+        and not Repository.objects.filter(pk=repository_id, removed_at__isnull=True).exists()
+    ):
+        raise InvalidGoal(f"repository: no repository #{repository_id}")
     goal = Goal.objects.create(
+        repository_id=repository_id or current().repository_id or default_repository_id(),
         title=_text("title", title, required=True, limit=TITLE_MAX),
         success_criteria=_text("success_criteria", success_criteria, required=True),
         description=_text("description", description, required=False),
@@ -362,6 +373,7 @@ def _epic_ensure(goal: Goal) -> int:
             quantum_defer(quantum_id=goal.epic_id)
         return goal.epic_id
     epic = quantum_create(
+        repository_id=goal.repository_id,
         title=f"Goal #{goal.pk}: {goal.title}"[:TITLE_MAX],
         body=_epic_body(goal),
         kind=QuantumKind.EPIC,
@@ -507,6 +519,7 @@ def _plan_file(goal: Goal, plan: Plan, *, epic_id: int) -> list[int]:
     ids: dict[str, int] = {}
     for item in plan.in_order():
         quantum = quantum_create(
+            repository_id=goal.repository_id,
             title=item.title,
             body=(item.body + "\n\n" if item.body else "")
             + f"Part of goal #{goal.pk}: {goal.title}",
@@ -780,10 +793,17 @@ def goals_progress(*, goal_id: int | None = None) -> int:
 
 
 def goal_verify(*, goal_id: int) -> Goal | None:
-    """Run a verifying goal's verify commands on the integration branch's tip (a scratch
-    worktree detached there, through the guard and the sandbox) -> done (its epic closed) or
-    failed with what failed. None when the goal is not verifying, or another verification of it
-    is running; a goal that moved on meanwhile (a quantum reopened) keeps its new status."""
+    """Run a verifying goal's verify commands on the integration branch's tip of its repository
+    (a scratch worktree detached there, through the guard and the sandbox) -> done (its epic
+    closed) or failed with what failed. None when the goal is not verifying, or another
+    verification of it is running; a goal that moved on meanwhile (a quantum reopened) keeps its
+    new status."""
+    repository_id = Goal.objects.filter(pk=goal_id).values_list("repository_id", flat=True)
+    with working_on_id(repository_id.first()):
+        return _goal_verify(goal_id)
+
+
+def _goal_verify(goal_id: int) -> Goal | None:
     with verify_lock(goal_id) as held:
         if not held:
             return None

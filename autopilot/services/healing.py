@@ -43,6 +43,7 @@ from psychonauts.workspaces import (
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.services import quantum_create
+from repos.context import current
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -178,8 +179,9 @@ def endpoints_heal(endpoints: tuple[FailingEndpoint, ...]) -> list[str]:
 
 
 def base_check_commands() -> list[str]:
-    """The target's checks: TETHER_VERIFY_COMMANDS and the scanners' test command."""
-    commands = list(settings.TETHER_VERIFY_COMMANDS)
+    """The target's checks: the repository's verify commands (the default repository's hold
+    TETHER_VERIFY_COMMANDS) and the scanners' test command."""
+    commands = list(current().verify_commands)
     test = str(getattr(settings, "AUTOPILOT_SCAN_TEST_COMMAND", "") or "").strip()
     if test and test not in commands:
         commands.append(test)

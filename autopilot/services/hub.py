@@ -340,33 +340,48 @@ def hub_tick() -> Tick:
 # --- the autopilot's wave -----------------------------------------------------------------------
 
 
-def autopilot_wave_running() -> int | None:
-    """The running wave that covers autopilot quanta (scoped to them, or to everything)."""
-    for wave_id, labels in Wave.objects.filter(status=WaveStatus.RUNNING).values_list(
-        "pk", "labels"
-    ):
+def autopilot_wave_running(*, repository_id: int | None = None) -> int | None:
+    """The running wave that covers autopilot quanta (scoped to them, or to everything), of one
+    repository (None: of any)."""
+    running = Wave.objects.filter(status=WaveStatus.RUNNING)
+    if repository_id is not None:
+        running = running.filter(repository_id=repository_id)
+    for wave_id, labels in running.values_list("pk", "labels"):
         if not labels or AUTOPILOT in labels:
             return int(wave_id)
     return None
 
 
 def autopilot_wave_start() -> Wave | None:
-    """Start a wave scoped to `autopilot`, unless the hub is paused or not
-    executing, a wave already covers the autopilot's quanta, or none is ready. Serialised on
-    the hub's row, so two deliveries start one wave."""
+    """Start a wave scoped to `autopilot` in a repository with ready autopilot quanta that no
+    running wave covers, unless the hub is paused or not executing. Serialised on the hub's
+    row, so two deliveries start one wave; a repository per call (the next tick starts the
+    next repository's)."""
     with transaction.atomic():
         hub = _hub_locked()
         if hub.paused or hub.state != HubState.EXECUTING:
             return None
-        if autopilot_wave_running() is not None:
-            return None
-        if not quanta_ready(labels=[AUTOPILOT], limit=1).exists():
-            return None
-        # Batch: each burst closes its barrier and drains before the next collects what the
-        # last one unblocked (and what decompositions filed meanwhile).
-        wave = wave_start(labels=[AUTOPILOT], started_by=STARTED_BY)
-        publish(TOPIC, "wave_started", {"wave_id": wave.pk, "labels": [AUTOPILOT]})
-    return wave
+        ready_in = (
+            quanta_ready(labels=[AUTOPILOT])
+            .order_by()
+            .values_list("repository_id", flat=True)
+            .distinct()
+        )
+        for repository_id in sorted(ready_in):
+            if autopilot_wave_running(repository_id=repository_id) is not None:
+                continue
+            # Batch: each burst closes its barrier and drains before the next collects what
+            # the last one unblocked (and what decompositions filed meanwhile).
+            wave = wave_start(
+                labels=[AUTOPILOT], started_by=STARTED_BY, repository_id=repository_id
+            )
+            publish(
+                TOPIC,
+                "wave_started",
+                {"wave_id": wave.pk, "labels": [AUTOPILOT], "repository_id": repository_id},
+            )
+            return wave
+    return None
 
 
 __all__ = [

@@ -21,6 +21,7 @@ skipped finding keeps why (`Finding.skipped`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shlex
 import shutil
@@ -70,6 +71,9 @@ from quanta.errors import QuantaError
 from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus
 from quanta.services import quantum_create
+from repos.context import current, current_is_default, working_on_id
+from repos.models import Repository
+from repos.services import default_repository_id
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -284,8 +288,17 @@ def _fingerprinted(findings: Sequence[ScanFinding]) -> list[_Candidate]:
         base = finding.fingerprint()
         occurrence = seen.get(base, 0)
         seen[base] = occurrence + 1
-        out.append(_Candidate(finding, finding.fingerprint(occurrence)))
+        out.append(_Candidate(finding, _of_repository(finding.fingerprint(occurrence))))
     return out
+
+
+def _of_repository(fingerprint: str) -> str:
+    """A fingerprint of the repository scanned: the same finding in another repository is
+    another finding (the default repository's stay as they were)."""
+    if current_is_default():
+        return fingerprint
+    key = f"{current().repository_id}:{fingerprint}".encode()
+    return hashlib.sha256(key).hexdigest()[: len(fingerprint)]
 
 
 def _ago(seconds: float) -> str:
@@ -324,10 +337,14 @@ def _judge(candidates: list[_Candidate], *, branch: str, sha: str, now: datetime
                 f"#{row.quantum_id}); not filed again within {_ago(window.total_seconds())}"
             )
     # A file with an open quantum of a scanner gets no second one from it: the new findings
-    # wait for that quantum to close (two agents on one file's findings would collide).
+    # wait for that quantum to close (two agents on one file's findings would collide). Files
+    # of the repository scanned: another repository's file of the same path is another file.
     open_on: dict[tuple[str, str], int] = {}
     for scanner, path, quantum_id in (
-        Finding.objects.filter(quantum__isnull=False)
+        Finding.objects.filter(
+            quantum__isnull=False,
+            quantum__repository_id=current().repository_id or default_repository_id(),
+        )
         .exclude(quantum__status=QuantumStatus.CLOSED)
         .values_list("scanner", "path", "quantum_id")
     ):
@@ -539,8 +556,24 @@ def scan_file(
         report.filed += len(groups[key])
 
 
-def scan_run() -> ScanReport:
-    """One improving pass over the target branch's tip (busy when another pass runs)."""
+def scan_run(*, repository_id: int | None = None) -> ScanReport:
+    """One improving pass over the target branch's tip (busy when another pass runs), of one
+    repository, filing its quanta there; None: the default repository."""
+    if repository_id is None:
+        return _scan_run()
+    with working_on_id(repository_id):
+        return _scan_run()
+
+
+def scans_run() -> dict[str, ScanReport]:
+    """A pass over every registered repository in turn, by name."""
+    return {
+        repository.name: scan_run(repository_id=repository.pk)
+        for repository in Repository.objects.filter(removed_at__isnull=True).order_by("pk")
+    }
+
+
+def _scan_run() -> ScanReport:
     report = ScanReport()
     with shared_lock_try(f"scan-{repo_key()}") as held:  # one pass at a time, on any host
         if not held:

@@ -33,7 +33,12 @@ def _failed_here(wave: Wave) -> list[int]:
 
 def ready_ids(*, wave: Wave, limit: int | None = None) -> list[int]:
     """The quanta the wave would collect now, in its scope."""
-    qs = quanta_ready(labels=wave.labels, exclude_ids=_failed_here(wave), limit=limit)
+    qs = quanta_ready(
+        repository_id=wave.repository_id,
+        labels=wave.labels,
+        exclude_ids=_failed_here(wave),
+        limit=limit,
+    )
     return list(qs.values_list("pk", flat=True))
 
 

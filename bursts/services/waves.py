@@ -46,6 +46,7 @@ from core import metrics
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_labels
 from quanta.pipelines.services import pipelines_ensure_defaults
+from repos.services import default_repository_id
 
 # The first burst's first transaction claims at most this many quanta, so the first agents
 # start within tens of milliseconds however large the backlog (1,000 runs and their agents
@@ -69,8 +70,10 @@ def wave_start(
     continuous: bool = False,
     max_bursts: int | None = None,
     started_by: str = "",
+    repository_id: int | None = None,
 ) -> Wave:
     """Create a wave and collect its first burst at once (the first agents start on commit).
+    It runs the ready quanta of one repository (None: the default one).
 
     `labels` are checked as quanta's labels are (InvalidWave names the first bad one): a label
     no quantum can carry would scope the wave to nothing.
@@ -82,6 +85,7 @@ def wave_start(
     pipelines_ensure_defaults()
     with transaction.atomic():
         wave = Wave.objects.create(
+            repository_id=repository_id if repository_id is not None else default_repository_id(),
             labels=sorted(set(labels)),
             continuous=continuous,
             max_bursts=max_bursts or settings.WAVE_MAX_BURSTS,

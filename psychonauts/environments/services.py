@@ -66,6 +66,7 @@ from psychonauts.sandbox import (
     sandbox_run,
 )
 from psychonauts.workspaces import file_lock, file_lock_try, repo_local
+from repos.context import current
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,11 @@ def spec_read(repo: Path, sha: str) -> EnvironmentSpec | None:
 
 
 def operator_spec() -> EnvironmentSpec | None:
-    """The operator's declaration for the default repository (ANNIHILATION_ENV_DECLARATION)."""
+    """The operator's declaration for the repository at hand: the one set on its row in the
+    registry, else (ANNIHILATION_ENV_DECLARATION) a file's."""
+    target = current()
+    if target.environment:
+        return spec_parse(target.environment, source=f"repository {target.name}")
     path = str(settings.ENV_DECLARATION)
     if not path:
         return None

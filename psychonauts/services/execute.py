@@ -53,6 +53,7 @@ from psychonauts.services.runner import Observer, Runner
 from psychonauts.services.runs import agent_run_fail, agent_run_suspend, run_outcome
 from quanta.complexity import complexity_classify
 from quanta.models import Complexity, QuantumKind
+from repos.context import working_on_id
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +230,16 @@ def registry_route(
 
 
 def agent_run_execute(*, agent_run_id: int, observer: Observer | None = None) -> Outcome:
-    """Execute (or resume) one agent run to an outcome. Safe to call again on the same run."""
+    """Execute (or resume) one agent run to an outcome. Safe to call again on the same run.
+    Its git, worktree and checks are its quantum's repository's."""
+    repository_id = (
+        AgentRun.objects.filter(pk=agent_run_id).values_list("quantum__repository_id", flat=True)
+    ).first()
+    with working_on_id(repository_id):
+        return _agent_run_execute(agent_run_id=agent_run_id, observer=observer)
+
+
+def _agent_run_execute(*, agent_run_id: int, observer: Observer | None) -> Outcome:
     found = run_read(agent_run_id)
     if found is None:
         raise AgentRunNotFound(f"agent run {agent_run_id} does not exist")

@@ -522,3 +522,27 @@ def test_agents_reach_only_the_hosts_the_operator_allows_through_the_proxy(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.django_db
+def test_a_registered_repositorys_own_declaration_is_the_operators(
+    repo: Path, settings: SettingsWrapper, tmp_path: Path
+) -> None:
+    """The declaration set on a repository's row wins over ANNIHILATION_ENV_DECLARATION, and
+    only while the code works on that repository."""
+    from psychonauts.environments.services import operator_spec
+    from repos.context import working_on
+    from repos.services import repository_default
+
+    settings_file = tmp_path / "environment.yaml"
+    settings_file.write_text("setup: [echo from-settings]\n")
+    settings.ENV_DECLARATION = str(settings_file)
+    repository = repository_default()
+    repository.environment = "setup: [echo from-the-row]\n"
+
+    with working_on(repository):
+        spec = operator_spec()
+    assert spec is not None and spec.setup == ("echo from-the-row",)
+    assert spec.source == f"repository {repository.name}"
+    outside = operator_spec()
+    assert outside is not None and outside.setup == ("echo from-settings",)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from bursts.models import QuantumRun
@@ -34,6 +35,7 @@ from psychonauts.workspaces import (
 from quanta.errors import IllegalTransition
 from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
+from repos.context import current, working_on_id, working_on_quantum
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
@@ -87,11 +89,11 @@ def sha_of(ref: str) -> str:
 
 
 def target_branch() -> str:
-    """TETHER_TARGET_BRANCH, or the branch the target repository has checked out (a central
-    repository: its HEAD branch)."""
+    """The current repository's target branch (the default one's: TETHER_TARGET_BRANCH), or
+    the branch it has checked out (a central repository: its HEAD branch)."""
     if repo_url():
         return base_branch()
-    return settings.TETHER_TARGET_BRANCH or git("symbolic-ref", "--short", "HEAD", cwd=_repo())
+    return current().target_branch or git("symbolic-ref", "--short", "HEAD", cwd=_repo())
 
 
 def _files(base: str, head: str) -> list[FileChange]:
@@ -197,7 +199,13 @@ def change_review_create(*, quantum_run_id: int) -> ChangeReview | None:
     Idempotent per run. An older pending review of the same quantum is superseded: the new diff
     against the base contains it.
     """
-    review = _review_make(quantum_run_id)
+    repository_id = (
+        QuantumRun.objects.filter(pk=quantum_run_id)
+        .values_list("quantum__repository_id", flat=True)
+        .first()
+    )
+    with working_on_id(repository_id):  # the run's branch is in its quantum's repository
+        review = _review_make(quantum_run_id)
     ReviewDue.objects.filter(quantum_run_id=quantum_run_id).delete()
     return review
 
@@ -301,6 +309,11 @@ def _queue_kick() -> None:
 
 
 def _branch_check(review: ChangeReview) -> None:
+    with working_on_quantum(review.quantum_id):  # the branches are its quantum's repository's
+        _branches_check(review)
+
+
+def _branches_check(review: ChangeReview) -> None:
     now_sha = sha_of(review.branch)
     if now_sha != review.head_sha:
         state = f"now at {now_sha[:10]}" if now_sha else "deleted"
@@ -365,16 +378,12 @@ def changes_approve_low_risk(
 # --- the merge queue's transitions (called by tether/services/merge_queue.py) ---
 
 
-def change_merge_claim() -> ChangeReview | None:
+def change_merge_claim(*, repository_id: int | None = None) -> ChangeReview | None:
     """The queue's next entry, now merging: one left merging by a consumer that died first (it
-    is resumed), else the earliest approved. The caller holds the queue's lock."""
+    is resumed), else the earliest approved. Each repository has its queue (`repository_id`;
+    None: the queue of every repository as one). The caller holds the queue's lock."""
     while True:
-        head = (
-            ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE)
-            .order_by("queued_at", "pk")
-            .only("pk", "status")
-            .first()
-        )
+        head = _in_queue(repository_id).order_by("queued_at", "pk").only("pk", "status").first()
         if head is None:
             return None
         if head.status == ChangeStatus.MERGING or (
@@ -491,8 +500,25 @@ def change_merge_blocked(*, change_id: int, reason: str) -> ChangeReview:
     return review
 
 
-def changes_queued() -> bool:
-    return ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE).exists()
+def _in_queue(repository_id: int | None) -> QuerySet[ChangeReview]:
+    queued = ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE)
+    return queued if repository_id is None else queued.filter(quantum__repository_id=repository_id)
+
+
+def changes_queued(*, repository_id: int | None = None) -> bool:
+    return _in_queue(repository_id).exists()
+
+
+def queued_repository_ids() -> list[int]:
+    """The repositories whose merge queue holds entries, the earliest entry's first."""
+    seen: dict[int, None] = {}
+    for rid in (
+        ChangeReview.objects.filter(status__in=CHANGE_IN_QUEUE)
+        .order_by("queued_at", "pk")
+        .values_list("quantum__repository_id", flat=True)
+    ):
+        seen.setdefault(rid)
+    return list(seen)
 
 
 @transaction.atomic

@@ -16,8 +16,9 @@ def correction_file(*, quantum_id: int, title: str, body: str, by: str) -> Quant
     """A `correction` quantum linked `discovered-from` the affected quantum, with a comment on
     the affected one pointing at it. It carries the label `correction` (not the original's
     labels, which may force a script or a scope), and the original's priority."""
-    original = Quantum.objects.only("priority").get(pk=quantum_id)
+    original = Quantum.objects.only("priority", "repository_id").get(pk=quantum_id)
     correction = quantum_create(
+        repository_id=original.repository_id,
         title=shorten(title, 200),
         body=body,
         kind=QuantumKind.CORRECTION,

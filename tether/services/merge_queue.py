@@ -12,7 +12,8 @@ kicks the queue too).
 Each entry, in a scratch worktree detached at the target's sha (one, reused: only one consumer
 runs):
 1. `merge --no-ff` of the reviewed head (a conflict: the change goes back, nothing moves);
-2. the quantum's verify commands plus settings.TETHER_VERIFY_COMMANDS, through the guard and
+2. the quantum's verify commands plus its repository's (the default repository's include
+   settings.TETHER_VERIFY_COMMANDS), through the guard and
    the sandbox (psychonauts.verify): a failure sends the change back, nothing moves;
 3. the target moves by compare-and-set: `update-ref <target> <merge> <old>`, or, when the target
    is checked out somewhere (the main checkout), `merge --ff-only` there, which refuses local
@@ -40,6 +41,7 @@ from psychonauts.sandbox import workspace_own
 from psychonauts.verify import VerifyReport, verify_commands_run
 from psychonauts.workspaces import repo_key, repo_local, repo_url, scratch_worktree
 from quanta.models import Quantum
+from repos.context import current, working_on_id
 from tether.errors import TetherError
 from tether.models import ChangeReview
 from tether.services.changes import (
@@ -52,6 +54,7 @@ from tether.services.changes import (
     change_merge_moved,
     changes_queued,
     merge_lock,
+    queued_repository_ids,
     sha_of,
     worktree_of,
 )
@@ -118,7 +121,7 @@ def _verify(where: Path, review: ChangeReview) -> VerifyReport:
     own = list(
         Quantum.objects.filter(pk=review.quantum_id).values_list("verify_commands", flat=True)
     )
-    commands = [*(own[0] if own else []), *settings.TETHER_VERIFY_COMMANDS]
+    commands = [*(own[0] if own else []), *current().verify_commands]
     if not commands:
         return VerifyReport(checks=())
     # The checks run as the quantum's sandbox user, as its agents' do: the tree is theirs.
@@ -213,10 +216,25 @@ def _process(review: ChangeReview, report: QueueReport) -> None:
     raise QueueBlocked(f"{review.base} kept moving under change #{change_id}")
 
 
-def merge_queue_run(*, limit: int | None = None) -> QueueReport:
+def merge_queue_run(*, limit: int | None = None, repository_id: int | None = None) -> QueueReport:
     """Take the queue's entries in order until it is empty (or `limit` entries): a no-op
-    (busy) when another consumer runs."""
+    (busy) when another consumer runs. Each repository has a queue, a lock and a scratch
+    worktree of its own: `repository_id` runs that one's, None each one holding entries in
+    turn (one busy elsewhere is skipped, not waited for)."""
+    if repository_id is not None:
+        with working_on_id(repository_id):
+            return _queue_run(QueueReport(), limit, repository_id)
     report = QueueReport()
+    for rid in queued_repository_ids():
+        with working_on_id(rid):
+            one = _queue_run(QueueReport(), limit, rid)
+        for name in ("merged", "conflicted", "failed", "returned", "blocked"):
+            getattr(report, name).extend(getattr(one, name))
+        report.busy = report.busy or one.busy
+    return report
+
+
+def _queue_run(report: QueueReport, limit: int | None, repository_id: int) -> QueueReport:
     done = 0
     while True:
         # One consumer among all hosts (a central repository: a Redis lock; see docs/hosts.md).
@@ -225,7 +243,7 @@ def merge_queue_run(*, limit: int | None = None) -> QueueReport:
                 report.busy = True
                 return report
             while limit is None or done < limit:
-                review = change_merge_claim()
+                review = change_merge_claim(repository_id=repository_id)
                 if review is None:
                     break
                 done += 1
@@ -245,5 +263,5 @@ def merge_queue_run(*, limit: int | None = None) -> QueueReport:
                     extra={"change_id": review.pk},
                 )
         # Looked again outside the lock: an entry approved while we were letting it go.
-        if (limit is not None and done >= limit) or not changes_queued():
+        if (limit is not None and done >= limit) or not changes_queued(repository_id=repository_id):
             return report

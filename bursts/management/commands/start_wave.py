@@ -26,6 +26,8 @@ from core.cli import SafeCommand, emit_json, positive_int, seconds
 from core.workers import NO_WORKER_HINT, workers_consuming
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_label
+from repos.errors import RepositoryError
+from repos.selectors import repository_get
 
 
 def wave_label(value: str) -> str:
@@ -158,6 +160,9 @@ class Command(SafeCommand):
         parser.add_argument(
             "--timeout", type=seconds, help="with --follow: give up after this many seconds"
         )
+        parser.add_argument(
+            "--repository", metavar="NAME", help="whose ready quanta (default: the default one)"
+        )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -167,13 +172,15 @@ class Command(SafeCommand):
             if problem:
                 self.stderr.write(problem)
         try:
+            repository = options["repository"]
             wave = wave_start(
+                repository_id=repository_get(name=repository).pk if repository else None,
                 labels=options["labels"],
                 continuous=bool(options["continuous"]),
                 max_bursts=options["max_bursts"],
                 started_by="cli",
             )
-        except BurstsError as exc:
+        except (BurstsError, RepositoryError) as exc:
             raise CommandError(str(exc)) from None
         if wave.status not in WAVE_TERMINAL:
             warning = nobody_working()

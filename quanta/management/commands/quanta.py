@@ -33,6 +33,8 @@ from quanta.models import (
     QuantumStatus,
 )
 from quanta.serializers import comment_data, dependency_data, quantum_data, why_data
+from repos.errors import RepositoryError
+from repos.selectors import repository_get
 
 
 def _priority(value: str) -> int:
@@ -91,6 +93,7 @@ class Command(SafeCommand):
         p.add_argument("title")
         fields(p, create=True)
         p.add_argument("--depends-on", type=parse_id, action="append", default=[], metavar="ID")
+        p.add_argument("--repository", metavar="NAME", help="its repository (default: the default)")
 
         p = add("list", "list quanta")
         p.add_argument("--status", choices=QuantumStatus.values)
@@ -160,7 +163,7 @@ class Command(SafeCommand):
             raise CommandError("\n".join([head, *(f"  {p}" for p in problems[:50])])) from None
         except InvalidQuantum as exc:  # a value given on the command line: a usage error
             raise CommandError(str(exc), returncode=USAGE_ERROR) from None
-        except QuantaError as exc:
+        except (QuantaError, RepositoryError) as exc:
             raise CommandError(str(exc)) from None
 
     # --- output ------------------------------------------------------------------------------
@@ -193,6 +196,7 @@ class Command(SafeCommand):
             if o[k] is not None
         }
         quantum = services.quantum_create(
+            repository_id=repository_get(name=o["repository"]).pk if o["repository"] else None,
             title=o["title"],
             labels=o["labels"] or [],
             verify_commands=o["verify_commands"] or [],

@@ -1,0 +1,43 @@
+"""The ready query and the scanners see one repository's quanta."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from psychonauts.repositories import repository_inspect
+from psychonauts.workspaces import demo_repo_ensure
+from quanta.models import Quantum
+from quanta.selectors import quanta_ready
+from quanta.services import quantum_create
+from repos.services import repository_create, repository_default
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_ready_query_filters_by_repository_through_its_index(
+    repo: Path, tmp_path: Path
+) -> None:
+    second = repository_create(
+        name="second",
+        location=str(demo_repo_ensure(tmp_path / "second")),
+        inspect=repository_inspect,
+    )
+    default = repository_default()
+    mine = [quantum_create(title=f"default {n}").pk for n in range(3)]
+    theirs = [quantum_create(title=f"second {n}", repository_id=second.pk).pk for n in range(2)]
+
+    assert list(quanta_ready(repository_id=default.pk).values_list("pk", flat=True)) == mine
+    assert list(quanta_ready(repository_id=second.pk).values_list("pk", flat=True)) == theirs
+    assert set(quanta_ready().values_list("pk", flat=True)) == {*mine, *theirs}
+
+    # Planned as on a big table: the walk of the partial index, in order, no sort.
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = quanta_ready(repository_id=second.pk, limit=100).query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "quantum_ready_repository" in plan and "Sort" not in plan, plan
+    assert Quantum.objects.filter(repository=second).count() == 2
