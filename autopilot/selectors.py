@@ -32,6 +32,7 @@ from autopilot.models import (
 )
 from autopilot.spend import BudgetStatus, CapStatus, budget_status, goals_spent, spend_by_day
 from bursts.models import AgentRun
+from psychonauts.selectors import AgentSpend, quanta_spend
 from quanta.models import Quantum, QuantumStatus
 
 ZERO = Decimal(0)
@@ -223,6 +224,7 @@ class GoalPage:
     row: GoalRow
     detail: GoalDetail
     last_verify: GoalTransition | None  # the last time its verify commands decided
+    agents: AgentSpend  # what the agents of its epic and its quanta took and cost
 
     @property
     def goal(self) -> Goal:
@@ -252,4 +254,11 @@ def goal_page(*, goal_id: int) -> GoalPage:
         row=goal_rows([summary])[0],
         detail=detail,
         last_verify=verified[-1] if verified else None,
+        agents=quanta_spend(quantum_ids=_goal_quantum_ids(detail)),
     )
+
+
+def _goal_quantum_ids(detail: GoalDetail) -> list[int]:
+    """The goal's epic (its planner runs there) and its quanta."""
+    epic = [detail.goal.epic_id] if detail.goal.epic_id is not None else []
+    return epic + [c.quantum_id for c in detail.children]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from decimal import Decimal
 from typing import Any, TypedDict
 
@@ -154,10 +154,37 @@ def wave_spend(*, wave_id: int) -> WaveSpend:
     )
 
 
+def quanta_spend(*, quantum_ids: Collection[int]) -> AgentSpend:
+    """Everything the agents of these quanta have spent, over all their runs, in one statement
+    (a goal's page: its epic and its quanta)."""
+    row = Usage.objects.filter(agent_run__quantum_id__in=list(quantum_ids)).aggregate(**_SPEND_SUMS)
+    return _spend(row)
+
+
 def quantum_spend(*, quantum_id: int) -> AgentSpend:
     """Everything the quantum's agents have spent, over all its runs."""
-    row = Usage.objects.filter(agent_run__quantum_id=quantum_id).aggregate(**_SPEND_SUMS)
-    return _spend(row)
+    return quanta_spend(quantum_ids=[quantum_id])
+
+
+class RoleRow(TypedDict):
+    """A role as the Roles page and `psychonaut roles` show it: its definition (None for a role
+    whose calls are recorded but which is defined no more) and what its agents have spent."""
+
+    name: str
+    role: Role | None
+    spend: AgentSpend
+
+
+def roles_spend() -> list[RoleRow]:
+    """Every role, defined or with recorded calls, with its agents' spend over all their runs:
+    two statements (the roles, the usage grouped by role)."""
+    rows = Usage.objects.values("agent_run__role").annotate(**_SPEND_SUMS)
+    spent = {str(r["agent_run__role"]): _spend(r) for r in rows}
+    defined = {r.name: r for r in roles_list()}
+    return [
+        RoleRow(name=name, role=defined.get(name), spend=spent.get(name) or _spend({}))
+        for name in sorted(defined.keys() | spent.keys())
+    ]
 
 
 def wave_spend_context(wave_id: int) -> dict[str, Any]:

@@ -6,5 +6,6 @@ from psychonauts import views
 
 urlpatterns = [
     path("<int:agent_run_id>/", views.focus, name="focus"),
+    path("roles/", views.roles_page, name="roles"),
     path("run/<int:quantum_id>/", views.agent_run_start, name="agent_run_start"),
 ]

@@ -22,7 +22,13 @@ from psychonauts.focus import (
     worktree_diff,
 )
 from psychonauts.sections import focus_sections
-from psychonauts.selectors import agent_spend, agent_verifications, role_names, role_tools
+from psychonauts.selectors import (
+    agent_spend,
+    agent_verifications,
+    role_names,
+    role_tools,
+    roles_spend,
+)
 from psychonauts.services import agent_run_create
 from psychonauts.services.verification import verdict_find
 from psychonauts.tasks import execute_agent_run
@@ -56,6 +62,11 @@ def agent_run_start(request: HttpRequest, quantum_id: int) -> HttpResponse:
         transaction.on_commit(lambda: execute_agent_run.delay(run_id))
     messages.success(request, f"Agent {run.agent_id} (attempt {run.attempt}) queued.")
     return redirect("focus", agent_run_id=run.pk)
+
+
+def roles_page(request: HttpRequest) -> HttpResponse:
+    """The roles, each with what its agents have spent."""
+    return render(request, "psychonauts/roles.html", {"rows": roles_spend()})
 
 
 def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:

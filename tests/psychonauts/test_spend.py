@@ -5,8 +5,10 @@ against local fakes of the model APIs."""
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -146,3 +148,76 @@ def test_the_quantum_page_shows_what_its_agents_spent(make_quantum, make_run, cl
         '<p id="quantum-spend" class="muted">spend: 2 model calls · 1600 tokens in, 75% from '
         "cache · 40 out · <b>$0.0150</b></p>"
     ) in html
+
+
+def test_the_goal_page_shows_what_the_agents_of_its_epic_and_quanta_spent(
+    make_quantum, make_run, client
+):
+    from autopilot.models import Goal
+
+    epic = make_quantum("epic", kind="epic")
+    goal = Goal.objects.create(title="Greet", success_criteria="it greets", epic=epic)
+    child = make_quantum("one", parent_id=epic.pk)
+    calls: list[tuple[Any, str, dict[str, Any]]] = [
+        (epic, "planner", dict(tokens_in=100, cache_write_tokens=300, cost_usd=Decimal("0.0020"))),
+        (child, "coder", dict(tokens_in=50, cache_read_tokens=550, cost_usd=Decimal("0.0010"))),
+        (child, "reviewer", dict(tokens_in=40, priced=False)),
+    ]
+    for quantum, role, tokens in calls:
+        Usage.objects.create(
+            agent_run=make_run(role, quantum=quantum), provider="anthropic",
+            model="claude-sonnet-4-6", tokens_out=10, **tokens,
+        )  # fmt: skip
+    # Another quantum's call is not the goal's.
+    Usage.objects.create(agent_run=make_run("coder"), provider="x", model="y", tokens_in=999)
+
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    html = client.get(reverse("goal", args=[goal.pk])).content.decode()
+
+    assert (
+        '<p id="goal-agent-spend" class="muted">agents: 3 model calls · 190 tokens in, 550 read '
+        "from cache, 300 written to cache (53% from cache) · 30 out · "
+        "<b>$0.0030 + 1 calls unpriced</b></p>"
+    ) in html
+    out = StringIO()
+    call_command("goals", "show", str(goal.pk), stdout=out)
+    assert (
+        "agents:    3 model calls · 1040/30 tokens in/out · cache 53% · $0.0030" in out.getvalue()
+    )
+
+
+def test_the_roles_page_and_psychonaut_roles_show_each_roles_spend(make_run, client):
+    for role, tokens in (
+        ("coder", dict(tokens_in=100, cache_read_tokens=300, cost_usd=Decimal("0.0040"))),
+        ("coder", dict(tokens_in=100, cache_write_tokens=500, cost_usd=Decimal("0.0060"))),
+        ("planner", dict(tokens_in=70, priced=False)),
+        ("retired", dict(tokens_in=5, cost_usd=Decimal("0.0001"))),
+    ):
+        Usage.objects.create(
+            agent_run=make_run(role), provider="anthropic", model="claude-sonnet-4-6",
+            tokens_out=20, **tokens,
+        )  # fmt: skip
+
+    client.force_login(operator_ensure(username="op", password="pw-operator"))
+    html = client.get(reverse("roles")).content.decode()
+
+    row = html[html.index('<tr id="role-coder">') :]
+    row = row[: row.index("</tr>")]
+    cells = re.findall(r'<td class="num">([^<]*)</td>', row)
+    assert cells == ["2", "200", "300", "500", "40", "30%", "$0.0100"]
+    assert "price unknown" in html[html.index('<tr id="role-planner">') :]
+    assert '<tr id="role-retired">' in html and "not defined" in html  # calls outlive the role
+    reviewer = html[html.index('<tr id="role-reviewer">') :]
+    assert re.findall(r'<td class="num">([^<]*)</td>', reviewer)[:1] == ["0"]
+
+    out = StringIO()
+    call_command("psychonaut", "roles", stdout=out)
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines()[2:]}
+    cells = rows["coder"].split()
+    assert cells[cells.index("1000/40") :][:3] == ["1000/40", "30%", "$0.0100"]
+    assert "70/20" in rows["planner"] and "price unknown" in rows["planner"]
+    assert "retired" not in rows
+    out = StringIO()
+    call_command("psychonaut", "roles", "--json", stdout=out)
+    [coder] = [r for r in json.loads(out.getvalue()) if r["name"] == "coder"]
+    assert coder["spend"]["cache_read"] == 300 and coder["spend"]["cost"] == "$0.0100"

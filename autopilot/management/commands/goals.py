@@ -142,6 +142,13 @@ class Command(SafeCommand):
         out.write(
             f"progress:  {d.row.closed}/{d.row.total} quanta closed · spend ${d.row.spend_usd:.4f}{budget}"
         )
+        a = d.agents
+        share = "-" if a["cache_share"] is None else f"{a['cache_share']:.0%}"
+        out.write(
+            f"agents:    {a['calls']} model calls · "
+            f"{a['tokens_in'] + a['cache_read'] + a['cache_write']}/{a['tokens_out']} tokens in/out"
+            f" · cache {share} · {a['cost']}"
+        )
         out.write(f"criteria:  {g.success_criteria}")
         if g.description:
             out.write(f"description: {g.description}")

@@ -62,22 +62,25 @@ class Command(SafeCommand):
             self.stdout.write(f"loaded {len(loaded)} role(s): {', '.join(r.name for r in loaded)}")
             return
         services.roles_sync_defaults()
-        roles = list(selectors.roles_list())
+        # Only the defined roles: a role whose calls outlive its definition is on the Roles page.
+        roles = [row for row in selectors.roles_spend() if row["role"] is not None]
         if options["json"]:
             emit_json(self.stdout, [
                 {"name": r.name, "provider": r.provider, "model": r.model,
                  "max_turns": r.max_turns, "timeout_s": r.timeout_s,
-                 "allowed_tools": r.allowed_tools, "description": r.description}
-                for r in roles
+                 "allowed_tools": r.allowed_tools, "description": r.description,
+                 "spend": row["spend"]}
+                for row in roles if (r := row["role"]) is not None
             ])  # fmt: skip
             return
         table(
             self.stdout,
-            ["name", "provider", "model", "turns", "timeout", "tools", "description"],
+            ["name", "provider", "model", "turns", "timeout", "tools", "tokens in/out", "cache",
+             "cost", "description"],
             [
                 [r.name, r.provider, r.model or "(routed)", r.max_turns, f"{r.timeout_s}s",
-                 len(r.allowed_tools), shorten(r.description, 50)]
-                for r in roles
+                 len(r.allowed_tools), *_spend_cells(row["spend"]), shorten(r.description, 40)]
+                for row in roles if (r := row["role"]) is not None
             ],
         )  # fmt: skip
 
