@@ -79,6 +79,7 @@ def goal_page_data(d: GoalPage) -> dict[str, Any]:
             for r in d.planner_runs
         ],
         "last_verify": None if d.last_verify is None else goal_transition_data(d.last_verify),
+        "agents": dict(d.agents),  # what the agents of its epic and quanta spent
     }
 
 

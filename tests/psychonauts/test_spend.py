@@ -184,6 +184,10 @@ def test_the_goal_page_shows_what_the_agents_of_its_epic_and_quanta_spent(
     assert (
         "agents:    3 model calls · 1040/30 tokens in/out · cache 53% · $0.0030" in out.getvalue()
     )
+    out = StringIO()
+    call_command("goals", "show", str(goal.pk), "--json", stdout=out)
+    agents = json.loads(out.getvalue())["agents"]
+    assert (agents["calls"], agents["cache_write"], agents["unpriced"]) == (3, 300, 1)
 
 
 def test_the_roles_page_and_psychonaut_roles_show_each_roles_spend(make_run, client):
