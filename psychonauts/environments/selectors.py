@@ -37,13 +37,18 @@ def _local(repository: Repository) -> str:
 def environments_failed() -> list[EnvironmentFailure]:
     """The live repositories whose most recent environment build (on any host, by when it was
     last started) failed, by repository name. A failed build later rebuilt, or followed by a
-    newer key that built, is not one."""
-    by_path = {_local(r): r.name for r in Repository.objects.filter(removed_at__isnull=True)}
+    newer key that built, is not one. One query when none failed (the dashboard's case)."""
     latest = (
-        EnvironmentBuild.objects.filter(repository__in=list(by_path))
-        .order_by("repository", Coalesce(F("started_at"), F("created_at")).desc(), "-pk")
+        EnvironmentBuild.objects.order_by(
+            "repository", Coalesce(F("started_at"), F("created_at")).desc(), "-pk"
+        )
         .distinct("repository")
+        .values("pk")
     )
+    failed = list(EnvironmentBuild.objects.filter(pk__in=latest, status=BuildStatus.FAILED))
+    if not failed:
+        return []
+    by_path = {_local(r): r.name for r in Repository.objects.filter(removed_at__isnull=True)}
     failures = [
         EnvironmentFailure(
             repository=by_path[build.repository],
@@ -53,7 +58,7 @@ def environments_failed() -> list[EnvironmentFailure]:
             error=build.error or "the build failed",
             log_tail=build.log[-LOG_TAIL_CHARS:],
         )
-        for build in latest
-        if build.status == BuildStatus.FAILED
+        for build in failed
+        if build.repository in by_path
     ]
     return sorted(failures, key=lambda f: f.repository)
