@@ -23,6 +23,11 @@ urlpatterns = [
     path("repositories/", repositories.repositories_page, name="repositories"),
     path("repositories/add/", repositories.repository_add, name="repository_add"),
     path(
+        "repositories/environments/<int:build_id>/log/",
+        repositories.environment_log,
+        name="environment_log",
+    ),
+    path(
         "repositories/<str:name>/remove/",
         repositories.repository_remove_view,
         name="repository_remove",

@@ -584,11 +584,15 @@ def quanta_browse(
     label: str | None = None,
     priority: int | None = None,
     kind: str | None = None,
+    repository_id: int | None = None,
 ) -> QuerySet[Quantum]:
-    """The list page: filters, and full-text search ranked best first when `query` is given."""
+    """The list page: filters (`repository_id`: one repository's quanta; None: all), and
+    full-text search ranked best first when `query` is given."""
     qs = quanta_list(status=status, label=label, priority=priority)
     if kind is not None:
         qs = qs.filter(kind=kind)
+    if repository_id is not None:
+        qs = qs.filter(repository_id=repository_id)
     if query.strip():
         tsquery = SearchQuery(
             search_to_tsquery(query), search_type="raw", config=settings.SEARCH_CONFIG

@@ -23,6 +23,7 @@ from core.live import live_attrs, live_page
 from core.models import Event
 from core.redis import get_redis
 from operations.selectors import operations_card
+from psychonauts.environments.selectors import environments_failed
 from psychonauts.registry import registry_hosts
 from psychonauts.sandbox import sandbox_status
 from tether.selectors import tether_counts
@@ -126,6 +127,7 @@ def dashboard_render(
             "tether_counts": tether_counts(),
             "event_rows": event_rows(events_recent()),
             "sandbox": sandbox_status(),
+            "environment_failures": environments_failed(),
             "start_form": start_form or WaveStartForm(),
             **card_context(),
             **operations_card(depths=summary["summary"]["queues"]),

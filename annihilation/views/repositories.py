@@ -1,15 +1,18 @@
 """The Repositories page: the registry of repositories agents work on, registering one and
-removing one."""
+removing one, and each repository's failed environment build with its redacted log."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from core.access import operator_required
+from psychonauts.environments.errors import EnvironmentNotFound
+from psychonauts.environments.selectors import environments_failed
+from psychonauts.environments.services import build_get
 from psychonauts.repositories import repository_inspect
 from repos.errors import InvalidRepository, RepositoryError
 from repos.selectors import repositories_list
@@ -60,8 +63,13 @@ def _page(
     request: HttpRequest, form: RepositoryForm | None = None, status: int = 200
 ) -> HttpResponse:
     repository_default()  # ANNIHILATION_REPO is always listed
+    failures = {f.repository: f for f in environments_failed()}
     rows = [
-        {**repository_as_data(r), "open_quanta": int(getattr(r, "open_quanta", 0))}
+        {
+            **repository_as_data(r),
+            "open_quanta": int(getattr(r, "open_quanta", 0)),
+            "environment_failure": failures.get(r.name),
+        }
         for r in repositories_list()
     ]
     return render(
@@ -109,3 +117,12 @@ def repository_remove_view(request: HttpRequest, name: str) -> HttpResponse:
         return _page(request, status=409)
     messages.success(request, f"Removed repository {name}.")
     return redirect("repositories")
+
+
+def environment_log(request: HttpRequest, build_id: int) -> HttpResponse:
+    """An environment build's setup output as plain text (redacted when it was recorded)."""
+    try:
+        build = build_get(build_id)
+    except EnvironmentNotFound as exc:
+        raise Http404(str(exc)) from None
+    return HttpResponse(build.log or "(no output)", content_type="text/plain; charset=utf-8")

@@ -28,6 +28,7 @@ from quanta.importer import quanta_import
 from quanta.models import Quantum
 from quanta.selectors import quanta_browse, quanta_search_in_order, quantum_get
 from quanta.services import QuantumChanges, quantum_close, quantum_create, quantum_update
+from repos.selectors import repository_get
 
 router = Router(tags=["quanta"])
 
@@ -40,8 +41,15 @@ class QuantaFilters(Schema):
     label: str | None = None
     priority: int | None = None
     kind: str | None = None
+    repository: str | None = Field(None, description="a repository's name: its quanta only")
     cursor: str | None = None
     limit: int | None = None
+
+
+def _scope(filters: QuantaFilters) -> dict[str, Any]:
+    """The filters a cursor is bound to (a repository only when one is named)."""
+    scope = filters.model_dump(exclude={"cursor", "limit", "repository"})
+    return {**scope, "repository": filters.repository} if filters.repository else scope
 
 
 class SearchFilters(QuantaFilters):
@@ -56,15 +64,9 @@ class SearchFilters(QuantaFilters):
 @router.get("/quanta", response={200: QuantumPage, **ERRORS}, auth=read_auth)
 def quanta_list_view(request: HttpRequest, filters: Query[QuantaFilters]) -> dict[str, Any]:
     """Quanta by priority, then age; filters combine (AND)."""
-    scope = filters.model_dump(exclude={"cursor", "limit"})
     page = keyset_page(
-        quanta_browse(
-            status=filters.status,
-            label=filters.label,
-            priority=filters.priority,
-            kind=filters.kind,
-        ),
-        listing=listing_id("quanta", scope),
+        _browse(filters),
+        listing=listing_id("quanta", _scope(filters)),
         order=ORDER,
         cursor=filters.cursor,
         limit=page_size(filters.limit),
@@ -79,6 +81,8 @@ def _browse(filters: QuantaFilters, query: str = "") -> QuerySet[Quantum]:
         label=filters.label,
         priority=filters.priority,
         kind=filters.kind,
+        # RepositoryNotFound (a 404) for a name no live repository has.
+        repository_id=repository_get(name=filters.repository).pk if filters.repository else None,
     )
 
 
@@ -87,7 +91,7 @@ def quanta_search_view(request: HttpRequest, filters: Query[SearchFilters]) -> d
     """Full-text search over title, body and comments, with the same filters as the list. Each
     hit carries its rank; `order=rank` sorts by it, best match first."""
     limit = page_size(filters.limit)
-    listing = listing_id("quanta-search", filters.model_dump(exclude={"cursor", "limit"}))
+    listing = listing_id("quanta-search", _scope(filters))
     if filters.order == "priority":
         # The listing walked from the cursor; quanta_search_in_order reads its rows against
         # the query and ranks only the rows returned.

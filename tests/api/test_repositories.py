@@ -113,3 +113,37 @@ def test_waves_and_goals_are_listed_by_repository(
     goals = reader.get("/api/goals", {"repository": "default"}).json()["items"]
     assert goals == []
     assert_problem(reader.get("/api/waves", {"repository": "ghost"}), 404, "not-found")
+
+
+def test_quanta_are_listed_and_searched_by_repository(
+    operator: ApiClient, reader: ApiClient, anonymous: ApiClient, repo: Path, tmp_path: Path
+) -> None:
+    path = demo_repo_ensure(tmp_path / "second")
+    second = operator.post("/api/repositories", {"name": "second", "location": str(path)}).json()
+    there = operator.post(
+        "/api/quanta", {"title": "tune the parser", "repository_id": second["id"]}
+    )
+    here = operator.post("/api/quanta", {"title": "tune the lexer"})
+    assert there.status_code == 201 and here.status_code == 201
+
+    listed = reader.get("/api/quanta", {"repository": "second"}).json()["items"]
+    assert [q["id"] for q in listed] == [there.json()["id"]]
+    listed = reader.get("/api/quanta", {"repository": "default"}).json()["items"]
+    assert [q["id"] for q in listed] == [here.json()["id"]]
+    assert len(reader.get("/api/quanta").json()["items"]) == 2
+    found = reader.get("/api/quanta/search", {"q": "tune", "repository": "second"}).json()
+    assert [h["quantum"]["id"] for h in found["items"]] == [there.json()["id"]]
+    assert_problem(reader.get("/api/quanta", {"repository": "ghost"}), 404, "not-found")
+
+    # A page's cursor stays bound to the repository it listed.
+    for _ in range(2):
+        operator.post("/api/quanta", {"title": "more", "repository_id": second["id"]})
+    first = reader.get("/api/quanta", {"repository": "second", "limit": 1}).json()
+    assert first["next_cursor"]
+    assert_problem(
+        reader.get("/api/quanta", {"cursor": first["next_cursor"], "limit": 1}), 400, "bad-cursor"
+    )
+
+    schema = json.loads(anonymous.get("/api/openapi.json").content)
+    names = [p["name"] for p in schema["paths"]["/api/quanta"]["get"]["parameters"]]
+    assert "repository" in names
