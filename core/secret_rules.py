@@ -26,7 +26,7 @@ import tomllib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,18 @@ class Allowlist:
 @dataclass(frozen=True)
 class GitleaksRule:
     id: str
-    pattern: re.Pattern[str]
+    source: str  # the pattern in Python's syntax, compiled on first use (`pattern`)
     keywords: tuple[str, ...]
     entropy: float
     secret_group: int
     allowlists: tuple[Allowlist, ...]
     word_start: bool = False  # the published pattern began with `\b` (checked in `matches`)
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """Compiled when a text first holds one of the rule's keywords: a process compiles only
+        the rules its texts call for, not some 200 at its first redaction (~60 ms)."""
+        return re.compile(self.source)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The pattern's matches, leftmost first, as the published pattern finds them."""
@@ -191,7 +197,7 @@ def gitleaks_rules() -> tuple[tuple[GitleaksRule, ...], tuple[Allowlist, ...]]:
         rules.append(
             GitleaksRule(
                 id=entry["id"],
-                pattern=re.compile(pattern),
+                source=pattern,
                 word_start=word_start,
                 keywords=tuple(k.lower() for k in entry["keywords"]),
                 entropy=float(entry.get("entropy", 0.0)),
