@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -59,8 +60,13 @@ PROJECT_APPS = [
     "annihilation",
 ]
 
+# daphne's app only gives `manage.py runserver` its ASGI server (HTTP and websockets); the web
+# process is daphne itself (Procfile). Listed for runserver alone, since loading it imports
+# Twisted's server into every process (commands, workers) for nothing.
+_RUNSERVER = sys.argv[1:2] == ["runserver"]
+
 INSTALLED_APPS = [
-    "daphne",
+    *(["daphne"] if _RUNSERVER else []),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

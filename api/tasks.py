@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
 from api.services import idempotency_purge
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
+import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
 from bursts.canvas import stage_in_place
 from bursts.models import QuantumRun
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance

@@ -7,7 +7,6 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -20,7 +19,10 @@ from celery.signals import task_postrun, worker_init, worker_process_init, worke
 from django.db import connections
 from psycopg_pool import PoolTimeout
 
-from core import workers  # noqa: F401  (its receivers note each worker's host in Redis)
+from core import (
+    warmups,
+    workers,  # noqa: F401  (its receivers note each worker's host in Redis)
+)
 from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
@@ -105,18 +107,8 @@ def _fewer_collections(**_: Any) -> None:
 # process then keeps: a thread each, started by the consumer's own thread, which waits for every
 # new thread to run (and a hundred busy ones hold the GIL); the database pool growing one
 # connection at a time from its min_size while every thread waits for one; a Redis connection
-# per thread; and whatever the apps make once per process (`worker_warmup_register`). The
+# per thread; and whatever the apps make once per process (`core.warmups`). The
 # worker makes them before it takes its first task.
-
-WorkerWarmup = Callable[[int], object]
-_WARMUPS: list[WorkerWarmup] = []
-
-
-def worker_warmup_register(warmup: WorkerWarmup) -> None:
-    """Have `warmup(concurrency)` run when a threads worker starts, before its first task (an
-    upper app registers its own in AppConfig.ready)."""
-    if warmup not in _WARMUPS:
-        _WARMUPS.append(warmup)
 
 
 def pool_threads_start(executor: ThreadPoolExecutor, count: int) -> int:
@@ -173,7 +165,7 @@ def redis_pool_fill(concurrency: int) -> int:
 def worker_warm_up(concurrency: int) -> None:
     """Run every warm-up for a worker of `concurrency` threads. One that fails is logged and
     skipped: the tasks will make what it did not, as they would without it."""
-    for warmup in (database_pools_fill, redis_pool_fill, *_WARMUPS):
+    for warmup in (database_pools_fill, redis_pool_fill, *warmups.WARMUPS):
         started = time.monotonic()
         try:
             warmup(concurrency)

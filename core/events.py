@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
-from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -275,6 +274,9 @@ class _LiveSender:
         two even to nobody, and an agent's group mostly has nobody (someone watching that one
         agent). A client joins before it catches up from the rows, so one joining after this
         check still gets the events. Any other layer, or a failed check: every group."""
+        # Imported here, by a process that sends events, not by every process that loads core.
+        from channels_redis.core import RedisChannelLayer
+
         layer = self.layer
         if not isinstance(layer, RedisChannelLayer):
             return groups

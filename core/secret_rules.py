@@ -26,7 +26,7 @@ import tomllib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,31 @@ class Allowlist:
 @dataclass(frozen=True)
 class GitleaksRule:
     id: str
-    pattern: re.Pattern[str]
+    published: str  # the pattern in Go's syntax, translated and compiled on first use
     keywords: tuple[str, ...]
     entropy: float
     secret_group: int
     allowlists: tuple[Allowlist, ...]
-    word_start: bool = False  # the published pattern began with `\b` (checked in `matches`)
+
+    # Translated and compiled when a text first holds one of the rule's keywords: a process
+    # pays only for the rules its texts call for, not for some 200 at its first redaction.
+    @cached_property
+    def _python(self) -> tuple[str, bool]:
+        return _fast(go_regex(self.published))
+
+    @property
+    def source(self) -> str:
+        """The pattern in Python's syntax, without its costly beginning (`_fast`)."""
+        return self._python[0]
+
+    @property
+    def word_start(self) -> bool:
+        """The published pattern began with `\\b` (checked in `matches`)."""
+        return self._python[1]
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.source)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The pattern's matches, leftmost first, as the published pattern finds them."""
@@ -187,12 +206,10 @@ def gitleaks_rules() -> tuple[tuple[GitleaksRule, ...], tuple[Allowlist, ...]]:
     for entry in config["rules"]:
         if entry["id"] in SKIPPED or "path" in entry or "regex" not in entry:
             continue  # a rule for files of some names only: text has no name
-        pattern, word_start = _fast(go_regex(entry["regex"]))
         rules.append(
             GitleaksRule(
                 id=entry["id"],
-                pattern=re.compile(pattern),
-                word_start=word_start,
+                published=entry["regex"],
                 keywords=tuple(k.lower() for k in entry["keywords"]),
                 entropy=float(entry.get("entropy", 0.0)),
                 secret_group=int(entry.get("secretGroup", 0)),

@@ -6,6 +6,8 @@ from typing import Any
 
 from celery import shared_task
 
+import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
+
 
 @shared_task(name="hooks.outbox", ignore_result=True)
 def outbox() -> dict[str, Any]:

@@ -9,7 +9,7 @@ class PsychonautsConfig(AppConfig):
 
     def ready(self) -> None:
         from bursts.hooks import ON_RUNS_DRAINED, WAVE_CHECKS
-        from core.celery import worker_warmup_register
+        from core.warmups import worker_warmup_register
         from psychonauts.hooks import on_runs_drained
         from psychonauts.preflight import wave_problems
         from psychonauts.selectors import role_names

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_init
 
+import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
 from bursts.executor import OutcomeDict
 from psychonauts.endpoints import endpoints_health_check
 from psychonauts.environments.services import (

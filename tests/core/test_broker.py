@@ -63,3 +63,60 @@ def test_a_task_sent_by_name_subscribes_to_no_result_unless_asked() -> None:
     finally:
         with app.connection_for_write() as conn, conn.SimpleQueue(queue) as q:
             q.clear()
+
+
+# A fresh process: loads the project's apps, then each app's task module, as a command that
+# sends a task does. Prints what it saw for the test below to check.
+_TASK_BINDING_PROBE = r"""
+import importlib, json, sys, uuid
+import django
+django.setup()
+from django.apps import apps
+from django.conf import settings
+from celery.app.task import Task
+from celery.app.utils import find_app
+bound = {}
+for config in apps.get_app_configs():
+    if config.name not in settings.PROJECT_APPS:
+        continue
+    try:
+        module = importlib.import_module(f"{config.name}.tasks")
+    except ModuleNotFoundError as error:
+        if error.name != f"{config.name}.tasks":
+            raise
+        continue
+    for value in list(vars(module).values()):
+        if isinstance(value, Task):
+            bound[value.name] = value.app.main
+queue = f"test-binding-{uuid.uuid4().hex}"
+from api.tasks import purge_idempotency_keys
+purge_idempotency_keys.apply_async(queue=queue)
+import redis
+client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+sent = client.llen(queue)
+client.delete(queue)
+print(json.dumps({"bound": bound, "sent": sent,
+                  "found": find_app("annihilation").main}))
+"""
+
+
+def test_every_task_module_is_bound_to_the_app_and_celery_finds_it() -> None:
+    """The `annihilation` package loads its Celery application on first use: every app's task
+    module is bound to it all the same (a task a command sends goes to the project's broker),
+    and `celery -A annihilation` finds it."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.bursts.conftest import ROOT, worker_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _TASK_BINDING_PROBE],
+        cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert len(seen["bound"]) >= 10, seen["bound"]  # the probe found the apps' tasks
+    assert set(seen["bound"].values()) == {app.main}, seen["bound"]
+    assert seen["sent"] == 1
+    assert seen["found"] == app.main == "annihilation"

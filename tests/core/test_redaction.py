@@ -335,6 +335,8 @@ def test_gitleaks_published_rules_are_all_read():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a pattern Python reads differently warns: an error here
         rules, allowed = gitleaks_rules()
+        for rule in rules:
+            assert rule.pattern.pattern == rule.source  # compiled on first use
 
     published = CONFIG.read_text().count("[[rules]]")
     assert len(rules) >= published - 6  # all but the generic rule and those for some file names
@@ -343,3 +345,24 @@ def test_gitleaks_published_rules_are_all_read():
     # Go applies a flag group to the rest of its group; Python takes it only at the start.
     assert go_regex(r"\b(p8e-(?i)[a-z0-9]{32})\z") == r"\b(p8e-(?i:[a-z0-9]{32}))\Z"
     assert go_regex(r"[[a]x(?-i:B)") == r"[\[a]x(?-i:B)"
+
+
+def test_a_rule_is_compiled_only_when_a_text_holds_its_keywords() -> None:
+    """Loading the rule set compiles none of its ~200 patterns: a text is read by the rules its
+    keywords call for, each compiled on first use."""
+    from core.secret_rules import gitleaks_rules
+
+    gitleaks_rules.cache_clear()
+    redaction_reload()
+    try:
+        assert redact("nothing secret in this sentence at all") == (
+            "nothing secret in this sentence at all"
+        )
+        rules, _ = gitleaks_rules()
+        assert not [r.id for r in rules if "pattern" in vars(r)]
+        token = "xoxb-" + "1234567890-1234567890123-" + "aB3dE5fG7hI9jK1lM3nO5pQ7"
+        assert token not in redact(f"the bot token is {token}")
+        assert "slack-bot-token" in {r.id for r in rules if "pattern" in vars(r)}
+    finally:
+        gitleaks_rules.cache_clear()
+        redaction_reload()

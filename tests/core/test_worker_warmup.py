@@ -22,13 +22,14 @@ from django.db import connection, connections
 from psycopg_pool import ConnectionPool
 
 import core.celery
+import core.warmups
 from core.celery import (
     database_pools_fill,
     pool_threads_start,
     redis_pool_fill,
     worker_warm_up,
-    worker_warmup_register,
 )
+from core.warmups import worker_warmup_register
 from tests.bursts.conftest import ROOT, worker_env
 
 
@@ -95,7 +96,7 @@ def test_a_failing_warmup_is_logged_and_the_others_still_run(
 ) -> None:
     monkeypatch.setattr(core.celery, "database_pools_fill", lambda concurrency: 0)
     monkeypatch.setattr(core.celery, "redis_pool_fill", lambda concurrency: 0)
-    monkeypatch.setattr(core.celery, "_WARMUPS", [])
+    monkeypatch.setattr(core.warmups, "WARMUPS", [])
     ran: list[int] = []
 
     def broken(concurrency: int) -> None:

@@ -99,3 +99,29 @@ def test_a_command_that_calls_no_model_imports_no_model_sdk(db, argv) -> None:
     modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
     assert "anthropic" not in modules and "openai" not in modules
     assert "django.core.management" in modules  # the import log was read
+
+
+def test_a_command_loads_no_web_server_and_runserver_is_daphnes(db) -> None:
+    """daphne's app (Twisted's server) is loaded by `runserver` alone: `tether questions` does
+    not import it, nor the channel layer, and `runserver` is still daphne's (HTTP and
+    websockets)."""
+    import subprocess
+    import sys
+
+    from tests.bursts.conftest import ROOT, worker_env
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, env=worker_env(), capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+
+    proc = run("-X", "importtime", "manage.py", "tether", "questions")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+    assert "django.core.management" in modules  # the import log was read
+    assert not {"daphne", "twisted"} & modules
+    assert "channels_redis" not in modules  # the live events' layer: imported where events go
+    runserver = run("manage.py", "runserver", "--help")
+    assert runserver.returncode == 0, runserver.stderr[-2000:]
+    assert "--websocket_handshake_timeout" in runserver.stdout

@@ -17,7 +17,6 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from bursts.models import QuantumRun
-from core.celery import app
 from core.events import publish
 from core.redaction import redact
 from psychonauts.central import base_branch, fetch_or_last, tracking
@@ -184,6 +183,8 @@ def reviews_resend_due(*, limit: int = 500) -> list[int]:
 
 def _reviews_send(runs: list[int]) -> None:
     def send() -> None:
+        from core.celery import app  # the Celery application only where a task is sent
+
         for run in runs:
             app.send_task(REVIEW_TASK, args=(run,))
 
@@ -305,6 +306,8 @@ def worktree_of(branch: str) -> Path | None:
 def _queue_kick() -> None:
     """Wake the merge queue's consumer after commit (it takes the queue's lock; a second kick
     while it runs is a no-op, and it looks again after letting the lock go)."""
+    from core.celery import app  # the Celery application only where a task is sent
+
     transaction.on_commit(lambda: app.send_task(QUEUE_TASK))
 
 
