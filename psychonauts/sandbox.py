@@ -55,6 +55,7 @@ from django.db import connection
 
 from psychonauts.beneath import tree_chown
 from psychonauts.errors import PsychonautError
+from psychonauts.git import git_command
 from psychonauts.identities import BUILDER_SLOT, PROBE_SLOT, identity_slot
 
 logger = logging.getLogger(__name__)
@@ -412,13 +413,11 @@ def _git_config_binds(configs: Sequence[Path]) -> tuple[str, ...]:
 def _git_config_sanitized(path: Path, inode: int, size: int, changed: int) -> Path:
     """A copy of a git config file holding only the kept keys (written again when the file
     changes: its inode, size and time are the cache key)."""
+    # Nothing but the file itself (includes are off for --file), read by the hardened runner.
+    command = git_command("config", "--file", str(path), "--null", "--list", cwd=Path("/"))
     listed = subprocess.run(
-        ["git", "config", "--file", str(path), "--null", "--list"],
-        cwd="/", capture_output=True, timeout=30, check=False,
-        # Nothing but the file itself: no system or global config, no includes (off for --file).
-        env={"PATH": settings.SANDBOX_PATH, "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
-             "GIT_CONFIG_GLOBAL": "/dev/null", "LANG": "C.UTF-8"},
-    )  # fmt: skip
+        command.argv, cwd="/", env=command.env, capture_output=True, timeout=30, check=False
+    )
     sections: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for item in listed.stdout.decode("utf-8", errors="replace").split("\0"):
         key, _, value = item.partition("\n")

@@ -29,6 +29,7 @@ from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.workspaces import branch_for, repo_key, repo_local
 from quanta.models import Quantum
 from quanta.services import quantum_create
+from repos.services import repository_default
 from tests.hosts.conftest import Central, Host
 from tests.polling import wait_for
 from tests.tether.test_changes import finished_run
@@ -181,10 +182,11 @@ def test_the_merge_queue_has_one_consumer_among_hosts(
 ) -> None:
     a = make_host("a", file_central)
     with a.active():
+        repository = repository_default().pk
         key = f"repo:{repo_key()}:merge-queue-{repo_key()}"
         with RedisLock(key, wait_s=0):  # another host's consumer holds the queue
-            assert merge_queue_run().busy
-        assert not merge_queue_run().busy
+            assert merge_queue_run(repository_id=repository).busy
+        assert not merge_queue_run(repository_id=repository).busy
 
 
 KILLED = """

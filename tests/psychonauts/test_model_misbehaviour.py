@@ -176,17 +176,19 @@ BIG = "def f():\n    return 1\n" * 600  # about 13,000 characters
 def test_requests_stay_within_the_endpoints_context_by_trimming_old_tool_results(
     repo, make_run, make_quantum
 ):
-    (repo / "big.py").write_text(BIG)
+    # Three big files, read one after the other (the same read three times would be a loop).
+    for n in range(3):
+        (repo / f"big{n}.py").write_text(BIG)
     import subprocess
 
-    subprocess.run(["git", "add", "big.py"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "big"],
         cwd=repo,
         check=True,
     )
     reads = [
-        FakeReply(tool_calls=[("read_file", {"path": "big.py"})], tokens_in=2000 + 3000 * n)
+        FakeReply(tool_calls=[("read_file", {"path": f"big{n}.py"})], tokens_in=2000 + 3000 * n)
         for n in range(3)
     ]
     with fake_openai_server([*reads, FakeReply(text="Read it.")]) as server:
