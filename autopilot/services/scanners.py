@@ -73,7 +73,7 @@ from quanta.models import QuantumKind, QuantumStatus
 from quanta.services import quantum_create
 from repos.context import current, current_is_default, working_on_id
 from repos.models import Repository
-from repos.services import default_repository_id
+from repos.services import default_repository_id, repository_default
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -566,7 +566,9 @@ def scan_run(*, repository_id: int | None = None) -> ScanReport:
 
 
 def scans_run() -> dict[str, ScanReport]:
-    """A pass over every registered repository in turn, by name."""
+    """A pass over every registered repository in turn, by name (the default one, made from
+    ANNIHILATION_REPO when it has no row yet, among them)."""
+    repository_default()
     return {
         repository.name: scan_run(repository_id=repository.pk)
         for repository in Repository.objects.filter(removed_at__isnull=True).order_by("pk")
