@@ -30,6 +30,7 @@ from core.env import (
     env_secret_key,
     env_str,
 )
+from core.locations import location_parse
 
 # Lets admin and other generics be subscripted at runtime (ModelAdmin[Quantum]).
 django_stubs_ext.monkeypatch()
@@ -303,8 +304,6 @@ LOGGING = {
     },
 }
 
-_REPO_SCHEMES = {"ssh", "git", "http", "https", "file", "git+ssh", "ssh+git"}
-
 
 def _repo_setting(raw: str, default: Path) -> Path | str:
     """ANNIHILATION_REPO: a URL (`scheme://...`, or scp-like `user@host:path`) stays a str, as
@@ -312,28 +311,10 @@ def _repo_setting(raw: str, default: Path) -> Path | str:
     raw = raw.strip()
     if not raw:
         return default
-    if any(c.isspace() or ord(c) < 32 for c in raw):
-        raise ImproperlyConfigured(f"ANNIHILATION_REPO={raw!r} holds whitespace")
-    if "://" in raw:
-        scheme, _, rest = raw.partition("://")
-        if scheme.lower() not in _REPO_SCHEMES:
-            raise ImproperlyConfigured(
-                f"ANNIHILATION_REPO={raw!r}: unknown scheme {scheme!r} "
-                f"(one of {', '.join(sorted(_REPO_SCHEMES))}, or a local path)"
-            )
-        if not rest.strip("/") or (scheme != "file" and "/" not in rest.strip("/")):
-            raise ImproperlyConfigured(f"ANNIHILATION_REPO={raw!r} names no repository")
-        return raw
-    head, colon, tail = raw.partition(":")
-    if colon and "/" not in head:
-        user, at, host = head.partition("@")
-        if not (at and user and host and tail):
-            raise ImproperlyConfigured(
-                f"ANNIHILATION_REPO={raw!r} is neither a local path nor a URL "
-                "(scheme://host/path, or user@host:path)"
-            )
-        return raw
-    return Path(raw).expanduser().resolve()
+    try:
+        return location_parse(raw, what=f"ANNIHILATION_REPO={raw!r}")
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
 
 
 # --- psychonauts ---

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.locations import location_parse as core_location_parse
 from core.safeyaml import InputRefused, yaml_load
 from repos.context import DEFAULT_NAME
 from repos.errors import InvalidRepository, RepositoryInUse, RepositoryNotFound
@@ -21,7 +21,6 @@ from repos.models import NAME_PATTERN, Repository
 # repository or has no such branch.
 Inspector = Callable[[str, str], None]
 
-URL_SCHEMES = frozenset({"ssh", "git", "http", "https", "file", "git+ssh", "ssh+git"})
 ENVIRONMENT_MAX_CHARS = 100_000
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/+-]{1,255}(?<![./])$")
 
@@ -37,28 +36,10 @@ def location_parse(raw: str) -> str:
     raw = raw.strip()
     if not raw:
         raise InvalidRepository("a location is required: a local path or a repository URL")
-    if any(c.isspace() or ord(c) < 32 for c in raw):
-        raise InvalidRepository(f"location {raw!r} holds whitespace")
-    if "://" in raw:
-        scheme, _, rest = raw.partition("://")
-        if scheme.lower() not in URL_SCHEMES:
-            raise InvalidRepository(
-                f"location {raw!r}: unknown scheme {scheme!r} "
-                f"(one of {', '.join(sorted(URL_SCHEMES))}, or a local path)"
-            )
-        if not rest.strip("/") or (scheme != "file" and "/" not in rest.strip("/")):
-            raise InvalidRepository(f"location {raw!r} names no repository")
-        return raw
-    head, colon, tail = raw.partition(":")
-    if colon and "/" not in head:
-        user, at, host = head.partition("@")
-        if not (at and user and host and tail):
-            raise InvalidRepository(
-                f"location {raw!r} is neither a local path nor a URL "
-                "(scheme://host/path, or user@host:path)"
-            )
-        return raw
-    return str(Path(raw).expanduser().resolve())
+    try:
+        return str(core_location_parse(raw, what=f"location {raw!r}"))
+    except ValueError as exc:
+        raise InvalidRepository(str(exc)) from None
 
 
 def environment_check(text: str) -> str:
