@@ -255,6 +255,18 @@ def turn_open(
     return (spent, spent_wave) if running else None
 
 
+# CTE `usage`: one model call's row in the ledger. Parameters: `_usage_params`, run, now.
+_USAGE_CTE = """usage AS (
+    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
+                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
+                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
+                           {u_priced}, {u_created_at})
+    VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
+            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
+            %(priced)s, %(now)s)
+)""".format(**_U)
+
+
 # One statement, atomic on its own: the turn, its usage, its tool calls (pending), the run's
 # counters and phase, and the events.
 _TURN_RECORD = """
@@ -265,15 +277,7 @@ WITH turn AS (
     VALUES (%(run)s, %(index)s, %(assistant)s::jsonb, '[]'::jsonb, %(stop_reason)s, %(complete)s,
             %(tokens_in)s, %(tokens_out)s, %(prompt)s, %(now)s)
     RETURNING {t_id}
-), usage AS (
-    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
-                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
-                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
-                           {u_priced}, {u_created_at})
-    VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
-            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
-            %(priced)s, %(now)s)
-), calls AS (
+), {usage}, calls AS (
     INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
                            {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
                            {c_created_at})
@@ -285,8 +289,8 @@ SELECT (SELECT {t_id} FROM turn), ARRAY(SELECT {c_tool_use_id} FROM calls),
        ARRAY(SELECT {c_id} FROM calls), {ids}
 """.format(
     **_T,
-    **_U,
     **_C,
+    usage=_USAGE_CTE,
     counters=agent_run_counters_cte(),
     events=EventBatch.cte(),
     ids=EventBatch.IDS,
@@ -294,18 +298,10 @@ SELECT (SELECT {t_id} FROM turn), ARRAY(SELECT {c_tool_use_id} FROM calls),
 
 # A model call made outside our turn loop (an agent CLI's, through the model gateway): its usage
 # and the run's counters, in one statement. The run keeps its phase.
-_USAGE_RECORD = """
-WITH usage AS (
-    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
-                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
-                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
-                           {u_priced}, {u_created_at})
-    VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
-            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
-            %(priced)s, %(now)s)
-), {counters}
+_USAGE_RECORD = f"""
+WITH {_USAGE_CTE}, {agent_run_counters_cte()}
 SELECT 1
-""".format(**_U, counters=agent_run_counters_cte())
+"""
 
 
 @dataclass(frozen=True)
@@ -325,27 +321,30 @@ class CallUsage:
     now: datetime
 
 
+def _usage_params(call: TurnRecord | CallUsage) -> dict[str, Any]:
+    """The `usage` CTE's parameters, and the run counters' tokens and cost."""
+    return {
+        "run": call.agent_run_id,
+        "quantum_run": call.quantum_run_id,
+        "wave": call.wave_id,
+        "provider": call.provider,
+        "model": call.model,
+        "tokens_in": call.tokens_in,
+        "tokens_out": call.tokens_out,
+        "cache_read": call.cache_read,
+        "cache_write": call.cache_write,
+        "cache_write_long": call.cache_write_long,
+        "cost": call.cost_usd or Decimal(0),
+        "priced": call.cost_usd is not None,
+    }
+
+
 def usage_record(call: CallUsage) -> None:
     """One model call's usage in the ledger, and its tokens and cost added to its run's."""
     with connection.cursor() as cursor:
         cursor.execute(
             _USAGE_RECORD,
-            {
-                "run": call.agent_run_id,
-                "quantum_run": call.quantum_run_id,
-                "wave": call.wave_id,
-                "provider": call.provider,
-                "model": call.model,
-                "tokens_in": call.tokens_in,
-                "tokens_out": call.tokens_out,
-                "cache_read": call.cache_read,
-                "cache_write": call.cache_write,
-                "cache_write_long": call.cache_write_long,
-                "cost": call.cost_usd or Decimal(0),
-                "priced": call.cost_usd is not None,
-                "phase": call.phase,
-                "now": call.now,
-            },
+            {**_usage_params(call), "phase": call.phase, "now": call.now},
         )
 
 
@@ -383,24 +382,13 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
         cursor.execute(
             _TURN_RECORD,
             {
-                "run": record.agent_run_id,
-                "quantum_run": record.quantum_run_id,
-                "wave": record.wave_id,
+                **_usage_params(record),
                 "index": record.index,
                 "assistant": json.dumps(record.assistant),
                 "calls": json.dumps(calls),
                 "stop_reason": record.stop_reason,
                 "complete": not record.tool_uses,
-                "tokens_in": record.tokens_in,
-                "tokens_out": record.tokens_out,
                 "prompt": record.prompt,
-                "provider": record.provider,
-                "model": record.model,
-                "cost": record.cost_usd or Decimal(0),
-                "priced": record.cost_usd is not None,
-                "cache_read": record.cache_read,
-                "cache_write": record.cache_write,
-                "cache_write_long": record.cache_write_long,
                 "phase": record.phase,
                 "now": record.now,
                 **events.params(),
