@@ -189,7 +189,7 @@ DATABASES = {
 # A pool of connections per process (psycopg_pool through Django). A threads worker runs a
 # hundred agents that each touch the database for milliseconds between minute-long LLM calls:
 # they hand their connection back during a call and take a warm one after it. Without the pool
-# each call meant a new Postgres backend (~10 ms of server CPU) or a hundred idle ones held.
+# each call meant a new Postgres backend (a fork, costly in server CPU) or a hundred idle ones held.
 # 0 turns pooling off (one connection per thread, closed at the end of each request or task).
 DB_POOL_MAX = env_int("ANNIHILATION_DB_POOL_MAX", 20, minimum=0)
 # Parameters bound by the server, and a statement run this many times on a connection prepared
@@ -353,11 +353,11 @@ PSYCHONAUTS_PRICES = {
 PSYCHONAUTS_QUANTUM_RUN_BUDGET_USD = env_float(
     "ANNIHILATION_QUANTUM_RUN_BUDGET_USD", 5.0, minimum=0
 )
-# Loops (psychonauts.loops): an agent is stopped when the same call returns the same result this
+# Loops (psychonauts.runtime.loops): an agent is stopped when the same call returns the same result this
 # many times, or after this many turns in a row that only repeat calls made before.
 PSYCHONAUTS_LOOP_REPEATS = env_int("ANNIHILATION_LOOP_REPEATS", 3, minimum=2)
 PSYCHONAUTS_LOOP_WINDOW = env_int("ANNIHILATION_LOOP_WINDOW", 8, minimum=2)
-# Cache breakpoints on the anthropic provider's requests (psychonauts.providers.caching).
+# Cache breakpoints on the anthropic provider's requests (psychonauts.routing.providers.caching).
 PSYCHONAUTS_PROMPT_CACHE = env_bool("ANNIHILATION_PROMPT_CACHE", True)
 PSYCHONAUTS_MAX_TOKENS = env_int("ANNIHILATION_MAX_TOKENS", 4096, minimum=1)
 PSYCHONAUTS_PROVIDER_RETRIES = env_int("ANNIHILATION_PROVIDER_RETRIES", 4, minimum=1)
@@ -379,7 +379,7 @@ PSYCHONAUTS_ROLE_DIR = BASE_DIR / "psychonauts" / "roles"
 PSYCHONAUTS_SCRIPT_DIRS = [BASE_DIR / "psychonauts" / "scripts"] + [
     Path(p) for p in env_str("ANNIHILATION_SCRIPT_DIRS", "").split(":") if p
 ]
-# The agent sandbox (psychonauts/sandbox.py): "on" runs every command an agent starts in
+# The agent sandbox (psychonauts/containment/sandbox.py): "on" runs every command an agent starts in
 # bubblewrap, and refuses agents that run commands where it cannot start; "off" runs them
 # unconfined (a deliberate choice, shown on the dashboard).
 SANDBOX_MODE = env_str("ANNIHILATION_SANDBOX", "on").strip().lower()
@@ -391,7 +391,7 @@ SANDBOX_PATH = env_str(
     "ANNIHILATION_SANDBOX_PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 # A root worker runs each quantum's commands as uid BASE + a slot of its own (0..100000, held
-# in Postgres: psychonauts/identities.py): an id range no account or subordinate-id range of the
+# in Postgres: psychonauts/containment/identities.py): an id range no account or subordinate-id range of the
 # machine uses. A slot left unrenewed this long may go to another holder when none is free.
 SANDBOX_UID_BASE = env_int("ANNIHILATION_SANDBOX_UID_BASE", 1_500_000_000, minimum=1000)
 SANDBOX_UID_STALE_S = env_int("ANNIHILATION_SANDBOX_UID_STALE_S", 86_400, minimum=3600)
@@ -452,8 +452,8 @@ BURSTS_DISPATCH_GRACE_S = env_float("ANNIHILATION_DISPATCH_GRACE_S", 120.0, mini
 BURSTS_SAFETY_NET_INTERVAL_S = env_float("ANNIHILATION_SAFETY_NET_INTERVAL_S", 5.0, minimum=0.1)
 # Celery's Django fixup closes the database connection after every task unless told to reuse
 # it. Pooled (DB_POOL_MAX), closing hands it back to the pool, which every thread of a threads
-# worker must be able to do: 0. Unpooled, a new connection costs ~8 ms (a Postgres backend
-# fork), more than a no-op stage: workers keep theirs for this many tasks, and
+# worker must be able to do: 0. Unpooled, a new connection (a Postgres backend fork) costs more
+# than a no-op stage: workers keep theirs for this many tasks, and
 # core/celery.py drops one that broke.
 CELERY_DB_REUSE_MAX = env_int("ANNIHILATION_DB_REUSE_MAX", 0 if DB_POOL_MAX else 1000, minimum=0)
 # A lost worker's unacknowledged task comes back after this long (Redis broker); the safety net
@@ -596,7 +596,7 @@ REFLECTION_INJECT_TOP_K = env_int("ANNIHILATION_REFLECTION_INJECT_TOP_K", 5, min
 REFLECTION_DECAY_EVERY_S = env_float("ANNIHILATION_REFLECTION_DECAY_EVERY_S", 86400.0, minimum=60)
 
 # --- endpoints ---
-# The registry of model endpoints (psychonauts.endpoints): health checks, concurrency.
+# The registry of model endpoints (psychonauts.routing.endpoints): health checks, concurrency.
 # The longest wait for a model endpoint's next bytes (seconds): a server that stops answering
 # mid-stream fails the call after this (retried by the provider, then counted as a failure).
 ENDPOINTS_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_TIMEOUT_S", 120.0, minimum=0.1)
@@ -609,7 +609,7 @@ ENDPOINTS_HEALTH_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_TIMEOUT_S"
 ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
 # How long a model call waits for a free slot of its endpoint (max concurrency) before failing.
 ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
-# Rate limits (psychonauts.ratelimits): how often a call refused for load is asked again, the
+# Rate limits (psychonauts.routing.ratelimits): how often a call refused for load is asked again, the
 # longest wait it takes for a retry-after, and how long a lowered concurrency is remembered.
 ENDPOINTS_RATE_LIMIT_TRIES = env_int("ANNIHILATION_ENDPOINTS_RATE_LIMIT_TRIES", 6, minimum=1)
 ENDPOINTS_RETRY_AFTER_MAX_S = env_float("ANNIHILATION_ENDPOINTS_RETRY_AFTER_MAX_S", 60.0, minimum=0)

@@ -14,8 +14,8 @@ class AutopilotConfig(AppConfig):
         from autopilot.merging import autopilot_auto_merge
         from autopilot.services.budgets import spend_call_record, spend_gate
         from autopilot.tools import PROPOSE_GOAL, SUBMIT_PLAN
-        from psychonauts.services.budget import spend_gate_register, spend_recorder_register
-        from psychonauts.tools import tool_register
+        from psychonauts.runtime.budget import spend_gate_register, spend_recorder_register
+        from psychonauts.runtime.tools import tool_register
         from tether.services.changes import AUTO_MERGE_POLICIES
 
         spend_gate_register(spend_gate)

@@ -21,8 +21,8 @@ from typing import Any
 from autopilot.errors import InvalidPlan
 from bursts.models import AgentRun, AgentStatus
 from core.safetext import quoted, text_problem
+from psychonauts.containment.verify import verify_command_problem
 from psychonauts.models import ToolCall
-from psychonauts.verify import verify_command_problem
 from quanta.errors import InvalidQuantum
 from quanta.fields import (
     PROBLEM_MAX,

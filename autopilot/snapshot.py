@@ -3,7 +3,7 @@
 `snapshot_take` reads everything the predicates need in a few statements: one SQL statement for
 the hub row, the ready autopilot quanta, the autopilot's wave, goals by status, the integration
 branch's latest checks and stuck agents; the budgets and holds (autopilot.spend, one statement)
-and the failing endpoints (psychonauts.endpoints) through their own selectors. The predicates
+and the failing endpoints (psychonauts.routing.endpoints) through their own selectors. The predicates
 (autopilot.predicates) are pure functions of it, so they are tested as tables of snapshots.
 """
 
@@ -27,14 +27,13 @@ from autopilot.spend import budget_status
 from bursts.models import AGENT_LIVE, AgentRun, Wave
 from core.models import Event
 from core.sql import sql_names
-from psychonauts.endpoints import endpoints_failing
 from psychonauts.models import AgentTurn
+from psychonauts.routing.endpoints import endpoints_failing
 from quanta.models import Quantum
 
 # Counting the ready (and the in-progress) autopilot quanta stops here: the hub needs "is there
-# work, and roughly how much", not an exact count of a large backlog. Measured on 10,000 quanta
-# (2,500 autopilot, 500 of them ready): capped at 100 the count costs 0.2 ms, at 1,000 it cost
-# 3.8 ms (every match fetched from the heap).
+# work, and roughly how much", not an exact count of a large backlog: an uncapped count fetches
+# every match from the heap.
 READY_CAP = 100
 
 # The states whose work spends (resting spends nothing).
@@ -154,8 +153,7 @@ _E = sql_names(Event, "e_")
 # the labels GIN index the planner finds cheaper for the share of autopilot quanta; waves use
 # the partial index wave_status; goals goal_status_order (a seq scan while the table is small);
 # the checks basecheck_time; agents the partial index agentrun_live, their last turn
-# agentturn_unique and their last event event_topic_seq. Measured (bench/autopilot_tick.py,
-# 10,000 quanta, 1,000 goals, 50 running agents): about 2 ms with the planning.
+# agentturn_unique and their last event event_topic_seq (bench/autopilot_tick.py measures it).
 #
 # An agent's progress is the latest of its start, its last turn (written when the model answers)
 # and its last event (a turn opening, a tool starting, streamed text, a resume after a wait on

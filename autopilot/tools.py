@@ -15,7 +15,7 @@ from autopilot.models import Goal, GoalSource, GoalStatus
 from autopilot.plan import SUBMIT_PLAN_TOOL, plan_check, plan_problems_message
 from autopilot.services.goals import goal_create
 from psychonauts.errors import ToolFailure
-from psychonauts.tools import Tool, ToolContext
+from psychonauts.runtime.tools import Tool, ToolContext
 
 
 def _submit_plan(ctx: ToolContext, args: dict[str, Any]) -> str:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from psychonauts.central import shared_lock_try
-from psychonauts.git import git_run
-from psychonauts.workspaces import registry_lock, repo_local, scratch_worktree
+from psychonauts.workspaces.central import shared_lock_try
+from psychonauts.workspaces.git import git_run
+from psychonauts.workspaces.repository import registry_lock, repo_local
+from psychonauts.workspaces.worktrees import scratch_worktree
 
 
 def verify_lock(goal_id: int) -> AbstractContextManager[bool]:

@@ -177,7 +177,7 @@ def machine_busy_s() -> float:
 def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
     """Enqueue `count` agent runs at once; returns wall time, peak RSS (kB) and run ids."""
     from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
-    from psychonauts.services import agent_run_create
+    from psychonauts.runtime.runs import agent_run_create
     from psychonauts.tasks import execute_agent_run
     from quanta.services import quantum_create
 
@@ -221,7 +221,7 @@ def run_batch(count: int, worker_pid: int) -> tuple[float, int, list[int]]:
 
 def finished_sweep(agent_run_ids: list[int]) -> None:
     from bursts.models import AgentRun
-    from psychonauts.services import workspaces_sweep
+    from psychonauts.runtime.sweep import workspaces_sweep
     from quanta.services import quantum_close
 
     for quantum_id in AgentRun.objects.filter(pk__in=agent_run_ids).values_list(
@@ -234,11 +234,11 @@ def finished_sweep(agent_run_ids: list[int]) -> None:
 def tool_call_s(count: int = 200) -> float:
     """What one tool call costs the loop beyond the tool: a write_file, recorded pending and
     then done, timed alone in this process (median)."""
-    from psychonauts.checkpoint import tool_call_done
     from psychonauts.models import ToolCall
-    from psychonauts.services import agent_run_create
-    from psychonauts.tools import ToolContext, tool_execute
-    from psychonauts.workspaces import workspace_ensure
+    from psychonauts.runtime.checkpoint import tool_call_done
+    from psychonauts.runtime.runs import agent_run_create
+    from psychonauts.runtime.tools import ToolContext, tool_execute
+    from psychonauts.workspaces.worktrees import workspace_ensure
     from quanta.services import quantum_create
 
     quantum = quantum_create(title="bench tool calls", labels=["bench"])
@@ -268,9 +268,9 @@ def provider_call_ms(count: int = 40) -> tuple[float, float]:
     characters streamed in 16-character deltas and a tool call, from a fake in this process."""
     import anthropic
 
-    from psychonauts.providers.anthropic import AnthropicProvider
-    from psychonauts.providers.base import Message, ProviderRequest, RunInfo
-    from psychonauts.tools import tools_for
+    from psychonauts.routing.providers.anthropic import AnthropicProvider
+    from psychonauts.routing.providers.base import Message, ProviderRequest, RunInfo
+    from psychonauts.runtime.tools import tools_for
 
     messages: list[Message] = [{"role": "user", "content": "Make the tests pass. " * 50}]
     for n in range(20):
@@ -362,7 +362,7 @@ def main() -> None:
     from bursts.models import AgentRun
     from psychonauts.models import AgentTurn
     from psychonauts.roles import roles_sync_defaults
-    from psychonauts.workspaces import demo_repo_ensure
+    from psychonauts.workspaces.worktrees import demo_repo_ensure
 
     call_command("migrate", verbosity=0)
     pg_port = int(settings.DATABASES["default"]["PORT"])
@@ -370,7 +370,7 @@ def main() -> None:
     roles_sync_defaults()
     demo_repo_ensure(HOME / "repo")
 
-    from psychonauts.sandbox import sandbox_status
+    from psychonauts.containment.sandbox import sandbox_status
 
     with fake_llm_process(args.turns, args.shell) as (base_url, fake_pid):
         os.environ["ANTHROPIC_BASE_URL"] = base_url

@@ -100,8 +100,9 @@ def per_run(runs: int) -> None:
     from psychonauts.executors.base import claude_binary
     from psychonauts.models import Role
     from psychonauts.roles import roles_sync_defaults
-    from psychonauts.services import agent_run_create, agent_run_execute
-    from psychonauts.workspaces import demo_repo_ensure
+    from psychonauts.runtime.execute import agent_run_execute
+    from psychonauts.runtime.runs import agent_run_create
+    from psychonauts.workspaces.worktrees import demo_repo_ensure
     from quanta.services import quantum_create
 
     binary = claude_binary()

@@ -35,19 +35,19 @@ django_bench_db("annihilation_bench_endpoints")
 from django.conf import settings  # noqa: E402
 
 from core.redis import get_redis  # noqa: E402
-from psychonauts.endpoints import (  # noqa: E402
+from psychonauts.models import Role  # noqa: E402
+from psychonauts.roles import roles_sync_defaults  # noqa: E402
+from psychonauts.routing.endpoints import (  # noqa: E402
     endpoint_add,
     endpoint_mark_down,
     endpoint_provider,
     registry_snapshot,
 )
-from psychonauts.models import Role  # noqa: E402
-from psychonauts.providers.base import ProviderRequest, RunInfo  # noqa: E402
-from psychonauts.providers.openai import OpenAIProvider  # noqa: E402
-from psychonauts.roles import roles_sync_defaults  # noqa: E402
-from psychonauts.semaphore import slot_held  # noqa: E402
-from psychonauts.services import agent_run_create  # noqa: E402
-from psychonauts.services.execute import _route  # noqa: E402
+from psychonauts.routing.providers.base import ProviderRequest, RunInfo  # noqa: E402
+from psychonauts.routing.providers.openai import OpenAIProvider  # noqa: E402
+from psychonauts.routing.semaphore import slot_held  # noqa: E402
+from psychonauts.runtime.execute import _route  # noqa: E402
+from psychonauts.runtime.runs import agent_run_create  # noqa: E402
 from quanta.services import quantum_create  # noqa: E402
 from tests.fakes.openai_server import FakeReply, fake_openai_server  # noqa: E402
 

@@ -41,12 +41,12 @@ django_bench_db()
 from django.db import connections  # noqa: E402
 
 from core.cli import positive_int  # noqa: E402
-from psychonauts import sandbox  # noqa: E402
+from psychonauts.containment import sandbox  # noqa: E402
 from psychonauts.environments.models import EnvironmentBuild  # noqa: E402
 from psychonauts.environments.services import Environment, environment_ensure  # noqa: E402
 from psychonauts.environments.spec import DECLARATION_PATH  # noqa: E402
-from psychonauts.git import git  # noqa: E402
-from psychonauts.workspaces import demo_repo_ensure, workspace_ensure  # noqa: E402
+from psychonauts.workspaces.git import git  # noqa: E402
+from psychonauts.workspaces.worktrees import demo_repo_ensure, workspace_ensure  # noqa: E402
 
 QUANTUM = 1
 AGENTS = 20

@@ -51,7 +51,8 @@ def main() -> None:
 
     django.setup()
     from bursts.models import Burst, QuantumRun, RunStatus, Wave
-    from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+    from psychonauts.workspaces.repository import branch_for
+    from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
     from quanta.services import quantum_create
     from tether.models import ChangeReview, ChangeStatus
     from tether.services import change_review_create, changes_approve_low_risk

@@ -38,15 +38,15 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from psychonauts.providers.anthropic import AnthropicProvider, shared_client  # noqa: E402
-from psychonauts.providers.base import Message, ProviderRequest, RunInfo  # noqa: E402
 from psychonauts.roles import role_parse  # noqa: E402
-from psychonauts.services.budget import (  # noqa: E402
+from psychonauts.routing.providers.anthropic import AnthropicProvider, shared_client  # noqa: E402
+from psychonauts.routing.providers.base import Message, ProviderRequest, RunInfo  # noqa: E402
+from psychonauts.runtime.budget import (  # noqa: E402
     CACHE_READ_FACTOR,
     CACHE_WRITE_FACTOR,
     CACHE_WRITE_LONG_FACTOR,
 )
-from psychonauts.tools import tools_for  # noqa: E402
+from psychonauts.runtime.tools import tools_for  # noqa: E402
 from tests.fakes.anthropic_server import FakeReply, PromptCache, fake_anthropic_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"

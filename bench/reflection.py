@@ -62,7 +62,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     from django.db import connection
 
     from bursts.models import AgentRun
-    from psychonauts.services import agent_run_create
+    from psychonauts.runtime.runs import agent_run_create
     from quanta.services import quantum_create
     from reflection.injection import rules_for
     from reflection.models import PlaybookRule, Skill

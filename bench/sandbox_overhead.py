@@ -42,8 +42,8 @@ django_bench_db("annihilation_bench_sandbox")
 from django.conf import settings  # noqa: E402
 
 from core.cli import positive_int  # noqa: E402
-from psychonauts import sandbox  # noqa: E402
-from psychonauts.workspaces import demo_repo_ensure, workspace_ensure  # noqa: E402
+from psychonauts.containment import sandbox  # noqa: E402
+from psychonauts.workspaces.worktrees import demo_repo_ensure, workspace_ensure  # noqa: E402
 
 COMMANDS = {
     "true": "true",

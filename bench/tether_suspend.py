@@ -108,8 +108,8 @@ def main() -> None:
     from annihilation.celery import app
     from core.models import Event
     from psychonauts.roles import roles_sync_defaults
-    from psychonauts.services import agent_run_create
-    from psychonauts.workspaces import demo_repo_ensure
+    from psychonauts.runtime.runs import agent_run_create
+    from psychonauts.workspaces.worktrees import demo_repo_ensure
     from quanta.services import quantum_create
     from tether.models import Reaching, ReachingStatus
     from tether.services import reaching_answer

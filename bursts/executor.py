@@ -1,7 +1,7 @@
 """The one seam between the burst manager and whatever runs an agent.
 
 The stage tasks call `execute_agent(agent_run_id)`; which executor answers is a setting:
-`psychonauts` (the agent runtime: `psychonauts.services.agent_run_execute`), `noop` (finishes at
+`psychonauts` (the agent runtime: `psychonauts.runtime.execute.agent_run_execute`), `noop` (finishes at
 once, for benchmarks), or a dotted path to a callable (tests). Whatever answers must be
 idempotent for the same agent run and stop when it sees the AgentRun cancelled.
 """
@@ -20,7 +20,7 @@ from bursts.errors import ExecutorMisconfigured
 from core import metrics
 
 # "stale": this execution lost the run to another one (taken over on another host while it was
-# presumed dead; psychonauts/central.py): the row is the other execution's, nothing is recorded.
+# presumed dead; psychonauts/workspaces/central.py): the row is the other execution's, nothing is recorded.
 OutcomeStatus = Literal["done", "error", "waiting", "cancelled", "stale"]
 OUTCOME_STATUSES: frozenset[str] = frozenset({"done", "error", "waiting", "cancelled", "stale"})
 
@@ -53,7 +53,7 @@ def _resolve(name: str) -> Callable[..., Any]:
     if name == "noop":
         return _noop
     if name == "psychonauts":
-        name = "psychonauts.services.agent_run_execute"
+        name = "psychonauts.runtime.execute.agent_run_execute"
     module_name, _, attr = name.rpartition(".")
     try:
         func = getattr(importlib.import_module(module_name), attr)

@@ -50,7 +50,7 @@ def lease_alive(agent_run_ids: list[int]) -> set[int]:
 
 class _Heartbeat:
     """One thread per process renews every lease the process holds (a thread per lease cost
-    more than a no-op agent: ~1 ms to start and join). Each beat reads the keys in one MGET,
+    more to start and join than a no-op agent). Each beat reads the keys in one MGET,
     renews each, and stamps heartbeat_at for all of them in one UPDATE."""
 
     _lock = threading.Lock()

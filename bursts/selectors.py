@@ -322,7 +322,7 @@ def _totals_count() -> Totals:
 
 def dashboard_totals() -> Totals:
     """Quanta by status and the spend of every agent ever: the two figures that read whole
-    tables (30 ms for 100,000 quanta, and more with every agent run kept).
+    tables (growing with the quanta and every agent run kept).
 
     They are counted at most once every DASHBOARD_TOTALS_TTL_S seconds for every render and
     process, through Redis, under a key naming the newest quantum (one read of the primary

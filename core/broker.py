@@ -2,8 +2,7 @@
 
 kombu's Redis channel builds a new `redis.Redis` client for every operation that is not given
 one (each publish, each acknowledgement, each unacked-index update): redis-py's constructor
-copies its ~170 response callbacks into a case-insensitive dict, about 130 µs of CPU, several
-times per task. The client wraps the channel's connection pool and holds no connection of its
+copies its response callbacks into a case-insensitive dict, several times per task. The client wraps the channel's connection pool and holds no connection of its
 own (each command borrows one from the pool), so one client per channel and pool is safe to
 share between a worker's threads; a channel whose pool was replaced (a reconnect) builds a new
 one.

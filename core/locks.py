@@ -7,7 +7,7 @@ it and a dead one loses it within the TTL. Each acquisition also draws a fencing
 counter beside the key): a later holder always has a larger one while Redis lives. The counter
 restarts with Redis, and a holder paused past its TTL may still believe it holds the lock, so
 what the lock guards must carry its own compare-and-set: for the central repository that is
-git's (`push --force-with-lease`, and the agent's fence ref, psychonauts/central.py).
+git's (`push --force-with-lease`, and the agent's fence ref, psychonauts/workspaces/central.py).
 
 Redis unavailable (a restart): acquiring keeps trying until `wait_s` has passed, then raises
 LockUnavailable; a holder whose key vanished takes it back unless someone else has it by then

@@ -10,7 +10,7 @@ Every reader of such a file goes through here, so each gets the same limits:
   A "billion laughs" file fails at the alias that crosses the budget, before any structure is
   built, with a short message; a recursive alias is refused;
 - nesting deeper than MAX_DEPTH and documents of more than MAX_NODES nodes are refused (the
-  pure-Python YAML parser needs ~0.6 kB and ~20 µs per node);
+  pure-Python YAML parser's memory and time grow with every node);
 - a key that appears twice in a mapping is refused, naming both lines;
 - a value a constructor cannot make (a 5,000-digit number, the 45th of the 13th month) is a
   problem with its line, not a ValueError.

@@ -22,7 +22,7 @@ from bursts.selectors import celery_queue_depths
 from core import metrics
 from core.workers import workers_consuming, workers_consuming_seen
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
-from psychonauts.endpoints import (
+from psychonauts.routing.endpoints import (
     endpoints_down,
     endpoints_failing,
     endpoints_state,

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from psychonauts.endpoints import endpoints_health_check
+from psychonauts.containment.traumas import trauma_apply_everywhere
 from psychonauts.models import (
     AgentTurn,
     CommandTrauma,
@@ -21,7 +21,7 @@ from psychonauts.models import (
     ToolCall,
     Usage,
 )
-from psychonauts.traumas import trauma_apply_everywhere
+from psychonauts.routing.endpoints import endpoints_health_check
 
 
 class RecordAdmin(admin.ModelAdmin[Any]):

@@ -10,10 +10,10 @@ class PsychonautsConfig(AppConfig):
     def ready(self) -> None:
         from bursts.hooks import ON_RUNS_DRAINED, WAVE_CHECKS
         from core.warmups import worker_warmup_register
+        from psychonauts.containment.verify import verify_command_problem
         from psychonauts.hooks import on_runs_drained
         from psychonauts.preflight import wave_problems
         from psychonauts.selectors import role_names
-        from psychonauts.verify import verify_command_problem
         from quanta.fields import verify_command_check_source
         from quanta.pipelines.services import role_names_source
 
@@ -36,6 +36,6 @@ def _spend_section_register() -> None:
 
 
 def _agents_warm_up(concurrency: int) -> None:
-    from psychonauts.warmup import agents_warm_up
+    from psychonauts.runtime.warmup import agents_warm_up
 
     agents_warm_up(concurrency)

@@ -9,10 +9,10 @@ from django.db.models import QuerySet
 from bursts.models import AgentRun
 from core.models import Event
 from core.redaction import redact
-from psychonauts.central import base_branch, fetch_or_last, tracking
-from psychonauts.git import git_run
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
-from psychonauts.workspaces import branch_for, repo_local, repo_url
+from psychonauts.workspaces.central import base_branch, fetch_or_last, tracking
+from psychonauts.workspaces.git import git_run
+from psychonauts.workspaces.repository import branch_for, repo_local, repo_url
 from repos.context import working_on_quantum
 
 STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")

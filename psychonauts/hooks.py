@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from psychonauts.identities import identities_release
+from psychonauts.containment.identities import identities_release
 
 if TYPE_CHECKING:
     from bursts.models import QuantumRun

@@ -309,7 +309,7 @@ class EndpointProvider(models.TextChoices):
 
 class HealthStatus(models.TextChoices):
     """What the last health check found. unknown -> up | down; up <-> down (the beat's checks,
-    `psychonauts.endpoints.endpoint_health_record`, compare-and-set)."""
+    `psychonauts.routing.endpoints.endpoint_health_record`, compare-and-set)."""
 
     UNKNOWN = "unknown", "not checked yet"
     UP = "up", "up"
@@ -317,7 +317,7 @@ class HealthStatus(models.TextChoices):
 
 
 class Endpoint(models.Model):
-    """A model endpoint of the registry (`psychonauts.endpoints`): where a tier's runs may go.
+    """A model endpoint of the registry (`psychonauts.routing.endpoints`): where a tier's runs may go.
 
     Routing picks among the enabled endpoints of a run's tier that are not down, preferring
     the least loaded; each holds at most `max_concurrency` model calls at once across every
@@ -397,7 +397,7 @@ class SandboxIdentity(models.Model):
     kernel's per-uid process limit and signals never cross from one to another. A row is live
     while `released_at` is empty; its holder gets the same slot back when it comes again, and
     another holder takes it over only after it has been released (or left unrenewed) for long
-    enough that nothing can still run under it (psychonauts/identities.py).
+    enough that nothing can still run under it (psychonauts/containment/identities.py).
     """
 
     holder = models.CharField(max_length=40, unique=True)

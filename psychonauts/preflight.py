@@ -10,7 +10,7 @@ from pathlib import Path
 from django.conf import settings
 
 from psychonauts.models import Role
-from psychonauts.providers import PROVIDERS
+from psychonauts.routing.providers import PROVIDERS
 
 
 def provider_of(*, role: str, provider: str = "") -> str:

@@ -21,8 +21,8 @@ _KEYS = {
 
 def role_parse(path: Path) -> dict[str, object]:
     """The fields of one role file, validated; InvalidDefinition names file, line and field."""
-    from psychonauts.providers import PROVIDERS
-    from psychonauts.tools import TOOLS
+    from psychonauts.routing.providers import PROVIDERS
+    from psychonauts.runtime.tools import TOOLS
 
     doc = YamlDoc(path)
     data = doc.data

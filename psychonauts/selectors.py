@@ -10,7 +10,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from bursts.models import RUN_TERMINAL, QuantumRun
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
-from psychonauts.registry import RegistryEntry, registry_list
+from psychonauts.routing.registry import RegistryEntry, registry_list
 
 
 def roles_list() -> QuerySet[Role]:

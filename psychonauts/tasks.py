@@ -7,13 +7,14 @@ from celery.signals import worker_init
 
 import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
 from bursts.executor import OutcomeDict
-from psychonauts.endpoints import endpoints_health_check
 from psychonauts.environments.services import (
     environment_build_queued,
     environment_waiters_sweep,
 )
 from psychonauts.errors import AgentRunNotFound
-from psychonauts.services import agent_run_execute, workspaces_sweep
+from psychonauts.routing.endpoints import endpoints_health_check
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.sweep import workspaces_sweep
 
 
 @worker_init.connect
@@ -21,7 +22,7 @@ def _model_sdk_import(**_: object) -> None:
     """The model SDK is imported when a worker starts (before a prefork pool forks), not by its
     first task: it takes about a second. Not at this module's import: every command line loads
     it (the URL checks import the views that send these tasks), and none of them calls a model."""
-    import psychonauts.providers.anthropic  # noqa: F401
+    import psychonauts.routing.providers.anthropic  # noqa: F401
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)

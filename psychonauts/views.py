@@ -13,7 +13,6 @@ from bursts.selectors import agent_run_find
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, events_settled_id, live_attrs, live_page
-from psychonauts.diffs import diff_parse
 from psychonauts.focus import (
     agent_diary,
     agent_stream,
@@ -21,6 +20,9 @@ from psychonauts.focus import (
     agent_turns,
     worktree_diff,
 )
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.runtime.tools import VERDICT_TOOL
+from psychonauts.runtime.verification import verdict_find
 from psychonauts.sections import focus_sections
 from psychonauts.selectors import (
     agent_spend,
@@ -29,10 +31,8 @@ from psychonauts.selectors import (
     role_tools,
     roles_spend,
 )
-from psychonauts.services import agent_run_create
-from psychonauts.services.verification import verdict_find
 from psychonauts.tasks import execute_agent_run
-from psychonauts.tools import VERDICT_TOOL
+from psychonauts.workspaces.diffs import diff_parse
 from quanta.errors import QuantumNotFound
 from quanta.forms import AgentRunForm
 from quanta.selectors import quantum_get

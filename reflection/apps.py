@@ -15,7 +15,7 @@ class ReflectionConfig(AppConfig):
 
     def ready(self) -> None:
         from bursts.hooks import ON_RUNS_DRAINED
-        from psychonauts.services.prompt import PROMPT_SECTIONS
+        from psychonauts.runtime.prompt import PROMPT_SECTIONS
         from reflection.services.injection import on_runs_drained, playbook_section
 
         if playbook_section not in PROMPT_SECTIONS:

@@ -51,8 +51,8 @@ def curate(run: ReflectionRun) -> dict[str, int]:
     (another run's, or an earlier one of this run) and the opposite of one are rejected, a
     project-scope one accepted, a global one left for the operator; then every live rule whose
     record fails it is proposed as its anti-pattern (accepted when project-scope). Counts."""
-    # The live rules' ids, texts and records only: every column of 2,000 rules (their JSON
-    # lists) took 90 ms to load, these 6 ms. Full rows are read for the failing rules alone.
+    # The live rules' ids, texts and records only: every column of them (their JSON lists)
+    # costs many times more to load. Full rows are read for the failing rules alone.
     live = list(
         PlaybookRule.objects.exclude(maturity=RuleMaturity.DEPRECATED).values_list(
             "pk", "text", "kind", "harmful", "helpful"

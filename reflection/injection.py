@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from bursts.models import AgentRun
-from psychonauts.central import central_file
-from psychonauts.workspaces import repo_local, repo_url
+from psychonauts.workspaces.central import central_file
+from psychonauts.workspaces.repository import repo_local, repo_url
 from reflection.models import PlaybookRule, RuleMaturity
 
 # How much a rule's maturity weighs in its score: a candidate is injected with a low weight.

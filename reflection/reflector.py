@@ -21,11 +21,11 @@ from typing import Any
 from bursts.models import AgentRun, QuantumRun
 from core.events import publish
 from core.models import Event, Session
-from psychonauts.diary import DiaryNote, diary_add_extracted
 from psychonauts.errors import INFRASTRUCTURE, PsychonautError
 from psychonauts.models import DiaryEntry, DiaryKind, DiarySource
-from psychonauts.providers.base import RunInfo
-from psychonauts.services.oneshot import role_complete
+from psychonauts.routing.providers.base import RunInfo
+from psychonauts.runtime.diary import DiaryNote, diary_add_extracted
+from psychonauts.runtime.oneshot import role_complete
 
 logger = logging.getLogger(__name__)
 

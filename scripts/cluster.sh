@@ -220,7 +220,7 @@ central_seed() {
     if [ -z "$seed" ]; then
         seed=$CLUSTER_HOME/git/seed
         (cd "$ROOT" && DJANGO_SETTINGS_MODULE=annihilation.settings "$PY" -c \
-            "import django, sys; django.setup(); from psychonauts.workspaces import demo_repo_ensure; demo_repo_ensure(sys.argv[1])" \
+            "import django, sys; django.setup(); from psychonauts.workspaces.worktrees import demo_repo_ensure; demo_repo_ensure(sys.argv[1])" \
             "$seed")
     fi
     git clone -q --bare "$seed" "$BARE"

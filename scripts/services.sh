@@ -55,7 +55,7 @@ ensure_installed() {
     local missing=()
     pg_bin >/dev/null || missing+=(postgresql)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-    # The agent sandbox (psychonauts/sandbox.py).
+    # The agent sandbox (psychonauts/containment/sandbox.py).
     command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     # The multi-host harness's network namespaces (scripts/cluster.sh, tests/hosts).
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)

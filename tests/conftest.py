@@ -14,8 +14,8 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from autopilot.services.budgets import spend_flush
 from core.redis import get_redis
-from psychonauts.endpoints import registry_invalidate
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.routing.endpoints import registry_invalidate
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from psychonauts.workspaces import registry_lock
+from psychonauts.workspaces.repository import registry_lock
 
 
 @contextmanager

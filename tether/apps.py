@@ -9,7 +9,7 @@ class TetherConfig(AppConfig):
 
     def ready(self) -> None:
         from bursts.hooks import ON_RUNS_DRAINED
-        from psychonauts.tools import tool_register
+        from psychonauts.runtime.tools import tool_register
         from quanta.hooks import ON_STATUS_CHANGED
         from tether.hooks import on_runs_drained
         from tether.services.reachings import reachings_withdraw_for_status

@@ -11,7 +11,7 @@ import yaml
 from django.db import connection
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
-from psychonauts.diffs import DiffLine, diff_by_path, diff_line
+from psychonauts.workspaces.diffs import DiffLine, diff_by_path, diff_line
 from quanta.pipeline_models import Pipeline
 from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import pipeline_spec

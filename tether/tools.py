@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from psychonauts.errors import SuspendRun, ToolFailure
-from psychonauts.tools import Tool, ToolContext
+from psychonauts.runtime.tools import Tool, ToolContext
 from tether.errors import TetherError
 from tether.models import Priority, ReachingStatus
 from tether.services import mutation_propose, reaching_ask, reaching_expire

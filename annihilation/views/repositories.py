@@ -13,7 +13,7 @@ from core.access import operator_required
 from psychonauts.environments.errors import EnvironmentNotFound
 from psychonauts.environments.selectors import environments_failed
 from psychonauts.environments.services import build_get
-from psychonauts.repositories import repository_inspect
+from psychonauts.workspaces.registration import repository_inspect
 from repos.errors import InvalidRepository, RepositoryError
 from repos.selectors import repositories_list
 from repos.services import (

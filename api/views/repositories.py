@@ -10,7 +10,7 @@ from ninja import Router
 from api.auth import operate_auth, read_auth
 from api.schemas import ProblemOut, RepositoryCreateIn, RepositoryOut, RepositoryUpdateIn
 from api.views.common import atomic_call, created, dump
-from psychonauts.repositories import repository_inspect
+from psychonauts.workspaces.registration import repository_inspect
 from repos.models import Repository
 from repos.selectors import repositories_list, repository_get
 from repos.services import (

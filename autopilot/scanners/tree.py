@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from psychonauts.git import git_command
+from psychonauts.workspaces.git import git_command
 
 _SUBMODULE = "160000"
 _SYMLINK = "120000"

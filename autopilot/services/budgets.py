@@ -41,7 +41,7 @@ from core.events import publish
 from core.redis import get_redis
 from core.sql import sql_names
 from psychonauts.errors import SuspendRun
-from psychonauts.services.budget import CallCheck, CallSpend
+from psychonauts.runtime.budget import CallCheck, CallSpend
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from bursts.models import AGENT_LIVE, AgentRun
 from core.celery import app
 from core.events import publish
 from psychonauts.errors import WorkspaceError
-from psychonauts.git import git
-from psychonauts.services.runs import agent_run_create
-from psychonauts.workspaces import repo_local
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import repo_local
 from quanta.models import Quantum, QuantumKind, QuantumStatus
 from quanta.services import quantum_create, quantum_defer
 from tether.services.changes import sha_of, target_branch

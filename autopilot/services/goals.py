@@ -59,10 +59,10 @@ from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.celery import app
 from core.events import publish
 from core.safetext import text_problem
+from psychonauts.containment.sandbox import workspace_own
+from psychonauts.containment.verify import VerifyReport, verify_commands_run
 from psychonauts.errors import WorkspaceError
-from psychonauts.sandbox import workspace_own
-from psychonauts.services.runs import agent_run_create
-from psychonauts.verify import VerifyReport, verify_commands_run
+from psychonauts.runtime.runs import agent_run_create
 from quanta.errors import IllegalTransition, InvalidQuantum, QuantaError
 from quanta.fields import clean_labels
 from quanta.models import (

@@ -30,16 +30,12 @@ from bursts.services.quantum_runs import quantum_run_redispatch
 from bursts.services.stages import stage_spec
 from core.events import publish
 from core.redis import get_redis
-from psychonauts.endpoints import endpoint_mark_down
-from psychonauts.identities import BASE_CHECK
-from psychonauts.sandbox import workspace_own
-from psychonauts.verify import verify_commands_run
-from psychonauts.workspaces import (
-    file_lock_try,
-    repo_key,
-    repo_local,
-    scratch_worktree,
-)
+from psychonauts.containment.identities import BASE_CHECK
+from psychonauts.containment.sandbox import workspace_own
+from psychonauts.containment.verify import verify_commands_run
+from psychonauts.routing.endpoints import endpoint_mark_down
+from psychonauts.workspaces.repository import file_lock_try, repo_key, repo_local
+from psychonauts.workspaces.worktrees import scratch_worktree
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.services import quantum_create

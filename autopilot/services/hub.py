@@ -319,7 +319,7 @@ def hub_tick() -> Tick:
         if state == HubState.EXECUTING and needs_wave(snap):
             _send(WAVE_TASK, sent)
         # Decomposition while executing; the goals' safety net in every state (plans to file,
-        # quanta all closed, checks due). One message for both: a send costs ~1.7 ms.
+        # quanta all closed, checks due). One message for both: a send is the tick's dearest step.
         decompose = state == HubState.EXECUTING and snap.goals_approved > 0
         if decompose or snap.goals_decomposing or snap.goals_active or snap.goals_verifying:
             _send(GOALS_TASK, sent, decompose=decompose)

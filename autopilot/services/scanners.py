@@ -59,14 +59,14 @@ from autopilot.scanners.tree import (
 )
 from core.events import publish
 from core.redaction import redact
-from psychonauts.central import shared_lock_try
+from psychonauts.containment.identities import SCANNER
+from psychonauts.containment.sandbox import SandboxUnavailable, sandbox_run, workspace_own
+from psychonauts.containment.verify import verify_command_problem
 from psychonauts.environments.errors import EnvironmentProblem
 from psychonauts.environments.services import workspace_environment
 from psychonauts.errors import WorkspaceError
-from psychonauts.identities import SCANNER
-from psychonauts.sandbox import SandboxUnavailable, sandbox_run, workspace_own
-from psychonauts.verify import verify_command_problem
-from psychonauts.workspaces import repo_key, repo_local
+from psychonauts.workspaces.central import shared_lock_try
+from psychonauts.workspaces.repository import repo_key, repo_local
 from quanta.errors import QuantaError
 from quanta.fields import VERIFY_COMMAND_MAX
 from quanta.models import QuantumKind, QuantumStatus

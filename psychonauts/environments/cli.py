@@ -16,7 +16,7 @@ from psychonauts.environments.services import (
     host_name,
     operator_spec,
 )
-from psychonauts.workspaces import repo_local
+from psychonauts.workspaces.repository import repo_local
 
 
 def env_arguments(parser: CommandParser) -> None:

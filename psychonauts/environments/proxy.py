@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from psychonauts.sandbox import ENV_PROXY_SOCKET
+from psychonauts.containment.sandbox import ENV_PROXY_SOCKET
 
 PROXY_PORT = 3128
 HEADER_MAX = 16_384

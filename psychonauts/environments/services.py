@@ -43,6 +43,12 @@ from django.utils import timezone
 from core.events import publish
 from core.redaction import redact
 from core.safeyaml import InputRefused, read_text
+from psychonauts.containment.sandbox import (
+    SandboxEnvironment,
+    SandboxUnavailable,
+    builder_uid,
+    sandbox_run,
+)
 from psychonauts.environments.errors import (
     EnvironmentBuildFailed,
     EnvironmentInvalid,
@@ -58,14 +64,8 @@ from psychonauts.environments.spec import (
     spec_from_data,
     spec_parse,
 )
-from psychonauts.git import git_command, git_run
-from psychonauts.sandbox import (
-    SandboxEnvironment,
-    SandboxUnavailable,
-    builder_uid,
-    sandbox_run,
-)
-from psychonauts.workspaces import file_lock, file_lock_try, repo_local
+from psychonauts.workspaces.git import git_command, git_run
+from psychonauts.workspaces.repository import file_lock, file_lock_try, repo_local
 from repos.context import current
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Executors: who runs an agent's loop. `ours` is the runtime's own loop
-(`psychonauts.services.runner`); `claude-code` and `codex` run an agent CLI as one process per
+(`psychonauts.runtime.runner`); `claude-code` and `codex` run an agent CLI as one process per
 agent run inside the quantum's sandbox, behind a model gateway the worker owns
 (`psychonauts.executors.gateway`). A role's `executor` field chooses."""
 

@@ -1,6 +1,6 @@
 """The Claude Code executor: one `claude -p` process per agent run, inside the quantum's sandbox.
 
-- The process runs through `psychonauts.sandbox` (the quantum's uid, no network, the worktree
+- The process runs through `psychonauts.containment.sandbox` (the quantum's uid, no network, the worktree
   the only writable path of the repository, our limits on time, CPU, memory, processes, file
   size and output). Its install is bind-mounted read-only; its state folder
   (`CLAUDE_CONFIG_DIR`, where its sessions live) is per agent, outside the worktree, and
@@ -38,12 +38,8 @@ from bursts.executor import Outcome
 from bursts.models import AgentPhase, AgentStatus
 from bursts.services.agent_runs import agent_run_beat
 from core.redaction import redact, redact_data
-from psychonauts import registry
-from psychonauts.beneath import tree_chown
-from psychonauts.executors.base import ExecutorError, claude_binary
-from psychonauts.executors.gateway import DUMMY_KEY, Gateway
-from psychonauts.models import AgentTurn
-from psychonauts.sandbox import (
+from psychonauts.containment.beneath import tree_chown
+from psychonauts.containment.sandbox import (
     SandboxUnavailable,
     _environment,
     _kill_group,
@@ -53,9 +49,13 @@ from psychonauts.sandbox import (
     sandbox_uid,
     shell_argv,
 )
-from psychonauts.services.prompt import agent_prompt
-from psychonauts.services.runner import Runner
-from psychonauts.services.runs import run_outcome
+from psychonauts.executors.base import ExecutorError, claude_binary
+from psychonauts.executors.gateway import DUMMY_KEY, Gateway
+from psychonauts.models import AgentTurn
+from psychonauts.routing import registry
+from psychonauts.runtime.prompt import agent_prompt
+from psychonauts.runtime.runner import Runner
+from psychonauts.runtime.runs import run_outcome
 
 # Where the CLI's pieces appear inside the sandbox (its private /tmp holds the mount points).
 _INSIDE = Path("/tmp/.cli")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psychonauts.executors.base import CLAUDE_CODE, CODEX, OURS, ExecutorError, executor_status
 from psychonauts.models import Role
-from psychonauts.services.runner import Runner
+from psychonauts.runtime.runner import Runner
 
 
 def runner_class(role: Role) -> type[Runner]:

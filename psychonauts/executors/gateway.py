@@ -5,7 +5,7 @@ One gateway per CLI agent run, an HTTP server on a unix socket that is bind-moun
 sandbox (the sandbox has no network). It holds the real API key (the CLI inside only ever sees a
 dummy), forwards `POST /v1/messages` to the real endpoint, streams the answer back as it comes,
 reads the usage out of it and writes each response's cost (our price table,
-`psychonauts.services.budget`) into the usage ledger, the run's counters and the registered
+`psychonauts.runtime.budget`) into the usage ledger, the run's counters and the registered
 recorders. Before each call it enforces the model allow-list and the budgets (the quantum run's,
 the wave's, the registered gates): a refused call gets HTTP 400 `invalid_request_error`, which
 the CLIs do not retry (a 429 or 529 they retry for minutes), and the refusal is kept for the
@@ -35,10 +35,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from bursts.models import AgentRun
-from psychonauts.checkpoint import CallUsage, usage_record
 from psychonauts.errors import PsychonautError
 from psychonauts.models import Usage
-from psychonauts.services.budget import (
+from psychonauts.runtime.budget import (
     CallSpend,
     Spend,
     WaveBudget,
@@ -46,6 +45,7 @@ from psychonauts.services.budget import (
     cost_usd,
     spend_recorded,
 )
+from psychonauts.runtime.checkpoint import CallUsage, usage_record
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum
 from repos.models import Repository
 from tests.api.conftest import ApiClient, assert_problem

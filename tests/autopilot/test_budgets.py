@@ -27,8 +27,8 @@ from bursts.services import wave_start
 from core.models import Event
 from core.redis import get_redis
 from psychonauts.models import AgentTurn, Usage
-from psychonauts.services import agent_run_execute
-from psychonauts.services.budget import cost_usd
+from psychonauts.runtime.budget import cost_usd
+from psychonauts.runtime.execute import agent_run_execute
 from quanta.models import Quantum, QuantumStatus
 from tests.bursts.conftest import Worker, pipeline, wait_wave, worker_env
 from tests.polling import wait_for

@@ -26,9 +26,9 @@ from autopilot.services.goals import (
 )
 from bursts.models import AgentRun
 from core.models import Event
-from psychonauts.services import agent_run_execute
-from psychonauts.tools import ToolContext, tool_execute
-from psychonauts.verify import verify_command_problem
+from psychonauts.containment.verify import verify_command_problem
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.tools import ToolContext, tool_execute
 from quanta.fields import verify_command_check_source
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_close, quantum_create, quantum_reopen

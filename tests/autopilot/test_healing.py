@@ -19,9 +19,9 @@ from autopilot.services.hub import hub_get, hub_resume, hub_tick
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
 from bursts.services import wave_start
 from core.models import Event
-from psychonauts.endpoints import endpoint_down, endpoint_failure, endpoints_failing
-from psychonauts.git import git
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.routing.endpoints import endpoint_down, endpoint_failure, endpoints_failing
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, fast_settings, make_worker, pipeline, step_log, wait_wave
@@ -209,7 +209,7 @@ def test_a_stuck_agent_is_cancelled_even_without_a_healing_budget(
     settings: Any, redis_client: redis.Redis
 ) -> None:
     from psychonauts.roles import roles_sync_defaults
-    from psychonauts.services import agent_run_create
+    from psychonauts.runtime.runs import agent_run_create
 
     roles_sync_defaults()
     settings.AUTOPILOT_STUCK_S = 60.0

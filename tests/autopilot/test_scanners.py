@@ -22,8 +22,8 @@ from autopilot.scanners.long_functions import long_functions_scan
 from autopilot.scanners.todo import todo_scan
 from autopilot.services.scanners import scan_run
 from core.models import Event
-from psychonauts.verify import verify_command_problem, verify_commands_run
-from psychonauts.workspaces import file_lock, repo_key
+from psychonauts.containment.verify import verify_command_problem, verify_commands_run
+from psychonauts.workspaces.repository import file_lock, repo_key
 from quanta.models import Quantum
 from quanta.services import quantum_close
 

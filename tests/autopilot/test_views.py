@@ -227,7 +227,7 @@ def test_only_logged_in_users_see_the_pages(client: Client) -> None:
 def test_the_goal_page_shows_history_decomposition_runs_and_verification(
     op_client: Client,
 ) -> None:
-    from psychonauts.services import agent_run_create
+    from psychonauts.runtime.runs import agent_run_create
 
     goal = a_goal(verify_commands=["pytest -q"])
     goal_approve(goal_id=goal.pk, by="op")

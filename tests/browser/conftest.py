@@ -57,7 +57,7 @@ def control_room(django_db_setup, tmp_path_factory):
     import time
     import urllib.request
 
-    from psychonauts.workspaces import demo_repo_ensure
+    from psychonauts.workspaces.worktrees import demo_repo_ensure
     from tests.bursts.conftest import ROOT, Worker, worker_env
 
     tmp = tmp_path_factory.mktemp("control-room")

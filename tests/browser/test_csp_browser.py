@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from bursts.models import AgentRun
 from core.access import operator_ensure
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from tests.factories import make_chain
 from tether.models import Priority
 from tether.services import reaching_ask

@@ -12,7 +12,7 @@ from core.access import operator_ensure
 from core.models import Event
 from psychonauts.models import ToolCall
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from psychonauts.tasks import execute_agent_run
 from quanta.services import quantum_create
 from tests.polling import wait_for

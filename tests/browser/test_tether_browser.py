@@ -15,7 +15,7 @@ from bursts.models import Wave
 from bursts.services import wave_start
 from core.access import operator_ensure
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from tests.bursts.conftest import pipeline

@@ -15,7 +15,7 @@ from bursts.services import wave_start
 from core.models import Event
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.models import Verification
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import QuantumStatus
 from quanta.pipelines.services import pipelines_save
 from quanta.services import quantum_create

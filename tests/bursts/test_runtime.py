@@ -10,7 +10,8 @@ import pytest
 
 from bursts.models import AgentRun, QuantumRun, WaveStatus
 from bursts.services import wave_start
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import QuantumStatus
 from quanta.services import dependency_add, quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave

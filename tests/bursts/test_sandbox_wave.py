@@ -13,7 +13,8 @@ import pytest
 from bursts.models import WaveStatus
 from bursts.services import wave_start
 from psychonauts.models import CommandTrauma, TraumaSource
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
 

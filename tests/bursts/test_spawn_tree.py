@@ -14,7 +14,8 @@ from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, RunStat
 from bursts.services import wave_cancel, wave_start
 from core.models import Event
 from psychonauts.models import ToolCall, Verification
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
 

@@ -10,7 +10,7 @@ import pytest
 
 from bursts.models import AgentRun, QuantumRun, RunStatus, WaveStatus
 from bursts.services import wave_start
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Comment, QuantumStatus
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave

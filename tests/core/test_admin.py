@@ -15,9 +15,9 @@ from core.events import publish
 from core.models import Session
 from hooks.models import GithubDelivery, GithubLink, WebhookDelivery, WebhookEndpoint
 from operations.models import Alert
-from psychonauts.endpoints import endpoint_add
-from psychonauts.identities import identity_slot
+from psychonauts.containment.identities import identity_slot
 from psychonauts.models import AgentTurn, CommandTrauma, DiaryEntry, Mail, Role, ToolCall, Usage
+from psychonauts.routing.endpoints import endpoint_add
 from quanta.pipelines.services import pipelines_ensure_defaults
 from quanta.services import comment_add
 from tests.factories import make_chain

@@ -65,7 +65,7 @@ def test_the_demo_backlog_tells_the_story_of_its_repository(tmp_path):
 
     import yaml
 
-    from psychonauts.workspaces import demo_repo_ensure
+    from psychonauts.workspaces.worktrees import demo_repo_ensure
 
     repo = demo_repo_ensure(tmp_path / "repo")
     files = {p.name for p in repo.iterdir()}

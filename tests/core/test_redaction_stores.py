@@ -29,7 +29,7 @@ from core.redaction import redaction_reload
 from hooks.models import WebhookDelivery, WebhookEndpoint
 from hooks.services.endpoints import endpoint_save
 from hooks.services.outgoing import delivery_attempt, outbox_scan
-from psychonauts.workspaces import branch_for
+from psychonauts.workspaces.repository import branch_for
 from quanta.models import Quantum
 from tests.core.secret_shapes import ALL, SHAPES, leaked
 from tests.hooks.conftest import receiver  # noqa: F401 - the webhook receiver fixture

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from psychonauts.tools import ToolContext, ToolResult, tool_execute
+from psychonauts.runtime.tools import ToolContext, ToolResult, tool_execute
 from tests.fuzz.conftest import FUZZ
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,8 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.git import git
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 
 
 @dataclass

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.central import CentralConflict, Fence, StaleExecution, clone_path, fence_take
-from psychonauts.git import git
-from psychonauts.sandbox import sandbox_uid
-from psychonauts.workspaces import (
-    branch_for,
+from psychonauts.containment.sandbox import sandbox_uid
+from psychonauts.workspaces.central import CentralConflict, Fence, StaleExecution, fence_take
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for, clone_path, repo_local
+from psychonauts.workspaces.worktrees import (
     demo_repo_ensure,
-    repo_local,
     workspace_commit,
     workspace_ensure,
     workspace_prepare,

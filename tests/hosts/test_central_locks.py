@@ -17,8 +17,9 @@ import redis
 
 from core.locks import LockUnavailable, RedisLock
 from core.redis import get_redis
-from psychonauts.central import Fence, fence_take
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.workspaces.central import Fence, fence_take
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from tests.hosts.conftest import Central, Host
 
 MakeHost = Callable[[str, Central], Host]

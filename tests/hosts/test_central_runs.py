@@ -21,12 +21,13 @@ from bursts.models import AgentRun, AgentStatus
 from core.celery import app
 from core.locks import RedisLock
 from core.models import Event
-from psychonauts.central import branch_push, fence_ref, wip_ref
-from psychonauts.git import git
 from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_create, agent_run_execute
-from psychonauts.workspaces import branch_for, repo_key, repo_local
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.workspaces.central import branch_push, fence_ref, wip_ref
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for, repo_key, repo_local
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from repos.services import repository_default

@@ -153,7 +153,7 @@ def test_the_tick_keeps_an_hour_of_samples(quick_ping):
 def test_a_registry_endpoint_marked_down_fires_endpoint_down(
     quick_ping, redis_client, settings, client
 ) -> None:
-    from psychonauts.endpoints import endpoint_add, endpoint_mark_down, registry_invalidate
+    from psychonauts.routing.endpoints import endpoint_add, endpoint_mark_down, registry_invalidate
 
     settings.ALERT_RULES = {
         **settings.ALERT_RULES,

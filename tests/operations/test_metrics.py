@@ -105,7 +105,8 @@ def test_a_dead_process_counts_survive_the_folding_of_its_files() -> None:
 
 def test_it_counts_the_tokens_of_an_agent_run(repo, client) -> None:
     from psychonauts.roles import roles_sync_defaults
-    from psychonauts.services import agent_run_create, agent_run_execute
+    from psychonauts.runtime.execute import agent_run_execute
+    from psychonauts.runtime.runs import agent_run_create
 
     roles_sync_defaults()
     run = agent_run_create(quantum_id=quantum_create(title="Add a greeting").pk, role="coder")

@@ -11,7 +11,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from bursts.models import AgentRun
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from quanta.models import Quantum
 from quanta.services import quantum_create
 

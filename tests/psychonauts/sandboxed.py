@@ -6,10 +6,10 @@ from pathlib import Path
 
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.git import git
-from psychonauts.sandbox import sandbox_status
-from psychonauts.tools import ToolContext
-from psychonauts.workspaces import workspace_ensure
+from psychonauts.containment.sandbox import sandbox_status
+from psychonauts.runtime.tools import ToolContext
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.worktrees import workspace_ensure
 
 
 def worktrees(tmp_path: Path, settings: SettingsWrapper, *quanta: int) -> dict[int, Path]:

@@ -9,7 +9,7 @@ import pytest
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 
 pytestmark = pytest.mark.django_db
 

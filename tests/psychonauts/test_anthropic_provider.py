@@ -10,7 +10,7 @@ import pytest
 
 from bursts.models import AgentStatus
 from psychonauts.models import ToolCall, Usage
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 
 pytestmark = pytest.mark.django_db
@@ -272,7 +272,7 @@ def test_text_streamed_after_a_slow_start_goes_out_whole_with_the_checkpoint(
 def test_a_process_loads_tls_certificates_once_for_all_its_clients(monkeypatch):
     # Loading them costs ~25 ms of CPU; the first burst on a fresh worker made every shard's
     # client at once. Each client (connection pool) of the process's shards shares the context.
-    from psychonauts.providers import anthropic as provider
+    from psychonauts.routing.providers import anthropic as provider
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://llm.test.invalid")
@@ -290,7 +290,7 @@ def test_a_process_loads_tls_certificates_once_for_all_its_clients(monkeypatch):
 
 
 def test_a_warmed_process_has_every_shard_client_before_its_first_agent(monkeypatch):
-    from psychonauts.providers import anthropic as provider
+    from psychonauts.routing.providers import anthropic as provider
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://llm.test.invalid")
@@ -308,7 +308,7 @@ def test_a_warmed_process_has_every_shard_client_before_its_first_agent(monkeypa
 
 
 def test_without_a_key_no_client_is_made_ahead(monkeypatch):
-    from psychonauts.providers import anthropic as provider
+    from psychonauts.routing.providers import anthropic as provider
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setattr(provider, "_clients", {})

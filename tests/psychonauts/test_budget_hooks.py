@@ -12,9 +12,8 @@ import pytest
 from bursts.models import AgentStatus
 from psychonauts.errors import BudgetExceeded, InvalidDefinition
 from psychonauts.models import Usage
-from psychonauts.providers.scripted import script_parse
-from psychonauts.services import agent_run_execute
-from psychonauts.services.budget import (
+from psychonauts.routing.providers.scripted import script_parse
+from psychonauts.runtime.budget import (
     SPEND_GATES,
     SPEND_RECORDERS,
     CallCheck,
@@ -23,6 +22,7 @@ from psychonauts.services.budget import (
     spend_gate_register,
     spend_recorder_register,
 )
+from psychonauts.runtime.execute import agent_run_execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

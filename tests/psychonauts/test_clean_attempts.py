@@ -11,8 +11,8 @@ import pytest
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.models import Verification
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import worktree_path
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.worktrees import worktree_path
 from tests.psychonauts.stages import staged_run
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bursts.models import Burst, QuantumRun, RunStatus, Wave
-from psychonauts.git import git
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 from tether.services import change_review_create
 

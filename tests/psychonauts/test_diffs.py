@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psychonauts.diffs import diff_by_path, diff_line, diff_parse
+from psychonauts.workspaces.diffs import diff_by_path, diff_line, diff_parse
 
 DIFF = """\
 diff --git a/hello.py b/hello.py

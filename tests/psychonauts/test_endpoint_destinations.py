@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from psychonauts import endpoints
-from psychonauts.endpoints import EndpointInvalid, endpoint_add
 from psychonauts.models import Endpoint, HealthStatus
-from psychonauts.services import agent_run_execute
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import EndpointInvalid, endpoint_add
+from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.tasks import endpoints_health
 
 pytestmark = pytest.mark.django_db

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from psychonauts import endpoints, ratelimits, semaphore
-from psychonauts.endpoints import endpoint_add, endpoint_provider, registry_snapshot
 from psychonauts.errors import SlotTimeout
-from psychonauts.providers.base import ProviderRequest, RunInfo
+from psychonauts.routing import endpoints, ratelimits, semaphore
+from psychonauts.routing.endpoints import endpoint_add, endpoint_provider, registry_snapshot
+from psychonauts.routing.providers.base import ProviderRequest, RunInfo
 from tests.fakes.openai_server import FakeReply, fake_openai_server
 
 pytestmark = pytest.mark.django_db

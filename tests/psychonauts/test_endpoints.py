@@ -7,8 +7,8 @@ import time
 import pytest
 from django.utils import timezone
 
-from psychonauts import endpoints
-from psychonauts.endpoints import (
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import (
     endpoint_down,
     endpoint_failure,
     endpoint_mark_down,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from psychonauts.endpoints import endpoint_add, endpoint_down
 from psychonauts.models import Endpoint
+from psychonauts.routing.endpoints import endpoint_add, endpoint_down
 from tests.bursts.conftest import fast_settings, make_worker, step_log  # noqa: F401
 from tests.fakes.openai_server import FakeReply, fake_openai_server
 

@@ -18,8 +18,9 @@ from django.core.management.base import CommandError
 
 from bursts.services.agent_runs import agent_run_next_attempt
 from core.models import Event
-from psychonauts import endpoints
-from psychonauts.endpoints import (
+from psychonauts.models import Endpoint, Usage
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import (
     EndpointInvalid,
     endpoint_add,
     endpoint_down,
@@ -27,11 +28,10 @@ from psychonauts.endpoints import (
     endpoints_failing,
     registry_snapshot,
 )
-from psychonauts.models import Endpoint, Usage
-from psychonauts.providers.base import RunInfo
-from psychonauts.semaphore import slot_try_acquire
-from psychonauts.services import agent_run_execute
-from psychonauts.services.oneshot import role_complete
+from psychonauts.routing.providers.base import RunInfo
+from psychonauts.routing.semaphore import slot_try_acquire
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.oneshot import role_complete
 from psychonauts.tasks import endpoints_health
 from tests.fakes.anthropic_server import FakeReply as AnthropicReply
 from tests.fakes.anthropic_server import fake_anthropic_server
@@ -407,8 +407,8 @@ _CALLER = """
 import json, os, sys, threading
 import django
 django.setup()
-from psychonauts.endpoints import EndpointConf, endpoint_provider
-from psychonauts.providers.base import ProviderRequest, RunInfo
+from psychonauts.routing.endpoints import EndpointConf, endpoint_provider
+from psychonauts.routing.providers.base import ProviderRequest, RunInfo
 
 conf = EndpointConf(**json.loads(sys.argv[1]))
 provider = endpoint_provider(conf)

@@ -20,6 +20,8 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
+from psychonauts.containment.sandbox import ENV_MOUNT, sandbox_run
+from psychonauts.containment.verify import verify_commands_run
 from psychonauts.environments.errors import EnvironmentBuildFailed, EnvironmentInvalid
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild, EnvironmentWaiter
 from psychonauts.environments.proxy import host_allowed
@@ -33,12 +35,10 @@ from psychonauts.environments.services import (
     workspace_environment,
 )
 from psychonauts.environments.spec import DECLARATION_PATH, spec_parse
-from psychonauts.git import git
 from psychonauts.models import ToolCall
-from psychonauts.sandbox import ENV_MOUNT, sandbox_run
-from psychonauts.services import agent_run_execute
-from psychonauts.verify import verify_commands_run
-from psychonauts.workspaces import workspace_ensure
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.worktrees import workspace_ensure
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing"),

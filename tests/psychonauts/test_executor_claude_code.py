@@ -29,12 +29,12 @@ from bursts.services.agent_runs import agent_runs_cancel_live
 from core.models import Event
 from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
-from psychonauts.git import git
 from psychonauts.models import Role, Usage, Verification
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_execute
-from psychonauts.services.budget import cost_usd
-from psychonauts.workspaces import branch_for
+from psychonauts.runtime.budget import cost_usd
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
 from tests.psychonauts.crash import execute_killed_at_marker, wait_for

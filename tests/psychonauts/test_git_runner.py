@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.git import git, git_run, submodules_left_out
-from psychonauts.workspaces import workspace_ensure
+from psychonauts.workspaces.git import git, git_run, submodules_left_out
+from psychonauts.workspaces.worktrees import workspace_ensure
 
 
 def test_it_ignores_the_git_variables_and_home_of_the_worker(

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from psychonauts.guard import Tier, command_judge, split_command
+from psychonauts.containment.guard import Tier, command_judge, split_command
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,11 @@ import pytest
 from django.conf import settings as django_settings
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from psychonauts.containment.guard import STRICT, Policy, command_judge
+from psychonauts.containment.sandbox import workspace_own
 from psychonauts.errors import CommandRefused
-from psychonauts.git import git
-from psychonauts.guard import STRICT, Policy, command_judge
-from psychonauts.sandbox import workspace_own
-from psychonauts.tools import ToolContext, command_check, tool_execute
+from psychonauts.runtime.tools import ToolContext, command_check, tool_execute
+from psychonauts.workspaces.git import git
 from tests.psychonauts.guard_corpus import (
     DANGEROUS,
     DANGEROUS_FILES,

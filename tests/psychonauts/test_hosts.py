@@ -25,8 +25,8 @@ from core.access import operator_ensure
 from core.events import EventMessage
 from core.live import fragment_render
 from core.workers import worker_name, workers_by_host, workers_consuming_seen
-from psychonauts.registry import registry_hosts, registry_list, registry_rebuild
-from psychonauts.services import agent_run_execute
+from psychonauts.routing.registry import registry_hosts, registry_list, registry_rebuild
+from psychonauts.runtime.execute import agent_run_execute
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, fast_settings, make_worker, pipeline, step_log, wait_wave
 from tests.polling import wait_for

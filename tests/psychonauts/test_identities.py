@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from bursts.models import Burst, QuantumRun, RunStatus, Wave
 from bursts.services.drain import runs_drain
-from psychonauts import identities
-from psychonauts.identities import (
+from psychonauts.containment import identities
+from psychonauts.containment.identities import (
     BASE_CHECK,
     SCANNER,
     SHARED_TREE,
@@ -22,6 +22,13 @@ from psychonauts.models import SandboxIdentity
 from quanta.services import quantum_create
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_holders() -> None:
+    """Every slot starts free: rows a worker of an earlier test wrote after its database was
+    flushed would otherwise be taken over as stale holders."""
+    SandboxIdentity.objects.all().delete()
 
 
 def test_it_gives_quanta_whose_ids_collide_different_slots() -> None:

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from psychonauts import leases, semaphore
 from psychonauts.errors import LeaseConflict, SlotTimeout
+from psychonauts.routing import semaphore
+from psychonauts.runtime import leases
 
 
 def test_it_refuses_a_second_exclusive_lease(redis_client):

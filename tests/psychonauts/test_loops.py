@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from psychonauts.models import AgentTurn, CommandTrauma, TraumaSource
-from psychonauts.services import agent_run_execute
-from psychonauts.services.prompt import agent_prompt
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.prompt import agent_prompt
 
 pytestmark = pytest.mark.django_db
 

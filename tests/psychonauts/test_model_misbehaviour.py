@@ -13,12 +13,12 @@ from django.core.management import call_command
 
 from bursts.models import AgentRun
 from core.models import Event
-from psychonauts import endpoints
-from psychonauts.endpoints import endpoint_add
 from psychonauts.errors import INFRASTRUCTURE
 from psychonauts.models import Endpoint, ToolCall
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import worktree_path
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import endpoint_add
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.worktrees import worktree_path
 from reflection.extraction import findings
 from reflection.reflector import transcript
 from tests.fakes import real_model_replies as recorded

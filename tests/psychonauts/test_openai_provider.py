@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from bursts.models import AgentStatus
-from psychonauts import endpoints
 from psychonauts.models import ToolCall, Usage
-from psychonauts.providers.openai import to_openai_messages, to_openai_tools
-from psychonauts.services import agent_run_execute
+from psychonauts.routing import endpoints
+from psychonauts.routing.providers.openai import to_openai_messages, to_openai_tools
+from psychonauts.runtime.execute import agent_run_execute
 from tests.fakes.openai_server import FakeReply, fake_openai_server
 
 pytestmark = pytest.mark.django_db

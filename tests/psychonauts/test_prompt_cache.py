@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from psychonauts.models import Usage
-from psychonauts.services import agent_run_execute
-from psychonauts.services.prompt import PROMPT_SECTIONS
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.prompt import PROMPT_SECTIONS
 from tests.fakes.anthropic_server import FakeReply, PromptCache, fake_anthropic_server
 from tests.fakes.openai_server import FakeReply as OpenAIReply
 from tests.fakes.openai_server import fake_openai_server
@@ -98,7 +98,7 @@ def test_agents_of_one_role_share_their_cached_prefix(
     def rules(run):
         return f"## Playbook rules\n- rule for quantum {run.quantum_id}"
 
-    monkeypatch.setattr("psychonauts.services.prompt.PROMPT_SECTIONS", [*PROMPT_SECTIONS, rules])
+    monkeypatch.setattr("psychonauts.runtime.prompt.PROMPT_SECTIONS", [*PROMPT_SECTIONS, rules])
     first = make_run("coder", provider="anthropic", quantum=make_quantum(title="one"))
     second = make_run("coder", provider="anthropic", quantum=make_quantum(title="two"))
     with fake_anthropic_server(_looper(1), cache=PromptCache()) as fake:
@@ -196,7 +196,7 @@ def _waited(role: str, agent_run, times: int, gap_s: float) -> None:
 def test_an_hour_long_cache_is_written_when_agents_of_the_role_are_measured_waiting_long(
     repo, make_run, fake_env, gap_s, long
 ):
-    from psychonauts.cache_ttl import long_wait_forget
+    from psychonauts.routing.cache_ttl import long_wait_forget
 
     long_wait_forget()
     _waited("coder", make_run("coder"), times=4, gap_s=gap_s)

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from bursts.models import AgentRun, AgentStatus
-from psychonauts import semaphore
 from psychonauts.models import ToolCall
-from psychonauts.services import agent_run_execute
+from psychonauts.routing import semaphore
+from psychonauts.runtime.execute import agent_run_execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from core.models import Event
-from psychonauts import endpoints
-from psychonauts.endpoints import endpoint_mark_down, endpoints_failing
-from psychonauts.git import git
 from psychonauts.models import ToolCall, Usage
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import endpoint_mark_down, endpoints_failing
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 
 pytestmark = pytest.mark.django_db

@@ -15,14 +15,16 @@ from django.core.management import call_command
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.errors import InvalidDefinition, WorkspaceError
-from psychonauts.git import git, git_run
 from psychonauts.models import Role, ToolCall
-from psychonauts.providers.base import RunInfo
-from psychonauts.providers.scripted import script_for, script_parse
-from psychonauts.registry import registry_list
 from psychonauts.roles import roles_load
-from psychonauts.services import agent_run_create, agent_run_execute
-from psychonauts.tools import ToolContext, tool_execute
+from psychonauts.routing.providers.base import RunInfo
+from psychonauts.routing.providers.scripted import script_for, script_parse
+from psychonauts.routing.registry import registry_list
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.runtime.tools import ToolContext, tool_execute
+from psychonauts.workspaces.git import git, git_run
+from psychonauts.workspaces.repository import branch_for
 from tests.worktrees import worktree_being_added
 
 pytestmark = pytest.mark.django_db
@@ -150,7 +152,7 @@ def test_it_fails_the_first_attempt_and_succeeds_the_retry(repo, make_quantum, m
 
 
 def test_it_includes_the_threaded_context_verbatim_in_the_prompt(repo, make_run):
-    from psychonauts.services.prompt import agent_prompt
+    from psychonauts.runtime.prompt import agent_prompt
 
     context = "## Stage 0 Results\n### Agent: 1_s0_planner\n1. do *this*\n2. then that"
     run = make_run("coder", context=context)
@@ -260,7 +262,7 @@ def test_it_keeps_secrets_out_of_the_shell(tmp_path, monkeypatch):
 
 
 def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(repo, monkeypatch):
-    from psychonauts import workspaces
+    from psychonauts.workspaces import worktrees as workspaces
 
     monkeypatch.setattr(workspaces, "MAINTENANCE_EVERY", 1)  # every commit runs it
     path = workspaces.workspace_ensure(quantum_id=7)
@@ -278,11 +280,11 @@ def test_it_commits_with_the_full_sha_and_maintains_the_repository_now_and_then(
 
 
 def test_a_new_branch_s_worktree_is_one_git_knows_and_checks_out_like_its_own(repo):
-    from psychonauts import workspaces
+    from psychonauts.workspaces import worktrees as workspaces
 
     path = workspaces.workspace_ensure(quantum_id=7)
 
-    branch = workspaces.branch_for(7)
+    branch = branch_for(7)
     head = git("rev-parse", "HEAD", cwd=repo)
     assert git("symbolic-ref", "HEAD", cwd=path) == f"refs/heads/{branch}"
     assert git("rev-parse", "HEAD", cwd=path) == head
@@ -299,7 +301,7 @@ def test_a_new_branch_s_worktree_is_one_git_knows_and_checks_out_like_its_own(re
 
 
 def test_a_worktree_that_cannot_be_added_says_why_and_leaves_no_record(repo, settings):
-    from psychonauts import workspaces
+    from psychonauts.workspaces import worktrees as workspaces
 
     in_the_way = Path(settings.PSYCHONAUTS_WORKTREES) / "q-7"
     in_the_way.mkdir(parents=True)
@@ -318,13 +320,13 @@ def test_new_worktrees_go_on_while_another_add_is_half_way_and_a_prune_waits_for
     record, and `git worktree prune` deletes such a record, failing the add that is writing it:
     the prune and retry wait until no other add is running. A new branch's worktree reads no
     other record, so it does not wait."""
-    from psychonauts import workspaces
+    from psychonauts.workspaces import worktrees as workspaces
 
     made: list[Path] = []
     with worktree_being_added(repo) as other:
         fresh = workspaces.workspace_ensure(quantum_id=6)
         assert (fresh / ".git").is_file()
-        git("branch", workspaces.branch_for(7), cwd=repo)  # an earlier run's branch
+        git("branch", branch_for(7), cwd=repo)  # an earlier run's branch
         adding = threading.Thread(
             target=lambda: made.append(workspaces.workspace_ensure(quantum_id=7))
         )
@@ -340,8 +342,8 @@ def test_new_worktrees_go_on_while_another_add_is_half_way_and_a_prune_waits_for
 def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branches(
     repo, make_quantum, make_run
 ):
-    from psychonauts import workspaces
-    from psychonauts.services import workspaces_sweep
+    from psychonauts.runtime.sweep import workspaces_sweep
+    from psychonauts.workspaces import worktrees as workspaces
     from quanta.services import quantum_close, quantum_reopen
 
     closed, still_open, busy = make_quantum(), make_quantum(), make_quantum()
@@ -358,7 +360,7 @@ def test_the_sweep_removes_worktrees_of_closed_idle_quanta_and_keeps_their_branc
 
     assert not paths[closed.pk].exists()
     assert paths[still_open.pk].exists() and paths[busy.pk].exists()
-    branch = workspaces.branch_for(closed.pk)
+    branch = branch_for(closed.pk)
     assert git("rev-parse", branch, cwd=repo) == sha
     listed = git("worktree", "list", "--porcelain", cwd=repo)
     assert str(paths[closed.pk]) not in listed
@@ -381,9 +383,10 @@ def test_lock_files_stay_one_per_stripe_however_many_quanta_come_and_go(
 ):
     """A lock file cannot be deleted safely, so quanta share a fixed set of them; quanta that
     share a stripe still each get their worktree and commit."""
-    from psychonauts import workspaces
+    from psychonauts.workspaces import repository
+    from psychonauts.workspaces import worktrees as workspaces
 
-    monkeypatch.setattr(workspaces, "LOCK_STRIPES", 2)
+    monkeypatch.setattr(repository, "LOCK_STRIPES", 2)
     locks = Path(settings.ANNIHILATION_HOME) / "locks"
     shas = []
     for quantum_id in (4, 6, 8, 5):  # three on stripe 0, one on stripe 1
@@ -444,7 +447,7 @@ def test_a_run_stopped_at_max_turns_keeps_every_turn_and_tool_result_it_complete
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
 def test_worktrees_are_made_at_a_lower_priority_than_the_agents_work():
-    from psychonauts.workspaces import PREPARE_NICE, _Preparer
+    from psychonauts.workspaces.worktrees import PREPARE_NICE, _Preparer
 
     def niceness() -> tuple[int, str]:
         own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
@@ -460,7 +463,7 @@ def test_worktrees_are_made_at_a_lower_priority_than_the_agents_work():
 def test_a_worktree_still_queued_when_needed_is_made_by_the_agent_itself(repo):
     from concurrent.futures import Future
 
-    from psychonauts.workspaces import workspace_prepare, workspace_ready
+    from psychonauts.workspaces.worktrees import workspace_prepare, workspace_ready
 
     queued: Future[Path] = Future()  # no background thread has begun on it
     path = workspace_ready(queued, quantum_id=7)
@@ -493,7 +496,7 @@ turns:
 def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
     repo, scripts, make_quantum, make_run
 ):
-    from psychonauts import workspaces
+    from psychonauts.workspaces import worktrees as workspaces
 
     scripts("reader", READER)
     scripts("writer", WRITER)

@@ -29,11 +29,8 @@ from django.core.management import call_command
 from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.git import git
-from psychonauts.guard import command_judge
-from psychonauts.models import CommandTrauma, Role, TraumaSource
-from psychonauts.roles import roles_sync_defaults
-from psychonauts.sandbox import (
+from psychonauts.containment.guard import command_judge
+from psychonauts.containment.sandbox import (
     SandboxResult,
     installation_register,
     sandbox_run,
@@ -41,10 +38,15 @@ from psychonauts.sandbox import (
     sandbox_uid,
     workspace_own,
 )
-from psychonauts.services import agent_run_create, agent_run_execute
-from psychonauts.tools import ToolContext, tool_execute
-from psychonauts.traumas import trauma_pattern, traumas_for
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.containment.traumas import trauma_pattern, traumas_for
+from psychonauts.models import CommandTrauma, Role, TraumaSource
+from psychonauts.roles import roles_sync_defaults
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.runtime.tools import ToolContext, tool_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 
 pytestmark = [

@@ -24,8 +24,8 @@ from core.access import operator_ensure
 from core.selectors import events_after
 from psychonauts.focus import worktree_diff
 from psychonauts.models import DiaryEntry, ToolCall
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.repository import branch_for
 from quanta.models import Quantum
 from tests.core.secret_shapes import ALL, leaked
 from tests.core.test_redaction import ANTHROPIC, AWS_ID, AWS_SECRET, GITHUB, KEY_BODY, SSH_KEY
@@ -204,7 +204,7 @@ turns:
         raise _Crash
 
     with monkeypatch.context() as patch:
-        patch.setattr("psychonauts.services.runner.tool_execute", crash)
+        patch.setattr("psychonauts.runtime.runner.tool_execute", crash)
         with pytest.raises(_Crash):
             agent_run_execute(agent_run_id=run.pk)
     outcome = agent_run_execute(agent_run_id=run.pk)

@@ -15,10 +15,11 @@ import pytest
 
 from bursts.models import AgentRun, QuantumRun, RunStatus, WaveStatus
 from bursts.services import wave_start
-from psychonauts.git import git
 from psychonauts.models import CommandTrauma, ToolCall, Usage, Verification
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.pipelines.services import pipelines_save
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, fast_settings, make_worker, step_log, wait_wave

@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from core.access import operator_ensure
 from psychonauts.models import Usage
+from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.selectors import agent_spend
-from psychonauts.services import agent_run_execute
 from tests.fakes.anthropic_server import FakeReply, PromptCache, fake_anthropic_server
 from tests.fakes.openai_server import FakeReply as OpenAIReply
 from tests.fakes.openai_server import fake_openai_server

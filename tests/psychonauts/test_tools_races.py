@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.sandbox import sandbox_uid, workspace_own
-from psychonauts.tools import ToolContext, ToolResult, tool_execute
+from psychonauts.containment.sandbox import sandbox_uid, workspace_own
+from psychonauts.runtime.tools import ToolContext, ToolResult, tool_execute
 
 pytestmark = [
     pytest.mark.django_db,

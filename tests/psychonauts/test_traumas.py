@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from psychonauts.guard import Policy, command_judge
+from psychonauts.containment.guard import Policy, command_judge
+from psychonauts.containment.traumas import trauma_apply_everywhere, trauma_pattern
 from psychonauts.models import CommandTrauma, TraumaSource
-from psychonauts.tools import tool_execute
-from psychonauts.traumas import trauma_apply_everywhere, trauma_pattern
+from psychonauts.runtime.tools import tool_execute
 from tests.psychonauts.sandboxed import agent_context, worktrees
 
 pytestmark = [

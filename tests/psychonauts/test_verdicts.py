@@ -6,7 +6,7 @@ import pytest
 
 from core.models import Event
 from psychonauts.models import ToolCall
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 from quanta.models import AuthorKind, Comment
 from tests.psychonauts.stages import staged_run
 

@@ -13,10 +13,10 @@ from core.access import operator_ensure
 from core.events import event_message
 from core.live import fragment_render
 from core.models import Event
-from psychonauts.git import git
 from psychonauts.models import AgentTurn, Verification
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.psychonauts.stages import staged_run
 

@@ -6,7 +6,7 @@ import pytest
 
 from bursts.models import AgentStatus
 from psychonauts.models import AgentTurn, Verification
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 from tests.psychonauts.crash import execute_killed_at_marker
 from tests.psychonauts.stages import staged_run
 

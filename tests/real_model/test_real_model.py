@@ -26,12 +26,13 @@ import pytest
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, WaveStatus
 from bursts.services import wave_start
 from core.models import Event
-from psychonauts import endpoints
-from psychonauts.endpoints import endpoint_add, endpoints_state, registry_snapshot
 from psychonauts.models import AgentTurn, Role, Verification
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_execute
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.routing import endpoints
+from psychonauts.routing.endpoints import endpoint_add, endpoints_state, registry_snapshot
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.services import quantum_create
 from tests.bursts.conftest import Worker, pipeline, wait_wave
 from tests.psychonauts.stages import staged_run

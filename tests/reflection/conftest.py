@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bursts.models import AgentRun, Burst, Wave
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from quanta.services import quantum_create
 
 

@@ -11,11 +11,12 @@ import pytest
 
 from bursts.hooks import ON_RUNS_DRAINED
 from bursts.models import AgentRun, AgentStatus, Burst, QuantumRun, Wave
-from psychonauts.providers.base import ProviderRequest
-from psychonauts.providers.scripted import ScriptedProvider
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_create, agent_run_execute
-from psychonauts.services.prompt import PROMPT_SECTIONS, agent_prompt
+from psychonauts.routing.providers.base import ProviderRequest
+from psychonauts.routing.providers.scripted import ScriptedProvider
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.prompt import PROMPT_SECTIONS, agent_prompt
+from psychonauts.runtime.runs import agent_run_create
 from quanta.services import quantum_create
 from reflection.injection import AGENTS_MD_MAX_BYTES, agents_md, rules_for
 from reflection.models import PlaybookRule, RuleMaturity, RuleUse, Skill, SkillUse

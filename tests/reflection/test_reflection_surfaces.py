@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from bursts.models import AgentRun, Burst, Wave
 from core.access import viewer_ensure
-from psychonauts.services import agent_run_create
+from psychonauts.runtime.runs import agent_run_create
 from quanta.services import quantum_create
 from reflection import pipeline
 from reflection.models import (

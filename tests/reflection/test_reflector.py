@@ -17,8 +17,8 @@ from core.events import publish
 from core.models import Event, Session
 from psychonauts.errors import InvalidDefinition
 from psychonauts.models import DiaryEntry
-from psychonauts.providers.base import ProviderRequest, RunInfo
-from psychonauts.providers.scripted import ScriptedProvider, script_parse
+from psychonauts.routing.providers.base import ProviderRequest, RunInfo
+from psychonauts.routing.providers.scripted import ScriptedProvider, script_parse
 from quanta.services import quantum_create
 from reflection import extraction, pipeline, reflector
 from reflection.models import PlaybookDelta, PlaybookRule, ReflectionRun

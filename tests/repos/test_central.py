@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.git import git
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import branch_for, demo_repo_ensure, workspace_commit, workspace_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure, workspace_commit, workspace_ensure
 from quanta.services import quantum_create
 from repos.context import working_on_quantum
 from repos.errors import InvalidRepository

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from bursts.models import Wave
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum
 from quanta.services import quantum_create
 from repos.models import Repository

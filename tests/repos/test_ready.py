@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum
 from quanta.selectors import quanta_ready
 from quanta.services import quantum_create

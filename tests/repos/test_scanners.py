@@ -9,8 +9,8 @@ import pytest
 
 from autopilot.models import Finding
 from autopilot.services.scanners import scan_run, scans_run
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum
 from repos.services import repository_create, repository_default
 from tests.autopilot.test_scanners import LONG_AGO, commit, scan_settings

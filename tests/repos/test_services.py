@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import demo_repo_ensure, repo_local
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.repository import repo_local
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.errors import InvalidQuantum
 from quanta.models import Quantum
 from quanta.services import quantum_close, quantum_create

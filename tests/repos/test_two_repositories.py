@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from bursts.services import wave_start
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import branch_for, demo_repo_ensure
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.services import quantum_create
 from repos.services import repository_create, repository_default
 from tests.bursts.conftest import pipeline, wait_wave

@@ -16,8 +16,9 @@ from django.utils import timezone
 from bursts.models import AgentRun, Burst, QuantumRun, RunStatus, Wave
 from bursts.services import wave_start
 from core.models import Event
-from psychonauts.git import git
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for

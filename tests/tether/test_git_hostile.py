@@ -30,8 +30,9 @@ from autopilot.services.scanners import scan_run
 from autopilot.worktrees import scratch_at, scratch_remove
 from bursts.models import Burst, QuantumRun, RunStatus, Wave
 from psychonauts.focus import worktree_diff
-from psychonauts.git import git
-from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tether.models import ChangeReview, ChangeStatus
 from tether.services import change_approve, change_review_create

@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from psychonauts.git import git
+from psychonauts.workspaces.git import git
 from quanta.models import Quantum
 from tests.bursts.conftest import Worker, worker_env
 from tests.polling import wait_for

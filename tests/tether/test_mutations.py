@@ -9,7 +9,7 @@ import pytest
 
 from bursts.models import AgentStatus
 from psychonauts.models import ToolCall
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 from quanta.pipeline_models import Pipeline
 from tests.bursts.conftest import pipeline
 from tests.polling import wait_for

@@ -17,7 +17,7 @@ from annihilation.celery import app
 from bursts.models import AgentRun, AgentStatus
 from core.models import Event
 from psychonauts.models import Role, ToolCall
-from psychonauts.services import agent_run_execute
+from psychonauts.runtime.execute import agent_run_execute
 from quanta.models import Dependency, Quantum
 from tests.polling import wait_for
 from tests.tether.conftest import active_tasks, agent_status

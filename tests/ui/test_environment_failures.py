@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from psychonauts.environments.models import BuildStatus, EnvironmentBuild
 from psychonauts.environments.selectors import environments_failed
-from psychonauts.repositories import repository_inspect
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from repos.services import repository_create, repository_default
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from bursts.models import AgentRun
+from psychonauts.roles import roles_sync_defaults
 from psychonauts.selectors import roles_list
-from psychonauts.services import roles_sync_defaults
 from quanta.models import Dependency, Quantum
 from quanta.pipeline_models import Pipeline
 from tests.factories import make_chain

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from psychonauts.workspaces import demo_repo_ensure
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.services import quantum_create
 from repos.models import Repository
 
@@ -65,7 +65,7 @@ def test_the_dashboard_starts_a_wave_in_the_repository_chosen(
     op_client, repo: Path, tmp_path: Path
 ) -> None:
     from bursts.models import Wave
-    from psychonauts.repositories import repository_inspect
+    from psychonauts.workspaces.registration import repository_inspect
     from repos.services import repository_create, repository_default
 
     second = repository_create(

@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 from django.urls import reverse
 from django.utils import timezone
 
-from psychonauts.git import git
-from psychonauts.workspaces import workspace_commit, workspace_ensure
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.worktrees import workspace_commit, workspace_ensure
 from quanta.models import Quantum
 from tests.bursts.conftest import pipeline
 from tests.tether.conftest import (

@@ -19,18 +19,17 @@ from django.utils import timezone
 from bursts.models import QuantumRun
 from core.events import publish
 from core.redaction import redact
-from psychonauts.central import base_branch, fetch_or_last, tracking
-from psychonauts.git import git, git_run
-from psychonauts.verify import VerifyReport
-from psychonauts.workspaces import (
+from psychonauts.containment.verify import VerifyReport
+from psychonauts.workspaces.central import base_branch, fetch_or_last, tracking
+from psychonauts.workspaces.git import git, git_run
+from psychonauts.workspaces.repository import (
     branch_for,
     registry_lock,
     repo_local,
     repo_lock,
     repo_url,
-    workspace_left_out,
-    worktree_path,
 )
+from psychonauts.workspaces.worktrees import workspace_left_out, worktree_path
 from quanta.errors import IllegalTransition
 from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen

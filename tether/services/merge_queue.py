@@ -14,7 +14,7 @@ runs):
 1. `merge --no-ff` of the reviewed head (a conflict: the change goes back, nothing moves);
 2. the quantum's verify commands plus its repository's (the default repository's include
    settings.TETHER_VERIFY_COMMANDS), through the guard and
-   the sandbox (psychonauts.verify): a failure sends the change back, nothing moves;
+   the sandbox (psychonauts.containment.verify): a failure sends the change back, nothing moves;
 3. the target moves by compare-and-set: `update-ref <target> <merge> <old>`, or, when the target
    is checked out somewhere (the main checkout), `merge --ff-only` there, which refuses local
    changes in the way and leaves index and files in step with the branch. The target moved by
@@ -34,12 +34,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from psychonauts.central import branch_push, shared_lock_try
+from psychonauts.containment.sandbox import workspace_own
+from psychonauts.containment.verify import VerifyReport, verify_commands_run
 from psychonauts.errors import WorkspaceError
-from psychonauts.git import TETHER, git, git_run
-from psychonauts.sandbox import workspace_own
-from psychonauts.verify import VerifyReport, verify_commands_run
-from psychonauts.workspaces import repo_key, repo_local, repo_url, scratch_worktree
+from psychonauts.workspaces.central import branch_push, shared_lock_try
+from psychonauts.workspaces.git import TETHER, git, git_run
+from psychonauts.workspaces.repository import repo_key, repo_local, repo_url
+from psychonauts.workspaces.worktrees import scratch_worktree
 from quanta.models import Quantum
 from repos.context import current, working_on_id
 from tether.errors import TetherError

@@ -23,7 +23,7 @@ from core.redaction import redact
 from core.sql import sql_names
 from psychonauts.errors import PsychonautError
 from psychonauts.models import AgentTurn
-from psychonauts.services import tool_call_complete
+from psychonauts.runtime.runs import tool_call_complete
 from quanta.models import AuthorKind, QuantumStatus
 from quanta.services import comment_add, quantum_reopen
 from tether.errors import AlreadyDecided, InvalidInput, NotFound, QuestionWithdrawn, TetherError

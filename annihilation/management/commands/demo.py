@@ -33,11 +33,12 @@ from annihilation.demo_worker import ALREADY_RUNNING, worker_for_command
 from bursts.models import QuantumRun, RunStatus, Wave
 from core.access import operator_ensure
 from core.cli import SafeCommand, seconds, shorten, table
+from psychonauts.containment.sandbox import sandbox_status
 from psychonauts.errors import WorkspaceError
-from psychonauts.git import git
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.sandbox import sandbox_status
-from psychonauts.workspaces import branch_for, demo_repo_ensure, repo_local, repo_url
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.repository import branch_for, repo_local, repo_url
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.errors import QuantaError
 from quanta.importer import quanta_import
 from quanta.models import AuthorKind, Quantum

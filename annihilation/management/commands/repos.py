@@ -18,7 +18,7 @@ from core.cli import SafeCommand, emit_json, shorten, subcommands, table
 from core.safeyaml import InputRefused, read_text
 from psychonauts.environments.cli import env_arguments, env_handle
 from psychonauts.errors import PsychonautError
-from psychonauts.repositories import repository_inspect
+from psychonauts.workspaces.registration import repository_inspect
 from repos.errors import RepositoryError
 from repos.models import Repository
 from repos.selectors import repositories_list, repository_get

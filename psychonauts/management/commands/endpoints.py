@@ -9,7 +9,10 @@ from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from core.cli import SafeCommand, emit_json, positive_int, shorten, table
-from psychonauts.endpoints import (
+from psychonauts.errors import PsychonautError
+from psychonauts.models import Endpoint, EndpointProvider, Role
+from psychonauts.roles import roles_sync_defaults
+from psychonauts.routing.endpoints import (
     CheckResult,
     endpoint_add,
     endpoint_remove,
@@ -18,9 +21,6 @@ from psychonauts.endpoints import (
     registry_invalidate,
     registry_snapshot,
 )
-from psychonauts.errors import PsychonautError
-from psychonauts.models import Endpoint, EndpointProvider, Role
-from psychonauts.roles import roles_sync_defaults
 from quanta.models import Complexity
 
 

@@ -11,11 +11,17 @@ from django.core.management.base import CommandError, CommandParser
 from bursts.executor import Outcome
 from core.cli import SafeCommand, emit_json, parse_id, shorten, table
 from core.redaction import redact
-from psychonauts import leases, selectors, services
+from psychonauts import selectors
+from psychonauts.containment.sandbox import sandbox_status
 from psychonauts.errors import PsychonautError
 from psychonauts.preflight import provider_of, provider_problem, repository_problem
-from psychonauts.registry import registry_rebuild
-from psychonauts.sandbox import sandbox_status
+from psychonauts.roles import roles_load, roles_sync_defaults
+from psychonauts.routing.registry import registry_rebuild
+from psychonauts.runtime import leases
+from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.runner import Observer
+from psychonauts.runtime.runs import agent_run_create
+from psychonauts.runtime.sweep import workspaces_sweep
 from quanta.models import Quantum
 
 
@@ -58,10 +64,10 @@ class Command(SafeCommand):
         if options["action"] == "load":
             if options["path"] is None:
                 raise CommandError("roles load PATH: name a role file or folder")
-            loaded = services.roles_load(options["path"])
+            loaded = roles_load(options["path"])
             self.stdout.write(f"loaded {len(loaded)} role(s): {', '.join(r.name for r in loaded)}")
             return
-        services.roles_sync_defaults()
+        roles_sync_defaults()
         # Only the defined roles: a role whose calls outlive its definition is on the Roles page.
         roles = [row for row in selectors.roles_spend() if row["role"] is not None]
         if options["json"]:
@@ -84,7 +90,7 @@ class Command(SafeCommand):
             ],
         )  # fmt: skip
 
-    def _observer(self, quiet: bool) -> services.Observer:
+    def _observer(self, quiet: bool) -> Observer:
         # The runtime hands over redacted text (the deltas by whole lines); what is printed here
         # is redacted once more and made terminal-safe (self.stdout), so nothing an agent wrote
         # reaches the terminal unredacted or acts on it (escape sequences, bidi overrides).
@@ -108,7 +114,7 @@ class Command(SafeCommand):
         return show
 
     def _run(self, options: dict[str, Any]) -> None:
-        services.roles_sync_defaults()
+        roles_sync_defaults()
         if not Quantum.objects.filter(pk=options["quantum"]).exists():
             raise CommandError(f"quantum #{options['quantum']} does not exist")
         # Refused before the run exists: a run that errors at its first call is one more thing
@@ -117,7 +123,7 @@ class Command(SafeCommand):
         problem = provider_problem(provider) or repository_problem()
         if problem is not None:
             raise CommandError(problem)
-        run = services.agent_run_create(
+        run = agent_run_create(
             quantum_id=options["quantum"],
             role=options["role"],
             provider=options["provider"],
@@ -125,12 +131,12 @@ class Command(SafeCommand):
             context=options["context"],
         )
         self.stdout.write(f"agent run {run.pk}: {run.agent_id} attempt {run.attempt}")
-        self._outcome(services.agent_run_execute(
+        self._outcome(agent_run_execute(
             agent_run_id=run.pk, observer=self._observer(options["quiet"])
         ))  # fmt: skip
 
     def _execute(self, options: dict[str, Any]) -> None:
-        self._outcome(services.agent_run_execute(agent_run_id=options["agent_run"]))
+        self._outcome(agent_run_execute(agent_run_id=options["agent_run"]))
 
     def _outcome(self, outcome: Outcome) -> None:
         style = self.style.SUCCESS if outcome.status == "done" else self.style.ERROR
@@ -172,7 +178,7 @@ class Command(SafeCommand):
 
     def _sweep(self, options: dict[str, Any]) -> None:
         self.stdout.write(f"dropped {leases.leases_sweep()} expired shared lease(s)")
-        removed = services.workspaces_sweep()
+        removed = workspaces_sweep()
         listed = ", ".join(f"#{pk}" for pk in removed)
         self.stdout.write(
             f"removed the worktrees of {len(removed)} closed quanta"
