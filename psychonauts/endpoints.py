@@ -590,23 +590,27 @@ def endpoint_provider(conf: EndpointConf) -> LimitedProvider:
     return LimitedProvider(conf, _base_provider(conf))
 
 
-# The providers that call a model endpoint of their own settings when the registry routes nothing.
+# The providers that call a model endpoint of their own settings when the registry routes nothing:
+# the variable naming its URL, and the URL its SDK calls without one.
 _SETTINGS_BASE_URL = {
-    EndpointProvider.ANTHROPIC.value: "ANTHROPIC_BASE_URL",
-    EndpointProvider.OPENAI.value: "OPENAI_BASE_URL",
+    EndpointProvider.ANTHROPIC.value: ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    EndpointProvider.OPENAI.value: ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
 }
 
 
-def settings_endpoint(provider: str) -> EndpointConf | None:
+def settings_endpoint(provider: str, *, base_url: str | None = None) -> EndpointConf | None:
     """The endpoint a provider calls by its own settings (its SDK's base URL and key from the
-    environment), as the rate limits see it: named by the provider and its URL, so every run on
-    the same server shares one concurrency, across workers. None for a provider without one."""
-    variable = _SETTINGS_BASE_URL.get(provider)
-    if variable is None:
+    environment; `base_url` when given: a CLI agent's gateway forwards there), as the rate
+    limits see it: named by the provider and the URL it calls, so every run on the same server
+    shares one concurrency, across workers and executors. None for a provider without one."""
+    known = _SETTINGS_BASE_URL.get(provider)
+    if known is None:
         return None
-    base_url = os.environ.get(variable, "")
+    variable, default_url = known
+    if base_url is None:
+        base_url = os.environ.get(variable, "")
     return EndpointConf(
-        name=f"{provider}@{base_url or 'default'}",
+        name=f"{provider}@{(base_url or default_url).rstrip('/')}",
         provider=provider,
         model="",
         base_url=base_url,

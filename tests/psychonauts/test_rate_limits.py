@@ -7,8 +7,10 @@ Redis and, for the slot, a real single-slot Celery worker."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from annihilation.celery import app
 from bursts.models import AgentRun, AgentStatus
 from psychonauts import ratelimits
 from psychonauts.endpoints import settings_endpoint
+from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.models import ToolCall
 from psychonauts.services import agent_run_execute
 from tests.bursts.conftest import Worker, worker_env
@@ -100,6 +103,42 @@ def test_the_last_refusal_ends_the_run_naming_how_often_it_was_refused(
     assert "rate_limit_error" in outcome.error
     assert "refused for load 3 times in a row" in outcome.error
     assert len(fake.requests) == 3
+
+
+def test_a_429_through_a_cli_agent_s_gateway_lowers_the_same_endpoint_s_concurrency(
+    repo, make_run, anthropic_env, redis_client
+):
+    """A CLI agent's calls go through its gateway to the endpoint of the settings: the one a
+    run of the anthropic provider calls, under the same name and limit."""
+    run = make_run("coder", provider="anthropic")
+    model = "claude-sonnet-4-6"
+    message = {"model": model, "max_tokens": 10, "stream": True,
+               "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    replies = [FakeReply(status=429, error="rate_limit_error", retry_after="7"),
+               FakeReply(text="hello")]  # fmt: skip
+    with fake_anthropic_server(replies) as fake:
+        anthropic_env(fake.base_url)
+        with Gateway(run, provider="claude-code", allowed_models=frozenset({model}),
+                     wave=None) as gateway:  # fmt: skip
+            refused = _gateway_post(gateway, message)
+            assert (refused.status, refused.getheader("retry-after")) == (429, "7")
+            assert _limit("anthropic", redis_client) == 1
+            assert _gateway_post(gateway, message).status == 200
+
+    assert _limit("anthropic", redis_client) == 2
+
+
+def _gateway_post(gateway: Gateway, body: dict[str, Any]) -> http.client.HTTPResponse:
+    """A request to the gateway over its unix socket, as the CLI in the sandbox sends it."""
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.sock.connect(str(gateway.socket))
+    conn.request("POST", "/v1/messages", body=json.dumps(body).encode(),
+                 headers={"content-type": "application/json", "x-api-key": DUMMY_KEY})  # fmt: skip
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response
 
 
 # --- a long retry-after -------------------------------------------------------------------------
