@@ -609,10 +609,20 @@ ENDPOINTS_HEALTH_TIMEOUT_S = env_float("ANNIHILATION_ENDPOINTS_HEALTH_TIMEOUT_S"
 ENDPOINTS_DOWN_S = env_float("ANNIHILATION_ENDPOINTS_DOWN_S", 600.0, minimum=1)
 # How long a model call waits for a free slot of its endpoint (max concurrency) before failing.
 ENDPOINTS_SLOT_WAIT_S = env_float("ANNIHILATION_ENDPOINTS_SLOT_WAIT_S", 300.0, minimum=0)
-# Rate limits (psychonauts.routing.ratelimits): how often a call refused for load is asked again, the
-# longest wait it takes for a retry-after, and how long a lowered concurrency is remembered.
+# Rate limits (psychonauts.routing.ratelimits): how often a call refused for load is asked
+# again (and how often its run may be suspended for one), the longest wait a call takes in its
+# worker for a retry-after (a longer one suspends the run, holding no worker, until it is over), the longest
+# retry-after honoured, and how long a lowered concurrency is remembered.
 ENDPOINTS_RATE_LIMIT_TRIES = env_int("ANNIHILATION_ENDPOINTS_RATE_LIMIT_TRIES", 6, minimum=1)
 ENDPOINTS_RETRY_AFTER_MAX_S = env_float("ANNIHILATION_ENDPOINTS_RETRY_AFTER_MAX_S", 60.0, minimum=0)
+ENDPOINTS_RETRY_AFTER_LONGEST_S = env_float(
+    "ANNIHILATION_ENDPOINTS_RETRY_AFTER_LONGEST_S", 3600.0, minimum=0
+)
+# The most calls at once to the endpoint of a provider's own settings (not of the registry:
+# ANTHROPIC_BASE_URL, OPENAI_BASE_URL), across every worker; rate limits lower it.
+ENDPOINTS_SETTINGS_CONCURRENCY = env_int(
+    "ANNIHILATION_ENDPOINTS_SETTINGS_CONCURRENCY", 256, minimum=1
+)
 ENDPOINTS_LIMIT_MEMORY_S = env_float("ANNIHILATION_ENDPOINTS_LIMIT_MEMORY_S", 600.0, minimum=1)
 # How long a process keeps its copy of the registry (seconds) before reading it again.
 ENDPOINTS_CACHE_S = env_float("ANNIHILATION_ENDPOINTS_CACHE_S", 5.0, minimum=0)
@@ -761,6 +771,7 @@ CELERY_BEAT_SCHEDULE = {
         ("reflection-decay", "reflection.decay", REFLECTION_DECAY_EVERY_S),
         ("hooks-outbox", "hooks.outbox", HOOKS_OUTBOX_EVERY_S),
         ("endpoints-health", "psychonauts.endpoints_health", ENDPOINTS_HEALTH_EVERY_S),
+        ("psychonauts-rate-limited-resume", "psychonauts.rate_limited_resume", 15.0),
         ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
         ("api-idempotency-purge", "api.idempotency_purge", API_IDEMPOTENCY_PURGE_EVERY_S),
     )

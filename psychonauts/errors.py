@@ -77,3 +77,13 @@ class SuspendRun(PsychonautError):
     The pending tool call stays uncompleted; whoever resumes the run records its output
     (`tool_call_complete`) first, then executes the run again.
     """
+
+
+class RateLimitWait(SuspendRun):
+    """An endpoint refused a model call for load and asked to wait longer than a worker waits
+    (ENDPOINTS_RETRY_AFTER_MAX_S): the run is suspended, holding no worker, and woken when the
+    wait is over (`psychonauts.routing.ratelimits`). The refused call made no turn: it is asked again."""
+
+    def __init__(self, message: str, *, wait_s: float) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s

@@ -13,6 +13,7 @@ from psychonauts.environments.services import (
 )
 from psychonauts.errors import AgentRunNotFound
 from psychonauts.routing.endpoints import endpoints_health_check
+from psychonauts.routing.ratelimits import rate_limit_resume_due
 from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.runtime.sweep import workspaces_sweep
 
@@ -48,6 +49,14 @@ def endpoints_health() -> int:
     """Beat: check every enabled endpoint of the registry, marking it down or up; returns how
     many are down."""
     return sum(not r.up for r in endpoints_health_check())
+
+
+@shared_task(name="psychonauts.rate_limited_resume", ignore_result=True)
+def rate_limited_resume(agent_run_id: int | None = None) -> int:
+    """Wake a run suspended for a rate limit once its wait is over (sent counting the wait
+    down); from the beat, with no run, every run whose wait is over (a lost task's). Returns how
+    many were woken."""
+    return len(rate_limit_resume_due(agent_run_id=agent_run_id))
 
 
 @shared_task(

@@ -35,8 +35,15 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from bursts.models import AgentRun
-from psychonauts.errors import PsychonautError
+from psychonauts.errors import PsychonautError, SlotTimeout
 from psychonauts.models import Usage
+from psychonauts.routing.endpoints import settings_endpoint
+from psychonauts.routing.ratelimits import (
+    endpoint_call_succeeded,
+    endpoint_limit,
+    endpoint_rate_limited,
+)
+from psychonauts.routing.semaphore import slot_held, slots_in_use
 from psychonauts.runtime.budget import (
     CallSpend,
     Spend,
@@ -311,6 +318,34 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, "not_found_error", f"the gateway does not forward {path}")
             return
+        # The upstream's slots and rate limits are those of the runs that call it directly
+        # (psychonauts.routing.ratelimits): a 429 or 529 lowers its concurrency for every caller. The
+        # CLI waits out the retry-after itself; the slot is given back meanwhile.
+        endpoint = settings_endpoint("anthropic", base_url=gateway.upstream)
+        assert endpoint is not None
+        holder = f"{gateway.run.pk}:{os.getpid()}:{threading.get_ident()}"
+        try:
+            with slot_held(
+                holder,
+                limit=endpoint_limit(endpoint.name, endpoint.max_concurrency),
+                wait_s=settings.ENDPOINTS_SLOT_WAIT_S,
+                key=endpoint.slots_key,
+            ):
+                status = self._forward(gateway, path, raw, body, metered=metered)
+        except SlotTimeout:
+            self._error(529, "overloaded_error", f"every slot of {endpoint.name} stayed busy")
+            return
+        if status in (429, 529):
+            in_flight = slots_in_use(key=endpoint.slots_key) + 1
+            endpoint_rate_limited(endpoint.name, endpoint.max_concurrency, in_flight=in_flight)
+        elif status < 400:
+            endpoint_call_succeeded(endpoint.name, endpoint.max_concurrency)
+
+    def _forward(
+        self, gateway: Gateway, path: str, raw: bytes, body: dict[str, Any], *, metered: bool
+    ) -> int:
+        """Send the request on to the upstream and stream its answer back; returns its status
+        (502 when it could not be reached)."""
         target = urlsplit(gateway.upstream)
         kind = (
             http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
@@ -329,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = upstream.getresponse()
         except OSError as exc:
             self._error(502, "api_error", f"the gateway could not reach the model endpoint: {exc}")
-            return
+            return 502
         self.send_response(response.status)
         for key in ("content-type", "request-id", "retry-after"):
             value = response.getheader(key)
@@ -353,3 +388,4 @@ class _Handler(BaseHTTPRequestHandler):
                 usage.whole(b"".join(whole))
             if metered and (usage.tokens_in or usage.tokens_out or usage.cache_read):
                 gateway.record(str(body.get("model", "")), usage)
+        return int(response.status)

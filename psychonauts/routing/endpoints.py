@@ -43,7 +43,7 @@ from core import metrics
 from core.destinations import DestinationRefused, destination_check
 from core.redaction import redact
 from core.redis import get_redis
-from psychonauts.errors import ProviderError, PsychonautError, SlotTimeout
+from psychonauts.errors import ProviderError, PsychonautError, RateLimitWait, SlotTimeout
 from psychonauts.models import Endpoint, EndpointProvider, HealthStatus
 from psychonauts.routing.providers.base import OnText, Provider, ProviderRequest, ProviderResponse
 from psychonauts.routing.ratelimits import (
@@ -51,9 +51,10 @@ from psychonauts.routing.ratelimits import (
     endpoint_limit,
     endpoint_rate_limited,
     openai_endpoint_client,
+    rate_limit_suspensions,
     rate_limit_wait,
 )
-from psychonauts.routing.semaphore import slot_held
+from psychonauts.routing.semaphore import slot_held, slots_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +194,9 @@ class EndpointConf:
     enabled: bool = True
     context_tokens: int | None = None  # the model's context size; None: not bounded here
     text_tool_calls: bool = False  # tool calls written as text are parsed as calls
+    # The endpoint of a provider's own settings (`settings_endpoint`), not a registry row: its
+    # URL and key are the operator's environment, not checked as a registry endpoint's are.
+    from_settings: bool = False
 
     @property
     def health_key(self) -> tuple[str, str]:
@@ -510,7 +514,8 @@ class LimitedProvider:
     max_concurrency calls at once across every worker, fewer while it rate-limits: see
     `psychonauts.routing.ratelimits`; a call waits up to ENDPOINTS_SLOT_WAIT_S for one, then fails with
     EndpointBusy). A call refused for load (429, 529) gives its slot back, waits, and queues
-    again, up to ENDPOINTS_RATE_LIMIT_TRIES times."""
+    again, up to ENDPOINTS_RATE_LIMIT_TRIES times; a wait longer than ENDPOINTS_RETRY_AFTER_MAX_S
+    suspends the run instead (RateLimitWait), holding no worker until it is over."""
 
     uses_llm = True
 
@@ -522,14 +527,13 @@ class LimitedProvider:
         self.context_tokens = conf.context_tokens
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
-        # Checked at each call: the name may resolve elsewhere now than when it was added.
-        problem = endpoint_destination_problem(
-            self.conf.base_url, self.conf.api_key_env, resolve=True
-        )
-        if problem is not None:
-            raise EndpointRefused(f"endpoint {self.conf.name}: {problem}")
-        holder = f"{request.run.agent_run_id}:{os.getpid()}:{threading.get_ident()}"
         conf = self.conf
+        if not conf.from_settings:
+            # Checked at each call: the name may resolve elsewhere now than when it was added.
+            problem = endpoint_destination_problem(conf.base_url, conf.api_key_env, resolve=True)
+            if problem is not None:
+                raise EndpointRefused(f"endpoint {conf.name}: {problem}")
+        holder = f"{request.run.agent_run_id}:{os.getpid()}:{threading.get_ident()}"
         attempt = 1
         while True:
             try:
@@ -547,14 +551,32 @@ class LimitedProvider:
                 ) from None
             except ProviderError as exc:
                 wait = rate_limit_wait(exc, attempt=attempt)
-                if wait is None or attempt >= settings.ENDPOINTS_RATE_LIMIT_TRIES:
+                if wait is None:
                     raise
-                limit = endpoint_rate_limited(conf.name, conf.max_concurrency)
+                if attempt >= settings.ENDPOINTS_RATE_LIMIT_TRIES:
+                    raise type(exc)(
+                        f"{exc} (refused for load {attempt} times in a row by endpoint {conf.name})"
+                    ) from exc.__cause__
+                # Its own call is over (its slot given back): it was in flight too.
+                in_flight = slots_in_use(key=conf.slots_key) + 1
+                limit = endpoint_rate_limited(conf.name, conf.max_concurrency, in_flight=in_flight)
+                run_id = request.run.agent_run_id
+                if wait > settings.ENDPOINTS_RETRY_AFTER_MAX_S:
+                    if rate_limit_suspensions(run_id) > settings.ENDPOINTS_RATE_LIMIT_TRIES:
+                        raise type(exc)(
+                            f"{exc} (the run waited out endpoint {conf.name}'s rate limit "
+                            f"{settings.ENDPOINTS_RATE_LIMIT_TRIES} times already)"
+                        ) from exc.__cause__
+                    raise RateLimitWait(
+                        f"rate-limited by endpoint {conf.name}: it asked to wait {wait:.0f}s; "
+                        "the run resumes then, holding no worker meanwhile",
+                        wait_s=wait,
+                    ) from exc
                 logger.warning(
                     "endpoint %s rate-limited the call (%s): concurrency now %d, "
                     "asking again in %.2fs",
                     conf.name, exc, int(limit), wait,
-                    extra={"agent_run_id": request.run.agent_run_id, "endpoint": conf.name},
+                    extra={"agent_run_id": run_id, "endpoint": conf.name},
                 )  # fmt: skip
                 time.sleep(wait)  # holding no slot
                 attempt += 1
@@ -565,6 +587,54 @@ class LimitedProvider:
 
 def endpoint_provider(conf: EndpointConf) -> LimitedProvider:
     """The provider a run routed to `conf` calls (its key read from the environment now)."""
+    return LimitedProvider(conf, _base_provider(conf))
+
+
+# The providers that call a model endpoint of their own settings when the registry routes nothing:
+# the variable naming its URL, and the URL its SDK calls without one.
+_SETTINGS_BASE_URL = {
+    EndpointProvider.ANTHROPIC.value: ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    EndpointProvider.OPENAI.value: ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+}
+
+
+def settings_endpoint(provider: str, *, base_url: str | None = None) -> EndpointConf | None:
+    """The endpoint a provider calls by its own settings (its SDK's base URL and key from the
+    environment; `base_url` when given: a CLI agent's gateway forwards there), as the rate
+    limits see it: named by the provider and the URL it calls, so every run on the same server
+    shares one concurrency, across workers and executors. None for a provider without one."""
+    known = _SETTINGS_BASE_URL.get(provider)
+    if known is None:
+        return None
+    variable, default_url = known
+    if base_url is None:
+        base_url = os.environ.get(variable, "")
+    return EndpointConf(
+        name=f"{provider}@{(base_url or default_url).rstrip('/')}",
+        provider=provider,
+        model="",
+        base_url=base_url,
+        api_key_env="",
+        tier="",
+        max_concurrency=settings.ENDPOINTS_SETTINGS_CONCURRENCY,
+        price=None,
+        from_settings=True,
+    )
+
+
+def settings_endpoint_provider(provider: Provider) -> Provider:
+    """`provider` (made by name, calling its settings' endpoint) with the rate-limit handling of
+    a registry endpoint: its calls share the endpoint's concurrency, lowered when it answers 429
+    or 529, and wait out its `retry-after` without a slot (or suspended, without a worker). A
+    provider that calls no endpoint (scripted, shell, noop) is returned as it is."""
+    conf = settings_endpoint(provider.name)
+    if conf is None or isinstance(provider, LimitedProvider):
+        return provider
+    if conf.provider == EndpointProvider.ANTHROPIC:
+        from psychonauts.routing.providers.anthropic import AnthropicProvider
+
+        # The process's shared clients (psychonauts.routing.providers.anthropic.shared_client).
+        return LimitedProvider(conf, AnthropicProvider(rate_limits_to_caller=True))
     return LimitedProvider(conf, _base_provider(conf))
 
 

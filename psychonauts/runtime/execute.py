@@ -28,6 +28,7 @@ from psychonauts.errors import (
     InfrastructureError,
     ProviderError,
     PsychonautError,
+    RateLimitWait,
     RoleNotFound,
     SuspendRun,
 )
@@ -45,9 +46,11 @@ from psychonauts.routing.endpoints import (
     endpoints_down,
     endpoints_state,
     registry_enabled,
+    settings_endpoint_provider,
 )
 from psychonauts.routing.providers import provider_get
 from psychonauts.routing.providers.base import Provider
+from psychonauts.routing.ratelimits import rate_limit_resume_schedule
 from psychonauts.runtime.checkpoint import run_claim, run_read
 from psychonauts.runtime.runner import Observer, Runner
 from psychonauts.runtime.runs import agent_run_fail, agent_run_suspend, run_outcome
@@ -118,7 +121,10 @@ def _route(run: AgentRun, role: Role) -> Route:
         if isinstance(routed, Route):
             return routed
         miss = routed
-    route = _settings_route(provider, run.model or role.model, complexity)
+    # Its settings' endpoint gets the rate-limit handling a registry endpoint has.
+    route = _settings_route(
+        settings_endpoint_provider(provider), run.model or role.model, complexity
+    )
     if run.model or role.model:
         named_by = "the run" if run.model else f"role {role.name}"
         route = dataclasses.replace(route, why=f"model named by {named_by}")
@@ -307,7 +313,9 @@ def _agent_run_execute(*, agent_run_id: int, observer: Observer | None) -> Outco
     except SuspendRun as exc:
         if runner is not None and (stale := runner.set_aside()) is not None:
             return stale
-        agent_run_suspend(agent_run_id=run.pk)
+        suspended = agent_run_suspend(agent_run_id=run.pk)
+        if suspended and isinstance(exc, RateLimitWait):
+            rate_limit_resume_schedule(agent_run_id=run.pk, wait_s=exc.wait_s)
         run.refresh_from_db()
         registry.registry_sync(run)
         reason = redact(str(exc))

@@ -28,6 +28,7 @@ class FakeReply:
     tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     error: str = ""  # an error type sent as `event: error` in the stream (overloaded_error)
     status: int = 200  # an HTTP error status returned before streaming (429, 529 ...)
+    retry_after: str = ""  # the retry-after header of an error status
     delay_s: float = 0.0
     raw: str = ""  # sent as is after message_start, ending the stream (a malformed one)
     cut: bool = False  # the connection closed before the whole answer was sent
@@ -303,6 +304,8 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
+                if reply.retry_after:
+                    self.send_header("retry-after", reply.retry_after)
                 self.end_headers()
                 self.wfile.write(payload)
                 return

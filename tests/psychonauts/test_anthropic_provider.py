@@ -93,7 +93,8 @@ def test_it_retries_then_succeeds(repo, make_run, fake_env, failures):
     assert len(fake.requests) == len(failures) + 1
 
 
-def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
+def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env, settings):
+    settings.ENDPOINTS_RATE_LIMIT_TRIES = 3  # a refusal for load is the endpoint's to retry
     run = make_run("planner", provider="anthropic")
     with fake_anthropic_server([FakeReply(status=429, error="rate_limit_error")] * 5) as fake:
         fake_env(fake.base_url)
@@ -101,7 +102,7 @@ def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, f
 
     assert outcome.status == "error"
     assert "rate_limit_error" in outcome.error
-    assert "after 3 attempts" in outcome.error
+    assert "refused for load 3 times in a row" in outcome.error
     assert len(fake.requests) == 3
     run.refresh_from_db()
     assert run.status == AgentStatus.ERROR

@@ -116,7 +116,8 @@ def test_it_retries_then_succeeds(repo, make_run, fake_env, failures):
     assert len(fake.requests) == len(failures) + 1
 
 
-def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env):
+def test_it_ends_in_error_with_the_reason_after_the_last_retry(repo, make_run, fake_env, settings):
+    settings.ENDPOINTS_RATE_LIMIT_TRIES = 3  # a refusal for load is the endpoint's to retry
     run = make_run("planner", provider="openai")
     with fake_openai_server([FakeReply(status=429, retry_after="0")] * 5) as fake:
         fake_env(fake.base_url)

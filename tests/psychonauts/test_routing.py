@@ -191,6 +191,7 @@ def test_provider_failures_in_a_row_make_an_endpoint_failing_and_a_success_reset
     repo: Path, make_quantum, make_run, fake_env, settings
 ):
     settings.AUTOPILOT_ENDPOINT_FAILURES = 2
+    settings.ENDPOINTS_RATE_LIMIT_TRIES = 1  # one refusal for load ends the run
     overloaded = [FakeReply(status=529, error="overloaded_error")]
     for n in (1, 2):
         _, outcome, _ = _run_on_fake(make_run, fake_env, make_quantum(), list(overloaded))

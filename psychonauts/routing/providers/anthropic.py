@@ -179,10 +179,13 @@ class AnthropicProvider:
         assert last is not None
         kind = _error_type(last) if isinstance(last, anthropic.APIStatusError) else ""
         status = getattr(last, "status_code", None)
+        # A refusal for load handed to the caller: the caller counts its attempts.
+        handed = self.rate_limits_to_caller and is_rate_limited(last)
         raise ProviderError(
             f"anthropic: {kind or type(last).__name__}"
             + (f" (HTTP {status})" if status else "")
-            + f" after {attempt} attempt{'s' if attempt > 1 else ''}: {last}"
+            + ("" if handed else f" after {attempt} attempt{'s' if attempt > 1 else ''}")
+            + f": {last}"
         ) from last
 
     def _stream_once(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
