@@ -1,23 +1,23 @@
 """Celery tasks: thin links of the stage canvases and the manager's triggers. They take ids,
-by name (`bursts.canvas` builds their signatures)."""
+by name (`bursts.canvas` builds their signatures). They belong to the project's application
+itself, not to Celery's "current" one: a signature built in a thread that never made the
+application (a web request's) is sent with its broker and result backend."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from celery import shared_task
-
-import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
 from bursts.executor import OutcomeDict, execute_agent
 from bursts.models import QuantumRun
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
+from core.celery import app
 from repos.context import working_on_id
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
+@app.task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
 def stage_agent(
     prior: SlotResult | None = None,
     *,
@@ -56,14 +56,14 @@ def _repository_of(quantum_run_id: int) -> int | None:
     )
 
 
-@shared_task(name="bursts.stage_done", acks_late=True, ignore_result=True)
+@app.task(name="bursts.stage_done", acks_late=True, ignore_result=True)
 def stage_done(*, quantum_run_id: int, stage_index: int) -> None:
     """A fan-out stage's chord callback: evaluates the stage (and sends the next one)."""
     with working_on_id(_repository_of(quantum_run_id)):
         run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
 
 
-@shared_task(
+@app.task(
     name="bursts.agent_execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
 def agent_execute(*, agent_run_id: int) -> OutcomeDict:
@@ -76,12 +76,12 @@ def agent_execute(*, agent_run_id: int) -> OutcomeDict:
     return outcome.as_dict()
 
 
-@shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
+@app.task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
 def wave_advance_task(wave_id: int) -> None:
     wave_advance(wave_id=wave_id)
 
 
-@shared_task(name="bursts.safety_net", ignore_result=True)
+@app.task(name="bursts.safety_net", ignore_result=True)
 def safety_net_task() -> dict[str, Any]:
     report = safety_net()
     if report.advanced or report.redispatched or report.timed_out:

@@ -156,7 +156,7 @@ def test_a_fresh_threads_worker_is_warm_before_its_first_task(
     assert stats["pool"]["threads"] == 6
     assert stats["total"] == {}  # no task yet
     text = log.read_text()
-    for warmup in ("database_pools_fill", "redis_pool_fill", "_agents_warm_up"):
+    for warmup in ("database_pools_fill", "redis_pool_fill", "agents_warm_up"):
         assert f"worker warm-up {warmup} took" in text, text
     assert "failed" not in text, text
     if getattr(connections["default"], "pool", None) is not None:
