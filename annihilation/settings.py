@@ -440,9 +440,13 @@ VERIFY_TIMEOUT_S = env_float("ANNIHILATION_VERIFY_TIMEOUT_S", 300.0, minimum=1)
 COMMIT_EXCLUDE_EXTRA = [p for p in env_str("ANNIHILATION_COMMIT_EXCLUDE", "").split(":") if p]
 
 # --- bursts ---
-# The agent executor the stage tasks call: "psychonauts" (the agent runtime), "noop" (finishes at
-# once: benchmarks), or a dotted path to a callable taking agent_run_id (tests).
+# What the stage tasks run: "psychonauts" (the executor registered behind bursts.executor's seam:
+# the agent runtime) or "noop" (finishes every agent at once: benchmarks of the manager alone).
 BURSTS_EXECUTOR = env_str("ANNIHILATION_BURSTS_EXECUTOR", "psychonauts")
+if BURSTS_EXECUTOR not in ("psychonauts", "noop"):
+    raise ImproperlyConfigured(
+        f"ANNIHILATION_BURSTS_EXECUTOR={BURSTS_EXECUTOR!r}: expected psychonauts or noop"
+    )
 # A running agent's lease in Redis lives this long unless its worker renews it (every third).
 # A stage whose agents all ended and whose run has not stepped for this long is stepped by the
 # safety net (its chord callback was lost).

@@ -1,23 +1,25 @@
-"""Sending a stage to Celery: a sequential stage is a chain, a fan-out stage is a chord.
+"""Sending work to Celery: a sequential stage is a chain, a fan-out stage is a chord, and an agent
+outside any stage (standalone, or a sub-agent, resumed) is one task.
 
-Signatures are built by task name, so the services that call this never import the tasks.
+    sequential: stage_agent(run, k, 0) | stage_agent(run, k, 1) | ... (the last link evaluates)
+    fan_out:    chord([stage_agent(run, k, p) for p], stage_done(run, k))
+    standalone: agent_execute(agent_run_id)
 
-    sequential: stage_agent(None, run, k, 0, ..) | stage_agent(run, k, 1, ..) | ... (last evaluates)
-    fan_out:    chord([stage_agent(None, run, k, p, ..) for p], stage_done(run, k))
-
-A dispatch that knows the AgentRun ids it just created passes them along: the task then starts
-its agent in one statement instead of looking the slot up (the fast path of `slot_run`).
-Sequential links store no result (the chain hands each return value to the next link in the
-message); chord headers must, for the join.
+Every task takes named arguments (`StageAgentArgs`); a chain's later link also receives the
+previous link's SlotResult, which Celery passes first. A dispatch that knows the AgentRun ids it
+just created passes them along: the task then starts its agent in one statement instead of
+looking the slot up (the fast path of `slot_run`). Sequential links store no result (the chain
+hands each return value to the next link in the message); chord headers must, for the join.
+The tasks are imported where the signatures are built: the tasks module imports the services,
+which import this one.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from celery import chain, chord, group
 from celery.canvas import Signature
@@ -28,8 +30,17 @@ from quanta.pipeline_models import StageMode
 
 logger = logging.getLogger(__name__)
 
-STAGE_AGENT = "bursts.stage_agent"
-STAGE_DONE = "bursts.stage_done"
+
+class StageAgentArgs(TypedDict):
+    """The named arguments of `bursts.tasks.stage_agent`: one agent of a stage."""
+
+    quantum_run_id: int
+    stage_index: int
+    position: int
+    # The link that evaluates the stage once its agent ends (a chain's last link).
+    final: bool
+    # The AgentRun the dispatcher created for this slot, or None (the task looks it up).
+    agent_run_id: int | None
 
 
 @dataclass(frozen=True)
@@ -45,35 +56,50 @@ class StageDispatch:
 
 
 def stage_canvas(d: StageDispatch) -> Signature:
-    run, k = d.quantum_run_id, d.stage_index
+    from bursts.tasks import stage_agent, stage_done
+
     ids: list[int | None] = list(d.agent_run_ids) or [None] * len(d.positions)
     # No recorded id: Celery makes one up.
-    opts: list[dict[str, str]] = [{"task_id": t} for t in d.task_ids] or [{}] * len(d.positions)
+    opts: list[dict[str, Any]] = [{"task_id": t} for t in d.task_ids] or [{}] * len(d.positions)
+    last = len(d.positions) - 1
+    args = [
+        StageAgentArgs(
+            quantum_run_id=d.quantum_run_id,
+            stage_index=d.stage_index,
+            position=p,
+            final=d.mode != StageMode.FAN_OUT and n == last,
+            agent_run_id=i,
+        )
+        for n, (p, i) in enumerate(zip(d.positions, ids, strict=True))
+    ]
     if d.mode == StageMode.FAN_OUT:
         header = [
-            app.signature(STAGE_AGENT, args=(None, run, k, p, False, i), immutable=True, **o)
-            for p, i, o in zip(d.positions, ids, opts, strict=True)
+            stage_agent.signature(kwargs=dict[str, Any](a), immutable=True, options=o)
+            for a, o in zip(args, opts, strict=True)
         ]
-        return chord(
-            group(header),
-            app.signature(STAGE_DONE, args=(run, k), immutable=True, ignore_result=True),
-        )
-    last = len(d.positions) - 1
-    links: list[Signature] = [
-        app.signature(
-            STAGE_AGENT,
-            args=(None, run, k, d.positions[0], last == 0, ids[0]),
+        done = stage_done.signature(
+            kwargs={"quantum_run_id": d.quantum_run_id, "stage_index": d.stage_index},
             immutable=True,
-            ignore_result=True,
-            **opts[0],
+            options={"ignore_result": True},
         )
-    ]
-    # Each later link receives the previous link's SlotResult as its first argument.
-    links += [
-        app.signature(STAGE_AGENT, args=(run, k, p, n == last, i), ignore_result=True, **o)
-        for n, (p, i, o) in enumerate(zip(d.positions[1:], ids[1:], opts[1:], strict=True), start=1)
+        return chord(group(header), done)
+    # The first link starts the chain (immutable: no prior); each later one receives the
+    # previous link's SlotResult.
+    links: list[Signature] = [
+        stage_agent.signature(
+            kwargs=dict[str, Any](a), immutable=n == 0, options={**o, "ignore_result": True}
+        )
+        for n, (a, o) in enumerate(zip(args, opts, strict=True))
     ]
     return links[0] if len(links) == 1 else chain(*links)
+
+
+def agent_signature(agent_run_id: int) -> Signature:
+    """The task that executes one agent run outside any stage (a standalone agent, a
+    sub-agent, or the autopilot's planner and contemplator), through the executor seam."""
+    from bursts.tasks import agent_execute
+
+    return agent_execute.signature(kwargs={"agent_run_id": agent_run_id}, immutable=True)
 
 
 def stages_send_unsafe(dispatches: Sequence[StageDispatch]) -> None:
@@ -95,40 +121,7 @@ def stages_send(dispatches: Sequence[StageDispatch]) -> None:
     """Send the stages once the current transaction commits (workers must see the rows)."""
     if dispatches:
         items = list(dispatches)
-        transaction.on_commit(lambda: _send_or_keep(items))
-
-
-_in_place = threading.local()
-
-
-@contextmanager
-def stage_in_place(quantum_run_id: int) -> Iterator[list[StageDispatch]]:
-    """Within the block, a later stage of this run that is one sequential agent, once its
-    rows commit, is handed back instead of sent: a fan-out stage's chord callback runs it in
-    place, as the chord body of the raw Celery DAG would, instead of sending a message to a
-    worker to run one task. Nothing is lost if the worker dies there: the agent row is pending
-    (or running with a lapsing lease), and the safety net sends it again after the grace."""
-    kept: list[StageDispatch] = []
-    _in_place.slot = (quantum_run_id, kept)
-    try:
-        yield kept
-    finally:
-        _in_place.slot = None
-
-
-def _send_or_keep(items: list[StageDispatch]) -> None:
-    slot: tuple[int, list[StageDispatch]] | None = getattr(_in_place, "slot", None)
-    if slot is not None and not slot[1] and len(items) == 1:
-        d = items[0]
-        if (
-            d.quantum_run_id == slot[0]
-            and d.mode == StageMode.SEQUENTIAL
-            and len(d.positions) == 1
-            and d.agent_run_ids
-        ):
-            slot[1].append(d)
-            return
-    stages_send_unsafe(items)
+        transaction.on_commit(lambda: stages_send_unsafe(items))
 
 
 def tasks_revoke_unsafe(task_ids: Sequence[str]) -> None:

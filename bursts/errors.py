@@ -15,7 +15,3 @@ class WaveNotFound(BurstsError):
 
 class WaveNotRunning(BurstsError):
     """The wave already ended (done, cancelled or failed); it cannot be changed."""
-
-
-class ExecutorMisconfigured(BurstsError):
-    """settings.BURSTS_EXECUTOR names nothing callable."""

@@ -1,5 +1,7 @@
-"""Sections that apps above bursts add to the wave page, registered from their
-AppConfig.ready(): bursts renders them, and redraws them live, without importing those apps."""
+"""Sections that apps above bursts add to the wave page, registered from their hooks.py
+(`WAVE_SECTIONS.register(WaveSection(...))`): bursts renders them, and redraws them live,
+without importing those apps. A section is keyed by its template: registered again, it is
+replaced in its place."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.events import EventMessage
+from core.hooks import Hook
 
 
 @dataclass(frozen=True)
@@ -27,13 +30,7 @@ class WaveSection:
     wave_of: Callable[[EventMessage], int | None] = lambda event: None
 
 
-WAVE_SECTIONS: list[WaveSection] = []
-
-
-def wave_section_register(section: WaveSection) -> None:
-    """Add a section once (ready() may run again in tests)."""
-    if all(s.template != section.template for s in WAVE_SECTIONS):
-        WAVE_SECTIONS.append(section)
+WAVE_SECTIONS: Hook[WaveSection] = Hook("bursts.wave_sections", key=lambda s: s.template)
 
 
 def wave_section_topics() -> list[str]:
@@ -45,7 +42,7 @@ def wave_sections(wave_id: int, *, event: EventMessage | None = None) -> list[di
     """The sections to render for the wave: all of them (event None), or those an event of
     their topics redraws."""
     chosen = (
-        WAVE_SECTIONS
+        list(WAVE_SECTIONS)
         if event is None
         else [
             s for s in WAVE_SECTIONS if event["topic"] in s.topics and s.wave_of(event) == wave_id

@@ -1,34 +1,50 @@
-"""Celery tasks: thin links of the stage canvases and the manager's triggers. They take ids."""
+"""Celery tasks: thin links of the stage canvases and the manager's triggers. They take ids,
+by name (`bursts.canvas` builds their signatures). They belong to the project's application
+itself, not to Celery's "current" one: a signature built in a thread that never made the
+application (a web request's) is sent with its broker and result backend."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from celery import shared_task
-
-import core.celery  # noqa: F401  (its shared_tasks are bound to the project's application)
-from bursts.canvas import stage_in_place
+from bursts.executor import OutcomeDict, execute_agent
 from bursts.models import QuantumRun
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
+from core.celery import app
 from repos.context import working_on_id
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
+@app.task(name="bursts.stage_agent", acks_late=True, ignore_result=False)
 def stage_agent(
-    prior: SlotResult | None,
+    prior: SlotResult | None = None,
+    *,
     quantum_run_id: int,
     stage_index: int,
     position: int,
     final: bool,
     agent_run_id: int | None = None,
 ) -> SlotResult:
-    """One agent of a stage. The last link of a chain, or a link that broke it, evaluates the
-    stage at once; a fan-out stage is evaluated by its chord callback."""
+    """One agent of a stage (`bursts.canvas.StageAgentArgs`); a chain's later link receives the
+    previous link's result as `prior`. The last link of a chain, or a link that broke it,
+    evaluates the stage at once; a fan-out stage is evaluated by its chord callback."""
     with working_on_id(_repository_of(quantum_run_id)):
-        return _agent_slot(prior, quantum_run_id, stage_index, position, final, agent_run_id)
+        result = slot_run(
+            quantum_run_id=quantum_run_id,
+            stage_index=stage_index,
+            position=position,
+            prior=prior,
+            agent_run_id=agent_run_id,
+        )
+        broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
+            "error",
+            "cancelled",
+        )
+        if final or broke_here:
+            run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+        return result
 
 
 def _repository_of(quantum_run_id: int) -> int | None:
@@ -40,54 +56,32 @@ def _repository_of(quantum_run_id: int) -> int | None:
     )
 
 
-def _agent_slot(
-    prior: SlotResult | None,
-    quantum_run_id: int,
-    stage_index: int,
-    position: int,
-    final: bool,
-    agent_run_id: int | None,
-) -> SlotResult:
-    result = slot_run(
-        quantum_run_id=quantum_run_id,
-        stage_index=stage_index,
-        position=position,
-        prior=prior,
-        agent_run_id=agent_run_id,
-    )
-    broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
-        "error",
-        "cancelled",
-    )
-    if final or broke_here:
-        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
-    return result
-
-
-@shared_task(name="bursts.stage_done", acks_late=True, ignore_result=True)
-def stage_done(quantum_run_id: int, stage_index: int) -> None:
-    """A fan-out stage's chord callback. A next stage of one sequential agent runs here, as
-    the raw DAG's chord body would (see `stage_in_place`)."""
+@app.task(name="bursts.stage_done", acks_late=True, ignore_result=True)
+def stage_done(*, quantum_run_id: int, stage_index: int) -> None:
+    """A fan-out stage's chord callback: evaluates the stage (and sends the next one)."""
     with working_on_id(_repository_of(quantum_run_id)):
-        with stage_in_place(quantum_run_id) as kept:
-            run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
-        for d in kept:
-            _agent_slot(
-                prior=None,
-                quantum_run_id=d.quantum_run_id,
-                stage_index=d.stage_index,
-                position=d.positions[0],
-                final=True,
-                agent_run_id=d.agent_run_ids[0],
-            )
+        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
 
 
-@shared_task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
+@app.task(
+    name="bursts.agent_execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def agent_execute(*, agent_run_id: int) -> OutcomeDict:
+    """One agent run outside any stage (standalone, a sub-agent, the autopilot's planner),
+    executed through the executor seam. Idempotent: a redelivery resumes from the checkpoint.
+    The outcome is the AgentRun row (and its events); nobody waits on this result."""
+    outcome = execute_agent(agent_run_id)
+    if outcome.status == "error":
+        logger.warning("agent run %s ended in error: %s", agent_run_id, outcome.error)
+    return outcome.as_dict()
+
+
+@app.task(name="bursts.wave_advance", acks_late=True, ignore_result=True)
 def wave_advance_task(wave_id: int) -> None:
     wave_advance(wave_id=wave_id)
 
 
-@shared_task(name="bursts.safety_net", ignore_result=True)
+@app.task(name="bursts.safety_net", ignore_result=True)
 def safety_net_task() -> dict[str, Any]:
     report = safety_net()
     if report.advanced or report.redispatched or report.timed_out:

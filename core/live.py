@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -26,12 +27,22 @@ from django.template.loader import select_template
 from django.utils import timezone
 
 from core.events import EventMessage
+from core.hooks import Hook
 from core.models import Event
 from core.safetext import text_problem
 
 LiveContext = Callable[[EventMessage, Mapping[str, str]], dict[str, Any]]
 
-_PAGES: dict[str, LiveContext | None] = {}
+
+@dataclass(frozen=True)
+class LivePage:
+    """A page that renders fragments, with the extra context they need (None: the event)."""
+
+    name: str
+    context: LiveContext | None = None
+
+
+LIVE_PAGES: Hook[LivePage] = Hook("core.live_pages", key=lambda page: page.name)
 
 
 class LivePageError(Exception):
@@ -42,19 +53,14 @@ def live_page(name: str) -> Callable[[LiveContext], LiveContext]:
     """Register the extra context of a live page's fragments."""
 
     def register(fn: LiveContext) -> LiveContext:
-        _PAGES[name] = fn
+        LIVE_PAGES.register(LivePage(name, fn))
         return fn
 
     return register
 
 
 def live_page_known(name: str) -> bool:
-    return name in _PAGES
-
-
-def live_page_plain(name: str) -> None:
-    """Register a page whose fragments need nothing but the event."""
-    _PAGES.setdefault(name, None)
+    return LIVE_PAGES.get(name) is not None
 
 
 def events_last_id() -> int:
@@ -86,7 +92,8 @@ def fragment_render(
     event: EventMessage, *, page: str, params: Mapping[str, str], can_operate: bool
 ) -> str:
     """The HTML fragments of `event` for `page`, or "" when the page shows nothing for it."""
-    if page not in _PAGES:
+    found = LIVE_PAGES.get(page)
+    if found is None:
         return ""
     kind = event["topic"].split(":", 1)[0]
     try:
@@ -95,7 +102,7 @@ def fragment_render(
         )
     except TemplateDoesNotExist:
         return ""
-    context_fn = _PAGES[page]
+    context_fn = found.context
     context: dict[str, Any] = {"event": event, "payload": event["payload"], "params": params}
     context["can_operate"] = can_operate
     if context_fn is not None:
@@ -109,7 +116,17 @@ def fragment_render(
 # --- websocket actions ------------------------------------------------------------------------
 
 WsAction = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
-_ACTIONS: dict[str, WsAction] = {}
+
+
+@dataclass(frozen=True)
+class LiveAction:
+    """An operator action a page may send over its socket, by name."""
+
+    name: str
+    run: WsAction
+
+
+LIVE_ACTIONS: Hook[LiveAction] = Hook("core.live_actions", key=lambda action: action.name)
 
 
 class ActionRefused(Exception):
@@ -157,14 +174,15 @@ def ws_action(name: str) -> Callable[[WsAction], WsAction]:
     """
 
     def register(fn: WsAction) -> WsAction:
-        _ACTIONS[name] = fn
+        LIVE_ACTIONS.register(LiveAction(name, fn))
         return fn
 
     return register
 
 
 def ws_action_get(name: str) -> WsAction | None:
-    return _ACTIONS.get(name)
+    found = LIVE_ACTIONS.get(name)
+    return found.run if found is not None else None
 
 
 def live_attrs(

@@ -1,17 +1,13 @@
-"""The registry of a threads worker's warm-ups (run by `core.celery` when a worker starts). Kept
-apart from the Celery application so that an app registers its own in AppConfig.ready without
+"""The hook of a threads worker's warm-ups (run by `core.celery` when a worker starts). Kept
+apart from the Celery application so that an app registers its own from its hooks.py without
 every process (commands, the web) loading Celery's application to do so."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from core.hooks import Hook
+
+# f(concurrency): run when a threads worker starts, before its first task.
 WorkerWarmup = Callable[[int], object]
-WARMUPS: list[WorkerWarmup] = []
-
-
-def worker_warmup_register(warmup: WorkerWarmup) -> None:
-    """Have `warmup(concurrency)` run when a threads worker starts, before its first task (an
-    upper app registers its own in AppConfig.ready)."""
-    if warmup not in WARMUPS:
-        WARMUPS.append(warmup)
+WARMUPS: Hook[WorkerWarmup] = Hook("core.worker_warmups")

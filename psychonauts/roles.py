@@ -47,7 +47,7 @@ def role_parse(path: Path) -> dict[str, object]:
     # Tools other apps register (ask_tether ...) may not be loaded yet: only refuse typos of
     # the names this app knows about when no other app could provide them.
     for i, tool in enumerate(tools):
-        if tool not in TOOLS and tool not in {"ask_tether", "propose_pipeline_change"}:
+        if TOOLS.get(tool) is None and tool not in {"ask_tether", "propose_pipeline_change"}:
             raise doc.error(f"unknown tool {tool!r}", "allowed_tools", i)
     from psychonauts.executors import EXECUTORS
 

@@ -1,5 +1,6 @@
-"""Sections that apps above psychonauts add to the Focus page, registered from their
-AppConfig.ready(): the page renders them without importing those apps."""
+"""Sections that apps above psychonauts add to the Focus page, registered from their hooks.py
+(`FOCUS_SECTIONS.register(FocusSection(...))`): the page renders them without importing those
+apps. A section is keyed by its template."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bursts.models import AgentRun
+from core.hooks import Hook
 
 
 @dataclass(frozen=True)
@@ -19,13 +21,7 @@ class FocusSection:
     context: Callable[[AgentRun], dict[str, Any]]
 
 
-FOCUS_SECTIONS: list[FocusSection] = []
-
-
-def focus_section_register(section: FocusSection) -> None:
-    """Add a section once (ready() may run again in tests)."""
-    if all(s.template != section.template for s in FOCUS_SECTIONS):
-        FOCUS_SECTIONS.append(section)
+FOCUS_SECTIONS: Hook[FocusSection] = Hook("psychonauts.focus_sections", key=lambda s: s.template)
 
 
 def focus_sections(run: AgentRun) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from core.hooks import Hook
 from core.redaction import redact
 from core.safetext import quoted, text_problem
 from quanta.errors import InvalidQuantum
@@ -112,16 +113,11 @@ VERIFY_COMMAND_MAX = 2000  # characters of one verify command
 VERIFY_COMMANDS_MAX = 50  # verify commands of one quantum
 PROBLEM_MAX = 200  # characters of the guard's reason a message repeats
 
+# Where verify commands are judged before they are saved: the agent runtime, which sits above
+# this app and runs them through its command guard, registers the guard here when the apps
+# load. `check(command)` returns why the command is refused, or "" when it may run.
 CommandCheck = Callable[[str], str]
-_command_check: CommandCheck | None = None
-
-
-def verify_command_check_source(check: CommandCheck) -> None:
-    """Where verify commands are judged before they are saved: the agent runtime, which sits
-    above this app and runs them through its command guard, registers the guard here when the
-    apps load. `check(command)` returns why the command is refused, or "" when it may run."""
-    global _command_check
-    _command_check = check
+VERIFY_COMMAND_CHECK: Hook[CommandCheck] = Hook("quanta.verify_command_check", single=True)
 
 
 def clean_command(value: Any) -> str:
@@ -133,7 +129,7 @@ def clean_command(value: Any) -> str:
         raise InvalidQuantum(
             f"verify_commands: {quoted(command, 60)}: at most {VERIFY_COMMAND_MAX} characters"
         )
-    problem = _command_check(command) if _command_check is not None else ""
+    problem = next((check(command) for check in VERIFY_COMMAND_CHECK), "")
     if len(problem) > PROBLEM_MAX:  # the guard's reason may repeat a long command
         problem = problem[:PROBLEM_MAX] + "…"
     if problem:

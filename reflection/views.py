@@ -41,12 +41,12 @@ SPARK_W, SPARK_H = 120, 24
 
 
 def grounding_deltas_context(request: HttpRequest) -> dict[str, Any]:
-    """The Grounding page's playbook section (registered in reflection.apps)."""
+    """The Grounding page's playbook section (registered in reflection/hooks.py)."""
     return {"deltas": deltas_waiting(), "can_operate": user_can_operate(request.user)}
 
 
 def wave_reflection_context(wave_id: int) -> dict[str, Any]:
-    """The wave page's reflection section (registered in reflection.apps), drawn again live
+    """The wave page's reflection section (registered in reflection/hooks.py), drawn again live
     on every `reflection:<status>` event of the wave."""
     return {
         "wave_id": wave_id,
@@ -56,7 +56,7 @@ def wave_reflection_context(wave_id: int) -> dict[str, Any]:
 
 
 def focus_playbook_context(run: AgentRun) -> dict[str, Any]:
-    """The Focus page's playbook section (registered in reflection.apps): the rules injected
+    """The Focus page's playbook section (registered in reflection/hooks.py): the rules injected
     into the run's prompt and the skill chosen for it."""
     return {
         "rule_uses": agent_run_rule_uses(agent_run_id=run.pk),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from django.db import connection
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from autopilot.services.budgets import spend_flush
+from bursts.executor import EXECUTOR, Executor
 from core.redis import get_redis
 from psychonauts.routing.endpoints import registry_invalidate
 from psychonauts.workspaces.worktrees import demo_repo_ensure
@@ -47,6 +48,15 @@ def fresh_endpoint_registry() -> Iterator[None]:
     registry_invalidate()
     yield
     registry_invalidate()
+
+
+@pytest.fixture
+def executor() -> Iterator[Callable[[Executor], Executor]]:
+    """Install an executor behind the bursts seam for this test: `executor(fn)`. The one
+    registered when the apps loaded (the agent runtime) is back after the test. (A worker
+    subprocess installs its own: tests/bursts/worker.py.)"""
+    with EXECUTOR.replaced(*EXECUTOR):
+        yield EXECUTOR.register
 
 
 @pytest.fixture

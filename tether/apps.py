@@ -8,16 +8,5 @@ class TetherConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from bursts.hooks import ON_RUNS_DRAINED
-        from psychonauts.runtime.tools import tool_register
-        from quanta.hooks import ON_STATUS_CHANGED
-        from tether.hooks import on_runs_drained
-        from tether.services.reachings import reachings_withdraw_for_status
-        from tether.tools import ASK_TETHER, PROPOSE_PIPELINE_CHANGE
-
-        tool_register(ASK_TETHER)
-        tool_register(PROPOSE_PIPELINE_CHANGE)
-        if on_runs_drained not in ON_RUNS_DRAINED:
-            ON_RUNS_DRAINED.append(on_runs_drained)
-        if reachings_withdraw_for_status not in ON_STATUS_CHANGED:
-            ON_STATUS_CHANGED.append(reachings_withdraw_for_status)
+        """The tether plugs into the apps below it: tether/hooks.py."""
+        from tether import hooks  # noqa: F401

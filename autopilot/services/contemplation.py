@@ -21,8 +21,8 @@ from django.db.models import Count
 
 from autopilot.labels import filed_labels
 from autopilot.models import Finding, Goal, GoalSource, GoalStatus, HubState
+from bursts.canvas import agent_signature
 from bursts.models import AGENT_LIVE, AgentRun
-from core.celery import app
 from core.events import publish
 from psychonauts.errors import WorkspaceError
 from psychonauts.runtime.runs import agent_run_create
@@ -36,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 TOPIC = "autopilot:contemplation"
 ROLE = "contemplator"
-EXECUTE_TASK = "psychonauts.tasks.execute_agent_run"
 ANCHOR_TITLE = "Contemplation: propose goals for the project"
 # A constant advisory-lock key: contemplation starts one at a time.
 _START_LOCK = 0x434F4E54  # "CONT"
@@ -177,7 +176,7 @@ def contemplate_start() -> AgentRun | None:
                 "room": room,
             },
         )
-        transaction.on_commit(lambda: app.send_task(EXECUTE_TASK, args=(run_id,)))
+        transaction.on_commit(lambda: agent_signature(run_id).apply_async())
     logger.info(
         "contemplation started: agent run %s on quantum #%s (%d proposals allowed)",
         run_id, anchor.pk, room, extra={"agent_run_id": run_id},

@@ -55,6 +55,7 @@ from autopilot.plan import (
     verify_commands_problems,
 )
 from autopilot.worktrees import scratch_at, scratch_remove, verify_lock
+from bursts.canvas import agent_signature
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.celery import app
 from core.events import publish
@@ -456,9 +457,7 @@ def _planner_send(goal_id: int, run_id: int) -> None:
 
     def send() -> None:
         chain(
-            signature(
-                "psychonauts.tasks.execute_agent_run", args=(run_id,), app=app, immutable=True
-            ),
+            agent_signature(run_id),
             signature("autopilot.goal_progress", args=(goal_id,), app=app, immutable=True),
         ).apply_async()
 

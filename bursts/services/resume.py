@@ -5,15 +5,12 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from bursts.canvas import StageDispatch, stages_send
+from bursts.canvas import StageDispatch, agent_signature, stages_send
 from bursts.models import AgentRun, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_run_resume
 from bursts.services.quantum_runs import quantum_run_dispatched
 from bursts.services.stages import stage_spec
-from core.celery import app
 from quanta.pipeline_models import StageMode
-
-STANDALONE_TASK = "psychonauts.tasks.execute_agent_run"
 
 
 def agent_resume(*, agent_run_id: int) -> bool:
@@ -37,7 +34,7 @@ def agent_resume(*, agent_run_id: int) -> bool:
         "quantum_run_id", "stage_index", "position", "parent_id"
     ).get(pk=agent_run_id)
     if quantum_run_id is None or parent_id is not None:
-        transaction.on_commit(lambda: app.send_task(STANDALONE_TASK, args=(agent_run_id,)))
+        transaction.on_commit(lambda: agent_signature(agent_run_id).apply_async())
         return True
     run = QuantumRun.objects.only("status", "current_stage", "pipeline_snapshot").get(
         pk=quantum_run_id

@@ -57,7 +57,7 @@ class ShellProvider:
 
     def complete(self, request: ProviderRequest, on_text: OnText) -> ProviderResponse:
         tools = {t["name"] for t in request.tools}
-        if tools >= set(TOOLS):
+        if tools >= set(TOOLS.keys()):
             # A role that lists no tools has them all: an implementer, not a reviewer (the
             # runtime weighs a verdict only from a role that names the verdict tool).
             tools.discard(VERDICT_TOOL)

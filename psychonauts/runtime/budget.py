@@ -14,6 +14,7 @@ from decimal import Decimal
 from django.conf import settings
 
 from bursts.models import AgentRun
+from core.hooks import Hook
 from psychonauts.errors import BudgetExceeded
 from psychonauts.routing.endpoints import registry_price
 
@@ -108,18 +109,8 @@ class CallSpend:
 # until someone resumes it; the call is made then), BudgetExceeded ends it in error.
 SpendGate = Callable[[CallCheck], None]
 SpendRecorder = Callable[[CallSpend], None]
-SPEND_GATES: list[SpendGate] = []
-SPEND_RECORDERS: list[SpendRecorder] = []
-
-
-def spend_gate_register(gate: SpendGate) -> None:
-    if gate not in SPEND_GATES:
-        SPEND_GATES.append(gate)
-
-
-def spend_recorder_register(recorder: SpendRecorder) -> None:
-    if recorder not in SPEND_RECORDERS:
-        SPEND_RECORDERS.append(recorder)
+SPEND_GATES: Hook[SpendGate] = Hook("psychonauts.spend_gates")
+SPEND_RECORDERS: Hook[SpendRecorder] = Hook("psychonauts.spend_recorders")
 
 
 def spend_recorded(spend: CallSpend) -> None:

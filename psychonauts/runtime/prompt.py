@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bursts.models import AgentRun
+from core.hooks import Hook
 from psychonauts.runtime.loops import loop_section
 
 
@@ -13,8 +14,10 @@ def _loops(run: AgentRun) -> str:
 
 
 # Sections added to every prompt, in order, after the context: f(agent_run) -> text, or "" to
-# add nothing to this run's prompt. Other apps append theirs.
-PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = [_loops]
+# add nothing to this run's prompt. The runtime's own loops first; apps above register theirs.
+PromptSection = Callable[[AgentRun], str]
+PROMPT_SECTIONS: Hook[PromptSection] = Hook("psychonauts.prompt_sections")
+PROMPT_SECTIONS.register(_loops)
 
 
 def agent_prompt(run: AgentRun) -> str:

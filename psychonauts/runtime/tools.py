@@ -2,7 +2,7 @@
 
 Tools raise ToolFailure (or a subclass) to refuse; `tool_execute` turns refusals, bad arguments
 and unknown tools into an error result for the model — never a crash of the run.
-Other apps add tools with `tool_register` from their AppConfig.ready(): the tether app registers
+Other apps add tools with `TOOLS.register` from their hooks.py: the tether app registers
 `ask_tether` (raising SuspendRun to wait without a worker) and `propose_pipeline_change`.
 """
 
@@ -23,6 +23,7 @@ import regex
 from django.conf import settings
 from django.utils import timezone
 
+from core.hooks import Hook
 from core.redaction import redact
 from core.safetext import text_problem
 from psychonauts.containment.guard import Policy, Tier, command_judge
@@ -85,18 +86,15 @@ class Tool:
         return {"name": self.name, "description": self.description, "input_schema": self.schema}
 
 
-TOOLS: dict[str, Tool] = {}
-
-
-def tool_register(tool: Tool) -> None:
-    TOOLS[tool.name] = tool
+# Every tool an agent may be given, by name: the runtime's own, and those apps above register.
+TOOLS: Hook[Tool] = Hook("psychonauts.runtime.tools", key=lambda tool: tool.name)
 
 
 def tools_for(allowed: list[str]) -> list[Tool]:
     """The role's tools (all registered ones when the role lists none)."""
     if not allowed:
-        return list(TOOLS.values())
-    return [TOOLS[name] for name in allowed if name in TOOLS]
+        return list(TOOLS)
+    return [tool for name in allowed if (tool := TOOLS.get(name)) is not None]
 
 
 def calls_change_workspace(blocks: list[ContentBlock]) -> bool:
@@ -736,4 +734,4 @@ for _tool in (
                "reasons": {"type": "string", "minLength": 1, "maxLength": VERDICT_REASONS_MAX}},
               ["verdict", "reasons"]), _report_verdict),
 ):  # fmt: skip
-    tool_register(replace(_tool, changes_workspace=_tool.name not in _READERS))
+    TOOLS.register(replace(_tool, changes_workspace=_tool.name not in _READERS))

@@ -1,5 +1,5 @@
 """What a threads worker makes for its agents before its first task (registered with
-`core.celery.worker_warmup_register`), so that the first hundred agents on a fresh worker do not
+`core.warmups.WARMUPS`, from psychonauts/hooks.py), so that the first hundred agents on a fresh worker do not
 each wait for it."""
 
 from __future__ import annotations

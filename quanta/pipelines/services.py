@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from core.events import publish
+from core.hooks import Hook
 from quanta.errors import QuantaError
 from quanta.models import Quantum
 from quanta.pipeline_models import Pipeline, Stage
@@ -50,21 +51,16 @@ def shipped_pipelines_dir() -> Path:
     return Path(settings.BASE_DIR) / "pipelines"
 
 
+# Where pipeline checks learn which roles exist: the agent runtime, which sits above this app,
+# registers its roles table here when the apps load.
 RoleNames = Callable[[], Collection[str]]
-_role_names: RoleNames | None = None
-
-
-def role_names_source(source: RoleNames) -> None:
-    """Where pipeline checks learn which roles exist: the agent runtime, which sits above this
-    app, registers its roles table here when the apps load."""
-    global _role_names
-    _role_names = source
+ROLE_NAMES: Hook[RoleNames] = Hook("quanta.role_names", single=True)
 
 
 def known_roles() -> frozenset[str] | None:
     """Role names a pipeline's agents may use, or None when no roles are known (then any name
     is accepted)."""
-    names = frozenset(_role_names()) if _role_names is not None else frozenset()
+    names = frozenset(name for source in ROLE_NAMES for name in source())
     return names or None
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from autopilot.models import Goal
+from bursts.executor import Executor
 from bursts.models import Wave
 from tests.api.conftest import ApiClient, assert_problem
+from tests.bursts.executors import scripted
 from tests.factories import make_quantum
 
 pytestmark = pytest.mark.django_db
@@ -50,8 +52,10 @@ def test_it_refuses_a_goal_without_criteria_and_writes_nothing(operator: ApiClie
     assert_problem(operator.get("/api/goals/424242"), 404, "not-found")
 
 
-def test_it_starts_follows_and_cancels_a_wave(operator: ApiClient, settings: Any) -> None:
-    settings.BURSTS_EXECUTOR = "tests.bursts.executors.scripted"
+def test_it_starts_follows_and_cancels_a_wave(
+    operator: ApiClient, executor: Callable[[Executor], Executor]
+) -> None:
+    executor(scripted)
     make_quantum("Work", labels=["api-wave"])
     response = operator.post("/api/waves", {"labels": ["api-wave"], "max_bursts": 1})
     assert response.status_code == 201, response.content

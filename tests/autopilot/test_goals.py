@@ -26,10 +26,9 @@ from autopilot.services.goals import (
 )
 from bursts.models import AgentRun
 from core.models import Event
-from psychonauts.containment.verify import verify_command_problem
 from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.runtime.tools import ToolContext, tool_execute
-from quanta.fields import verify_command_check_source
+from quanta.fields import VERIFY_COMMAND_CHECK
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_close, quantum_create, quantum_reopen
 from tests.tether.test_changes import finished_run
@@ -562,11 +561,8 @@ def test_a_plan_that_cannot_be_filed_is_refused_as_a_try_and_files_nothing(repo:
     run = AgentRun.objects.get(quantum_id=epic_of(goal))
     agent_run_execute(agent_run_id=run.pk)
     # The quanta's own door refuses what the plan's checks let through (its guard changed).
-    verify_command_check_source(lambda command: "refused at the door")
-    try:
+    with VERIFY_COMMAND_CHECK.replaced(lambda command: "refused at the door"):
         assert goals_progress() == 0
-    finally:
-        verify_command_check_source(verify_command_problem)
 
     goal.refresh_from_db()
     assert (goal.status, goal.plan_tries) == (S.DECOMPOSING, 1)

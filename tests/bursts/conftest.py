@@ -1,8 +1,9 @@
 """Real Celery workers for the burst manager's tests.
 
 A worker is a subprocess on the test database (pytest-django's `test_<name>`) and the same
-Redis, with the test executor behind the seam and short leases and graces so the safety net
-acts within a test's patience. Tests that use it are `transaction=True`: the worker must see
+Redis, with the test executor behind the seam (tests/bursts/worker.py installs it) and short
+leases and graces so the safety net acts within a test's patience. A worker given
+ANNIHILATION_BURSTS_EXECUTOR runs what that setting names instead: the agent runtime, or noop. Tests that use it are `transaction=True`: the worker must see
 committed rows.
 """
 
@@ -25,14 +26,15 @@ from celery import Celery
 from django.conf import settings
 from django.db import connection
 
+from bursts.executor import Executor
 from bursts.models import WAVE_TERMINAL, Wave
 from quanta.pipelines.services import pipelines_save
 from quanta.pipelines.spec import PipelineSpec
+from tests.bursts.executors import scripted
 
 ROOT = Path(__file__).resolve().parents[2]
-EXECUTOR = "tests.bursts.executors.scripted"
 FAST = {
-    "ANNIHILATION_BURSTS_EXECUTOR": EXECUTOR,
+    "BURSTS_TEST_EXECUTOR": "scripted",
     "ANNIHILATION_HEARTBEAT_TTL_S": "1.0",
     "ANNIHILATION_DISPATCH_GRACE_S": "1.5",
     "ANNIHILATION_SAFETY_NET_INTERVAL_S": "0.5",
@@ -60,7 +62,7 @@ class Worker:
 
     def start(self, *, wait: bool = True) -> Worker:
         cmd = [
-            sys.executable, "-m", "celery", "-A", "annihilation", "worker",
+            sys.executable, "-m", "celery", "-A", "tests.bursts.worker", "worker",
             "-P", "threads", "-c", str(self.concurrency), "-n", f"{self.name}@%h",
             "--without-gossip", "--without-mingle", "-l", "warning",
         ]  # fmt: skip
@@ -146,13 +148,15 @@ def worker_env(**overrides: str) -> dict[str, str]:
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     env = {**os.environ, **FAST, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
     env.update(overrides)
+    if "ANNIHILATION_BURSTS_EXECUTOR" in overrides:
+        env.pop("BURSTS_TEST_EXECUTOR")
     return env
 
 
 @pytest.fixture
-def fast_settings(settings: Any, tmp_path: Path) -> Any:
+def fast_settings(settings: Any, tmp_path: Path, executor: Callable[[Executor], Executor]) -> Any:
     """The test process itself uses the same executor and timings as the workers."""
-    settings.BURSTS_EXECUTOR = EXECUTOR
+    executor(scripted)
     settings.BURSTS_HEARTBEAT_TTL_S = 1.0
     settings.BURSTS_DISPATCH_GRACE_S = 1.5
     settings.QUANTUM_MAX_CONSECUTIVE_FAILURES = 2

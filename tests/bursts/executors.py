@@ -1,4 +1,4 @@
-"""A test executor behind the bursts executor seam (settings.BURSTS_EXECUTOR).
+"""A test executor behind the bursts executor seam (bursts.executor.EXECUTOR).
 
 Behaviour comes from lines in the quantum's body, so each test states what its agents do:
 

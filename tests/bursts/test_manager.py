@@ -12,6 +12,7 @@ from bursts.canvas import StageDispatch, stages_send_unsafe
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus, WaveStatus
 from bursts.services import run_step, wave_advance, wave_cancel, wave_start
 from bursts.services.waves import FIRST_COLLECT
+from bursts.tasks import stage_done
 from core.models import Event
 from quanta.models import Comment, QuantumStatus
 from quanta.services import dependency_add, quantum_create
@@ -149,7 +150,7 @@ def test_it_changes_nothing_when_every_step_is_delivered_twice(worker: Worker) -
     # And every step once more, after the end.
     for stage, mode, positions in ((0, "sequential", (0, 1)), (1, "fan_out", (0, 1))):
         stages_send_unsafe([StageDispatch(run.pk, stage, mode, positions)])
-    app.send_task("bursts.stage_done", args=(run.pk, 1))
+    stage_done.delay(quantum_run_id=run.pk, stage_index=1)
     app.send_task("bursts.wave_advance", args=(wave.pk,))
     run_step(quantum_run_id=run.pk, stage_index=1)
     wave_advance(wave_id=wave.pk)

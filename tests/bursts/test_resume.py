@@ -32,8 +32,8 @@ def finishes(*, agent_run_id: int) -> Outcome:
 
 
 @pytest.fixture
-def agent(settings, redis_client) -> AgentRun:
-    settings.BURSTS_EXECUTOR = "tests.bursts.test_resume.answered_while_suspending"
+def agent(executor, redis_client) -> AgentRun:
+    executor(answered_while_suspending)
     pipeline("one", ("sequential", ["coder"]), default=True)
     quantum = quantum_create(title="asks")
     wave_start()  # no worker here: the test plays the worker by calling slot_run
@@ -51,9 +51,9 @@ def test_it_keeps_an_agent_running_when_the_answer_beats_the_suspend(agent: Agen
 
 
 def test_it_waits_for_the_lease_the_suspending_worker_still_holds(
-    agent: AgentRun, settings
+    agent: AgentRun, executor
 ) -> None:
-    settings.BURSTS_EXECUTOR = "tests.bursts.test_resume.finishes"
+    executor(finishes)
     AgentRun.objects.filter(pk=agent.pk).update(status=AgentStatus.RUNNING, worker="")
     suspending = AgentLease(agent.pk).__enter__()
     assert suspending.held

@@ -15,6 +15,7 @@ from celery._state import (  # type: ignore[attr-defined]
     task_join_will_block,
 )
 
+from bursts.tasks import stage_agent, stage_done
 from core.celery import ResultBackend, app
 
 
@@ -37,11 +38,18 @@ def test_a_chord_sent_from_a_worker_keeps_none_of_its_header_results(in_a_worker
     consumer = backend.result_consumer
     try:
         for _ in range(3):
+            run = {"quantum_run_id": 1, "stage_index": 1}
             header = [
-                app.signature("bursts.stage_agent", args=(None, 1, 1, p, False, None), queue=queue)
+                stage_agent.signature(
+                    kwargs={**run, "position": p, "final": False},
+                    immutable=True,
+                    options={"queue": queue},
+                )
                 for p in range(3)
             ]
-            body = app.signature("bursts.stage_done", args=(1, 1), ignore_result=True, queue=queue)
+            body = stage_done.signature(
+                kwargs=run, immutable=True, options={"ignore_result": True, "queue": queue}
+            )
             sent: Any = chord(group(header), body).apply_async()
             ids = [r.id for r in sent.parent.results]
             del sent

@@ -22,14 +22,13 @@ from django.db import connection, connections
 from psycopg_pool import ConnectionPool
 
 import core.celery
-import core.warmups
 from core.celery import (
     database_pools_fill,
     pool_threads_start,
     redis_pool_fill,
     worker_warm_up,
 )
-from core.warmups import worker_warmup_register
+from core.warmups import WARMUPS
 from tests.bursts.conftest import ROOT, worker_env
 
 
@@ -96,18 +95,15 @@ def test_a_failing_warmup_is_logged_and_the_others_still_run(
 ) -> None:
     monkeypatch.setattr(core.celery, "database_pools_fill", lambda concurrency: 0)
     monkeypatch.setattr(core.celery, "redis_pool_fill", lambda concurrency: 0)
-    monkeypatch.setattr(core.warmups, "WARMUPS", [])
     ran: list[int] = []
 
     def broken(concurrency: int) -> None:
         raise RuntimeError("no sandbox today")
 
-    worker_warmup_register(broken)
-    worker_warmup_register(ran.append)
-    worker_warmup_register(ran.append)  # registered once
-
-    with caplog.at_level(logging.INFO, logger="core.celery"):
-        worker_warm_up(7)
+    with WARMUPS.replaced(broken, ran.append):
+        WARMUPS.register(ran.append)  # registered once
+        with caplog.at_level(logging.INFO, logger="core.celery"):
+            worker_warm_up(7)
 
     assert ran == [7]
     failed = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -160,7 +156,7 @@ def test_a_fresh_threads_worker_is_warm_before_its_first_task(
     assert stats["pool"]["threads"] == 6
     assert stats["total"] == {}  # no task yet
     text = log.read_text()
-    for warmup in ("database_pools_fill", "redis_pool_fill", "_agents_warm_up"):
+    for warmup in ("database_pools_fill", "redis_pool_fill", "agents_warm_up"):
         assert f"worker warm-up {warmup} took" in text, text
     assert "failed" not in text, text
     if getattr(connections["default"], "pool", None) is not None:

@@ -19,8 +19,6 @@ from psychonauts.runtime.budget import (
     CallCheck,
     CallSpend,
     cost_usd,
-    spend_gate_register,
-    spend_recorder_register,
 )
 from psychonauts.runtime.execute import agent_run_execute
 
@@ -43,11 +41,11 @@ turns:
 def seen() -> Iterator[tuple[list[CallCheck], list[CallSpend]]]:
     checks: list[CallCheck] = []
     spends: list[CallSpend] = []
-    spend_gate_register(checks.append)
-    spend_recorder_register(spends.append)
-    yield checks, spends
-    SPEND_GATES.remove(checks.append)
-    SPEND_RECORDERS.remove(spends.append)
+    with (
+        SPEND_GATES.replaced(*SPEND_GATES, checks.append),
+        SPEND_RECORDERS.replaced(*SPEND_RECORDERS, spends.append),
+    ):
+        yield checks, spends
 
 
 def test_it_asks_the_gates_before_each_call_and_tells_the_recorders_its_cost(
@@ -83,11 +81,8 @@ def test_a_gate_that_refuses_ends_the_run_before_the_call(
     def refuse(check: CallCheck) -> None:
         raise BudgetExceeded(f"budget: no more calls for run {check.agent_run_id}")
 
-    spend_gate_register(refuse)
-    try:
+    with SPEND_GATES.replaced(*SPEND_GATES, refuse):
         outcome = agent_run_execute(agent_run_id=run.pk)
-    finally:
-        SPEND_GATES.remove(refuse)
 
     assert (outcome.status, outcome.error) == ("error", f"budget: no more calls for run {run.pk}")
     run.refresh_from_db()

@@ -88,9 +88,7 @@ def test_the_ledger_prices_cache_reads_and_writes(repo, make_run, fake_env):
     assert rows[1].cache_read_tokens > 0
 
 
-def test_agents_of_one_role_share_their_cached_prefix(
-    repo, make_run, make_quantum, fake_env, monkeypatch
-):
+def test_agents_of_one_role_share_their_cached_prefix(repo, make_run, make_quantum, fake_env):
     """What differs between agents of one role (their quantum, the playbook rules and skill
     injected for it) comes after the prefix they share: the second reads the tools and the
     system prompt the first wrote."""
@@ -98,10 +96,12 @@ def test_agents_of_one_role_share_their_cached_prefix(
     def rules(run):
         return f"## Playbook rules\n- rule for quantum {run.quantum_id}"
 
-    monkeypatch.setattr("psychonauts.runtime.prompt.PROMPT_SECTIONS", [*PROMPT_SECTIONS, rules])
     first = make_run("coder", provider="anthropic", quantum=make_quantum(title="one"))
     second = make_run("coder", provider="anthropic", quantum=make_quantum(title="two"))
-    with fake_anthropic_server(_looper(1), cache=PromptCache()) as fake:
+    with (
+        PROMPT_SECTIONS.replaced(*PROMPT_SECTIONS, rules),
+        fake_anthropic_server(_looper(1), cache=PromptCache()) as fake,
+    ):
         fake_env(fake.base_url)
         assert agent_run_execute(agent_run_id=first.pk).status == "done"
         fake._replies = _looper(1)

@@ -71,7 +71,11 @@ def tether_worker(
     connection.close()
 
 
-def active_tasks(worker: Worker, name: str = "psychonauts.tasks.execute_agent_run") -> int:
+# The tasks that run one agent outside a stage: started (psychonauts), resumed (bursts).
+AGENT_TASKS = ("psychonauts.tasks.execute_agent_run", "bursts.agent_execute")
+
+
+def active_tasks(worker: Worker, names: tuple[str, ...] = AGENT_TASKS) -> int:
     """Agent tasks the worker is executing right now (the slots agents occupy; the embedded
     beat's sweeps come and go and are not counted)."""
     with Celery(broker=worker.env["REDIS_URL"]) as probe:
@@ -79,4 +83,4 @@ def active_tasks(worker: Worker, name: str = "psychonauts.tasks.execute_agent_ru
             destination=[f"{worker.name}@{os.uname().nodename}"], timeout=1.0
         ).active()
     assert replies, "the worker did not answer"
-    return sum(1 for tasks in replies.values() for task in tasks if task.get("name") == name)
+    return sum(1 for tasks in replies.values() for task in tasks if task.get("name") in names)

@@ -24,7 +24,6 @@ from tests.bursts.conftest import pipeline, wait_wave
 from tests.polling import wait_for
 from tests.worktrees import worktree_being_added
 from tether.errors import AlreadyDecided, BranchMoved
-from tether.hooks import on_runs_drained
 from tether.models import ChangeReview, ChangeStatus, Reaching, ReviewDue
 from tether.selectors import change_detail, changes_list
 from tether.services import (
@@ -35,6 +34,7 @@ from tether.services import (
     reviews_due,
     reviews_resend_due,
 )
+from tether.services.drained import runs_drained
 from tether.services.merge_queue import merge_queue_run
 
 FAKE_KEY = "sk-ant-api03-" + "Q" * 40
@@ -105,8 +105,8 @@ def test_a_drained_done_run_is_due_for_review_until_its_branch_is_reviewed(
     )
 
     with django_capture_on_commit_callbacks() as sent:
-        on_runs_drained([(changed, "done"), (unchanged, "done"), (failed, "reopened")])
-        on_runs_drained([(changed, "done")])  # drained twice: still due once
+        runs_drained([(changed, "done"), (unchanged, "done"), (failed, "reopened")])
+        runs_drained([(changed, "done")])  # drained twice: still due once
 
     assert len(sent) == 2  # the review tasks go to the broker once the drain commits
     due = dict(ReviewDue.objects.values_list("quantum_run_id", "quantum_id"))
@@ -281,8 +281,8 @@ def test_it_asks_the_operator_about_a_quarantined_quantum(db, make_quantum):
         )  # fmt: skip
     assert run is not None
 
-    on_runs_drained([(run, "blocked")])
-    on_runs_drained([(run, "blocked")])  # drained twice: still one question
+    runs_drained([(run, "blocked")])
+    runs_drained([(run, "blocked")])  # drained twice: still one question
 
     reaching = Reaching.objects.get(quantum=quantum)
     assert reaching.agent_run_id is None and reaching.priority == "high"

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from bursts.models import QuantumRun
 from core.events import publish
+from core.hooks import Hook
 from core.redaction import redact
 from psychonauts.containment.verify import VerifyReport
 from psychonauts.workspaces.central import base_branch, fetch_or_last, tracking
@@ -46,7 +47,8 @@ AUTO = "auto (low risk)"
 REVIEW_TASK = "tether.change_review_create"
 # Policies that auto-merge more low-risk changes than settings.TETHER_AUTO_MERGE_LOW_RISK does:
 # each gets the changed quantum's labels (the autopilot registers one for its own quanta).
-AUTO_MERGE_POLICIES: list[Callable[[Sequence[str]], bool]] = []
+AutoMergePolicy = Callable[[Sequence[str]], bool]
+AUTO_MERGE_POLICIES: Hook[AutoMergePolicy] = Hook("tether.auto_merge_policies")
 
 
 def _auto_merge(review: ChangeReview) -> bool:

@@ -1,5 +1,6 @@
-"""Sections that apps above tether add to the Grounding page, registered from their
-AppConfig.ready(): tether renders them without importing those apps."""
+"""Sections that apps above tether add to the Grounding page, registered from their hooks.py
+(`GROUNDING_SECTIONS.register(GroundingSection(...))`): tether renders them without importing
+those apps. A section is keyed by its template."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest
+
+from core.hooks import Hook
 
 
 @dataclass(frozen=True)
@@ -19,13 +22,9 @@ class GroundingSection:
     context: Callable[[HttpRequest], dict[str, Any]]
 
 
-GROUNDING_SECTIONS: list[GroundingSection] = []
-
-
-def grounding_section_register(section: GroundingSection) -> None:
-    """Add a section once (ready() may run again in tests)."""
-    if all(s.template != section.template for s in GROUNDING_SECTIONS):
-        GROUNDING_SECTIONS.append(section)
+GROUNDING_SECTIONS: Hook[GroundingSection] = Hook(
+    "tether.grounding_sections", key=lambda s: s.template
+)
 
 
 def grounding_sections(request: HttpRequest) -> list[dict[str, Any]]:
