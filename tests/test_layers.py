@@ -131,12 +131,12 @@ def test_a_wave_reaches_the_agents_turn_through_imports_and_the_executor_hook() 
     """From `start_wave` a reader follows imports to the stage task and the executor seam,
     then the one registration in that seam to the runtime, whose imports lead to the runner
     that takes the agent's turns (its model call)."""
+    from bursts import tasks
     from bursts.executor import EXECUTOR, execute_agent
-    from bursts.tasks import stage_agent
     from psychonauts.runtime.runner import Runner
 
     manager = reached_by_imports("bursts.management.commands.start_wave")
-    assert {stage_agent.__module__, execute_agent.__module__} <= manager
+    assert {tasks.__name__, execute_agent.__module__} <= manager  # the stage task, the seam
     assert Runner.__module__ not in manager  # the manager never imports the runtime
 
     runtimes = registrations(execute_agent.__module__, "EXECUTOR")
