@@ -9,15 +9,20 @@
   `--strict-mcp-config` keep a repository's `.claude/settings.json`, hooks and MCP servers out;
   the role's allowed tools become `--allowedTools`; everything else is refused headlessly.
 - Its stream-json output becomes the run's events (text, tool calls, tool results), redacted.
+- Our tools (`ask_tether`, `report_verdict`, `diary`, leases, mail, `spawn`) are its MCP
+  server `annihilation`, reached over a unix socket mounted into the sandbox
+  (`psychonauts.executors.mcp`). A question to the Tether stops the CLI and suspends the run
+  holding no worker; the answer resumes the CLI's session with it, once.
 - Its session id is derived from the agent run and announced before launch: an execution that
-  finds the session in the state folder (a killed worker, a redelivery) continues it with
-  `--resume` instead of starting over.
+  finds the session in the state folder (a killed worker, a redelivery, an answered question)
+  continues it with `--resume` instead of starting over.
 - At its end, the runtime commits the worktree, verifies and judges exactly as for its own
   agents (`Runner.done`); a failed verification round resumes the session with the feedback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -40,9 +45,11 @@ from bursts.services.agent_runs import agent_run_beat
 from core.redaction import redact, redact_data
 from psychonauts import registry
 from psychonauts.beneath import tree_chown
+from psychonauts.errors import SuspendRun
 from psychonauts.executors.base import ExecutorError, claude_binary
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
-from psychonauts.models import AgentTurn
+from psychonauts.executors.mcp import McpTools, Suspension, claude_tool_name, mcp_tool_names
+from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.sandbox import (
     SandboxUnavailable,
     _environment,
@@ -56,10 +63,13 @@ from psychonauts.sandbox import (
 from psychonauts.services.prompt import agent_prompt
 from psychonauts.services.runner import Runner
 from psychonauts.services.runs import run_outcome
+from psychonauts.services.spawn import agent_spawn
+from psychonauts.tools import ToolContext, tool_execute
 
 # Where the CLI's pieces appear inside the sandbox (its private /tmp holds the mount points).
 _INSIDE = Path("/tmp/.cli")
 _INSTALL, _STATE, _GATEWAY = _INSIDE / "install", _INSIDE / "state", _INSIDE / "gateway"
+_MCP = _INSIDE / "mcp"
 
 # Our tool names and the Claude Code tools that do the same.
 _TOOLS = {
@@ -73,9 +83,14 @@ _TOOLS = {
 }
 _NAMESPACE = uuid.UUID("9a1c55d2-4f0e-4b8e-9a57-3c1d2b7c1e01")
 _STDERR_KEPT = 4000
+_SETTLE_S = 5.0  # how long a CLI stopped on a question may take to write its session down
 _CONTINUE = (
     "Your previous session was interrupted (the worker running it stopped). Check the state of "
     "the workspace and continue the task where you left off."
+)
+_ANSWERED = (
+    "Your session stopped while your {tool} call (id {id}, input {input}) waited; its result "
+    "is:\n\n{output}\n\nDo not make that call again: continue your task with its result."
 )
 
 
@@ -92,7 +107,7 @@ class CliEnd:
     subtype: str = ""
     returncode: int | None = None
     stderr: str = ""
-    stopped: str = ""  # timeout | output | malformed
+    stopped: str = ""  # timeout | output | malformed | cancelled | suspended
     detail: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
 
@@ -100,6 +115,15 @@ class CliEnd:
 class ClaudeCodeRunner(Runner):
     """An agent run whose loop is Claude Code's (the commit, verification, verdict and end are
     `Runner`'s)."""
+
+    # A pipe our MCP server's thread writes to when a call suspended the run.
+    _wake_r: int = -1
+    _wake_w: int = -1
+    # The results of the calls the run waited on, for the resumed session.
+    answered: str = ""
+    # The state folder and session id of the CLI running now, and its MCP server.
+    _session: tuple[Path, str] | None = None
+    _mcp: McpTools | None = None
 
     def session_uuid(self) -> str:
         run = self.run
@@ -130,67 +154,188 @@ class ClaudeCodeRunner(Runner):
             os.chown(state.parent, uid, uid)
             tree_chown(state, uid)
         session = self.session_uuid()
-        prompt = agent_prompt(self.run)
+        # A question the run waited on: its answer is the resumed session's first message (or
+        # the run waits again, its question still open).
+        answered = self.answers()
+        prompt = answered or agent_prompt(self.run)
         # The model the run was routed to is the only one its CLI may call (its side requests,
         # titles and summaries, are pointed at the same model).
         allowed = {self.model}
         gateway = Gateway(
             self.run, provider="claude-code", allowed_models=frozenset(allowed), wave=self.wave
         )
-        with gateway:
-            for round in range(1, 100):
-                resume = self.session_known(state, session)
-                if resume and round == 1:
-                    # An earlier execution was cut off (a killed worker): its session goes on.
-                    prompt = _CONTINUE
-                self.phase(AgentPhase.THINKING)
-                self.emit(
-                    "cli_session",
-                    executor="claude-code",
-                    session_id=session,
-                    resume=resume,
-                    round=round,
-                )
-                self.flush_events()  # the session id is durable before the CLI starts
-                end = self.launch(
-                    binary, workspace, state, gateway, session=session, resume=resume,
-                    prompt=prompt,
-                )  # fmt: skip
-                self.changed = True  # the CLI may have changed anything in the worktree
-                if end.stopped == "cancelled":
-                    self.run.refresh_from_db(fields=["status", "result", "error"])
-                    registry.registry_remove(self.run.pk)
-                    if self.run.status == AgentStatus.CANCELLED:
-                        self.emit("cancelled", reason="cancelled by the burst manager")
-                    self.flush_events()
-                    return run_outcome(self.run)
-                if gateway.refusal:
-                    raise ExecutorError(f"claude-code stopped: {gateway.refusal}")
-                if end.stopped:
-                    raise ExecutorError(
-                        f"claude-code stopped by the sandbox's limits: {end.detail}"
-                    )
-                if end.is_error or end.returncode not in (0, None) or not end.subtype:
-                    raise ExecutorError(_failure(end))
-                self.emit(
-                    "cli_result",
-                    subtype=end.subtype,
-                    tokens_in=gateway.metered.tokens_in,
-                    tokens_out=gateway.metered.tokens_out,
-                    cost_usd=str(gateway.metered.cost_usd),
-                    calls=gateway.metered.calls,
-                )
-                turn = AgentTurn(
-                    agent_run=self.run,
-                    index=round - 1,
-                    assistant=[{"type": "text", "text": redact(end.result)}],
-                )
-                outcome = self.done(turn)
-                if outcome is not None:
-                    return outcome
-                # A failed verification round: the session goes on with the feedback.
-                prompt = "".join(str(b.get("text", "")) for b in turn.tool_results)
+        self._wake_r, self._wake_w = os.pipe()
+        mcp = McpTools(
+            self.tool_context(AgentTurn.objects.filter(agent_run=self.run).count()),
+            names=mcp_tool_names(list(self.role.allowed_tools)),
+            allowed=list(self.role.allowed_tools),
+            on_suspend=self.suspended,
+        )
+        try:
+            with gateway, mcp:
+                return self.rounds(binary, workspace, state, gateway, mcp, session, prompt)
+        finally:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def rounds(
+        self, binary: Path, workspace: Path, state: Path, gateway: Gateway, mcp: McpTools,
+        session: str, prompt: str,
+    ) -> Outcome:  # fmt: skip
+        for round in range(1, 100):
+            resume = self.session_known(state, session)
+            if round == 1 and self.answered and not resume:
+                # Its session is not on this host (resumed on another one): it starts over,
+                # with the answers it waited for.
+                prompt = agent_prompt(self.run) + "\n\n" + self.answered
+            elif resume and round == 1 and not self.answered:
+                # An earlier execution was cut off (a killed worker): its session goes on.
+                prompt = _CONTINUE
+            self.phase(AgentPhase.THINKING)
+            self.emit(
+                "cli_session",
+                executor="claude-code",
+                session_id=session,
+                resume=resume,
+                round=round,
+            )
+            self.flush_events()  # the session id is durable before the CLI starts
+            self._session, self._mcp = (state, session), mcp
+            end = self.launch(
+                binary, workspace, state, gateway, mcp, session=session, resume=resume,
+                prompt=prompt,
+            )  # fmt: skip
+            self.changed = True  # the CLI may have changed anything in the worktree
+            if mcp.suspension is not None:
+                self.suspend(mcp.suspension)
+            if end.stopped == "cancelled":
+                self.run.refresh_from_db(fields=["status", "result", "error"])
+                registry.registry_remove(self.run.pk)
+                if self.run.status == AgentStatus.CANCELLED:
+                    self.emit("cancelled", reason="cancelled by the burst manager")
+                self.flush_events()
+                return run_outcome(self.run)
+            if gateway.refusal:
+                raise ExecutorError(f"claude-code stopped: {gateway.refusal}")
+            if end.stopped:
+                raise ExecutorError(f"claude-code stopped by the sandbox's limits: {end.detail}")
+            if end.is_error or end.returncode not in (0, None) or not end.subtype:
+                raise ExecutorError(_failure(end))
+            self.emit(
+                "cli_result",
+                subtype=end.subtype,
+                tokens_in=gateway.metered.tokens_in,
+                tokens_out=gateway.metered.tokens_out,
+                cost_usd=str(gateway.metered.cost_usd),
+                calls=gateway.metered.calls,
+            )
+            turn = AgentTurn(
+                agent_run=self.run,
+                index=round - 1,
+                assistant=[{"type": "text", "text": redact(end.result)}],
+            )
+            outcome = self.done(turn)
+            if outcome is not None:
+                return outcome
+            # A failed verification round: the session goes on with the feedback.
+            prompt = "".join(str(b.get("text", "")) for b in turn.tool_results)
         raise ExecutorError("claude-code: too many verification rounds")
+
+    # our tools -----------------------------------------------------------------------------
+    def tool_context(self, turn_index: int) -> ToolContext:
+        """Our tools' context for the CLI's calls of this execution."""
+        return ToolContext(
+            agent_run_id=self.run.pk,
+            agent_id=self.run.agent_id,
+            attempt=self.run.attempt,
+            quantum_id=self.run.quantum_id,
+            role=self.run.role,
+            depth=self.run.depth,
+            workspace=self.workspace,
+            shared=settings.PSYCHONAUTS_WORKSPACE_MODE == "shared",
+            turn_index=turn_index,
+            spawn=lambda specs: agent_spawn(
+                parent=self.run, turn_index=turn_index, specs=specs, execute=self.execute
+            ),
+        )
+
+    def suspended(self, suspension: Suspension) -> None:
+        """Called from the MCP server's thread: wake the stream's loop, which stops the CLI."""
+        os.write(self._wake_w, b"s")
+
+    def settle(self) -> None:
+        """Before the CLI is stopped on a question: wait (a few seconds at most) until its
+        session file holds the call, so the resumed session knows it asked and is answered
+        rather than asking again."""
+        suspension = self._mcp.suspension if self._mcp is not None else None
+        session = self._session
+        if suspension is None or session is None:
+            return
+        state, name = session
+        deadline = time.monotonic() + _SETTLE_S
+        while time.monotonic() < deadline:
+            for path in state.glob(f"projects/*/{name}.jsonl"):
+                with contextlib.suppress(OSError):
+                    if suspension.tool_use_id in path.read_text(errors="replace"):
+                        return
+            time.sleep(0.02)
+
+    def suspend(self, suspension: Suspension) -> None:
+        """The CLI stopped on a question: the call is kept as an open turn (what wakes and
+        resumes a waiting agent looks for one), and the run waits holding no worker."""
+        index = AgentTurn.objects.filter(agent_run=self.run).count()
+        AgentTurn.objects.create(
+            agent_run=self.run,
+            index=index,
+            assistant=[
+                {
+                    "type": "tool_use",
+                    "id": suspension.tool_use_id,
+                    "name": suspension.name,
+                    "input": suspension.input,
+                }
+            ],
+            stop_reason="tool_use",
+            complete=False,
+        )
+        self.flush_events()
+        raise SuspendRun(suspension.reason)
+
+    def answers(self) -> str:
+        """The results of the calls the run waited on, as the resumed session's first message
+        ("" when it waited on none). A call still open is asked again: answered meanwhile, its
+        result is read; still pending, the run waits again (SuspendRun)."""
+        texts: list[str] = []
+        for turn in AgentTurn.objects.filter(agent_run=self.run, complete=False).order_by("index"):
+            results = []
+            for use in turn.assistant:
+                if use.get("type") != "tool_use":
+                    continue
+                call = ToolCall.objects.filter(agent_run=self.run, tool_use_id=use["id"]).first()
+                if call is None or not call.completed:
+                    ctx = self.tool_context(turn.index)
+                    ctx.tool_use_id = use["id"]
+                    result = tool_execute(
+                        ctx, use["name"], use["input"], list(self.role.allowed_tools)
+                    )
+                    output, is_error = result.output, result.is_error
+                else:
+                    output, is_error = call.output, call.is_error
+                results.append(
+                    {"type": "tool_result", "tool_use_id": use["id"], "content": output,
+                     "is_error": is_error}
+                )  # fmt: skip
+                texts.append(
+                    _ANSWERED.format(
+                        tool=use["name"], id=use["id"], input=json.dumps(use["input"]),
+                        output=output,
+                    )
+                )  # fmt: skip
+                self.emit("tool_result", id=use["id"], name=use["name"], output=output[:2000],
+                          is_error=is_error)  # fmt: skip
+            AgentTurn.objects.filter(pk=turn.pk).update(tool_results=results, complete=True)
+        self.answered = "\n\n".join(texts)
+        return self.answered
 
     def argv(self, *, session: str, resume: bool, prompt: str) -> list[str]:
         argv = [
@@ -208,17 +353,24 @@ class ClaudeCodeRunner(Runner):
         # through Bash for a role without a shell.
         tools = ",".join(claude_tools(list(self.role.allowed_tools)))
         argv += ["--tools", tools]
-        if tools:
-            argv += ["--allowedTools", tools]
+        # Our tools over MCP need no prompt either.
+        ours = [claude_tool_name(n) for n in mcp_tool_names(list(self.role.allowed_tools))]
+        allowed = ",".join([*filter(None, tools.split(",")), *ours])
+        if allowed:
+            argv += ["--allowedTools", allowed]
         argv += ["--resume", session] if resume else ["--session-id", session]
         return argv
 
     def launch(
-        self, binary: Path, workspace: Path, state: Path, gateway: Gateway, *, session: str,
-        resume: bool, prompt: str,
+        self, binary: Path, workspace: Path, state: Path, gateway: Gateway, mcp: McpTools, *,
+        session: str, resume: bool, prompt: str,
     ) -> CliEnd:  # fmt: skip
         install = binary.parents[4] if binary.name == "claude.exe" else binary.parent
         argv = self.argv(session=session, resume=resume, prompt=prompt)
+        confined = sandbox_status().state == "on"
+        if mcp.names:
+            socket = _MCP / mcp.socket.name if confined else mcp.socket
+            argv += ["--mcp-config", mcp.claude_config(socket)]
         if Path(argv[0]) != _INSTALL / binary.relative_to(install):
             argv[0] = str(_INSTALL / binary.relative_to(install))
         timeout = float(self.role.timeout_s)
@@ -235,9 +387,10 @@ class ClaudeCodeRunner(Runner):
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
             "ENABLE_TOOL_SEARCH": "false",
+            # An MCP call may wait minutes (a spawned sub-agent): the role's time bounds it.
+            "MCP_TOOL_TIMEOUT": str(int(timeout * 1000)),
         }
-        status = sandbox_status()
-        if status.state == "on":
+        if confined:
             full = sandbox_argv(command, workspace=workspace, quantum_id=self.run.quantum_id)
             # The CLI's own mounts go after the sandbox's (inside its private /tmp).
             at = full.index("--unshare-ipc")
@@ -246,6 +399,7 @@ class ClaudeCodeRunner(Runner):
                 "--ro-bind", str(install), str(_INSTALL),
                 "--bind", str(state), str(_STATE),
                 "--ro-bind", str(gateway.folder), str(_GATEWAY),
+                "--ro-bind", str(mcp.folder), str(_MCP),
             ]  # fmt: skip
             full[at:at] = extra
             environment = _environment(Path("/tmp"), env)
@@ -276,12 +430,18 @@ class ClaudeCodeRunner(Runner):
             with selectors.DefaultSelector() as sel:
                 sel.register(proc.stdout, selectors.EVENT_READ)
                 sel.register(proc.stderr, selectors.EVENT_READ)
-                while sel.get_map() and not end.stopped:
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while len(sel.get_map()) > 1 and not end.stopped:
                     left = started + timeout - time.monotonic()
                     if left <= 0:
                         end.stopped, end.detail = "timeout", f"no end after {timeout:.0f}s"
                         break
                     for key, _ in sel.select(timeout=min(left, 1.0)):
+                        if key.fileobj == self._wake_r:  # a call suspended the run
+                            os.read(self._wake_r, 64)
+                            end.stopped, end.detail = "suspended", "waiting on the Tether"
+                            self.settle()
+                            break
                         data = os.read(key.fd, 65536)
                         if not data:
                             sel.unregister(key.fileobj)

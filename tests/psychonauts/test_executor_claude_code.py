@@ -30,7 +30,7 @@ from core.models import Event
 from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.git import git
-from psychonauts.models import Role, Usage, Verification
+from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_execute
 from psychonauts.services.budget import cost_usd
@@ -39,6 +39,8 @@ from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
 from tests.psychonauts.crash import execute_killed_at_marker, wait_for
 from tests.psychonauts.stages import staged_run
+from tether.models import Reaching
+from tether.services import reaching_answer
 
 # The gateway writes the ledger from its own thread (its own connection): committed data.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -190,6 +192,74 @@ def test_a_killed_worker_resumes_the_cli_session(
     assert resumed and "status.txt" in json.dumps(resumed[0]["messages"])
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
     assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
+
+
+def test_the_cli_asks_the_tether_waits_holding_no_worker_and_resumes_with_the_answer(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    ask = {"question": "Keep the old API?", "assumption": "keep it"}
+    steps = [
+        FakeReply(tool_uses=[("mcp__annihilation__ask_tether", ask)]),
+        FakeReply(tool_uses=[("Write", {"file_path": "api.txt", "content": "dropped\n"})]),
+        FakeReply(text="Dropped the old API as the Tether said."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # The CLI was stopped and the run waits, its worker free, its question open.
+        assert first.status == "waiting", first.error
+        assert AgentRun.objects.get(pk=run.pk).status == "waiting"
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        assert reaching.question == "Keep the old API?"
+        asked = len(_agent_requests(fake))
+        reaching_answer(reaching_id=reaching.pk, text="drop it, nobody uses it")
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert ToolCall.objects.get(agent_run=run, name="ask_tether").output == (
+        "The Tether answered: drop it, nobody uses it"
+    )
+    sessions = [
+        e.payload for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert [s["resume"] for s in sessions] == [False, True]
+    # The session went on (its conversation holds the question) with the answer, once.
+    resumed = _agent_requests(fake)[asked:]
+    assert resumed and "Keep the old API?" in json.dumps(resumed[0]["messages"])
+    assert "drop it, nobody uses it" in json.dumps(resumed[0]["messages"])
+    assert sum("drop it, nobody uses it" in json.dumps(r["messages"][-1]) for r in resumed) == 1
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:api.txt", cwd=repo).strip() == "dropped"
+    assert not AgentTurn.objects.filter(agent_run=run, complete=False).exists()
+
+
+def test_a_reviewing_cli_ends_with_the_verdict_it_reported_over_mcp(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    reviewer = Role.objects.get(name="reviewer")
+    reviewer.executor, reviewer.provider, reviewer.model = "claude-code", "anthropic", MODEL
+    reviewer.save()
+    run = staged_run(make_quantum(), "reviewer", provider="anthropic", verdict_blocks=True)
+    verdict = {"verdict": "fail", "reasons": "README.md:1 says nothing of the change"}
+    steps = [
+        FakeReply(tool_uses=[("mcp__annihilation__diary", {"kind": "learning", "text": "ok"})]),
+        FakeReply(tool_uses=[("mcp__annihilation__report_verdict", verdict)]),
+        FakeReply(text="Reviewed."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error == "README.md:1 says nothing of the change"
+    assert "VERDICT: FAIL" in AgentRun.objects.get(pk=run.pk).result
+    # The CLI saw our tools, and their results came back to it.
+    offered = {t["name"] for t in _agent_requests(fake)[0]["tools"]}
+    assert {"mcp__annihilation__report_verdict", "mcp__annihilation__diary"} <= offered
+    assert "mcp__annihilation__ask_tether" not in offered  # not the reviewer's
+    assert "verdict recorded: fail" in json.dumps(_agent_requests(fake)[-1]["messages"])
 
 
 def test_the_cli_keeps_the_run_alive_and_a_cancel_stops_it(
