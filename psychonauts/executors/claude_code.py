@@ -46,7 +46,7 @@ from core.redaction import redact, redact_data
 from psychonauts import registry
 from psychonauts.beneath import tree_chown
 from psychonauts.errors import SuspendRun
-from psychonauts.executors.base import ExecutorError, claude_binary
+from psychonauts.executors.base import CLAUDE_CODE, ExecutorError, claude_binary
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.executors.mcp import McpTools, Suspension, claude_tool_name, mcp_tool_names
 from psychonauts.models import AgentTurn, ToolCall
@@ -98,6 +98,18 @@ def claude_tools(allowed: list[str]) -> list[str]:
     return sorted({t for ours in allowed for t in _TOOLS.get(ours, ())})
 
 
+@dataclass(frozen=True)
+class Seen:
+    """Paths as the CLI sees them (inside the sandbox, or the real ones unconfined)."""
+
+    binary: Path
+    install: Path
+    state: Path
+    gateway: Path  # the gateway's socket
+    mcp: Path  # our MCP server's socket
+    confined: bool = True
+
+
 @dataclass
 class CliEnd:
     """How one CLI process ended."""
@@ -125,22 +137,38 @@ class ClaudeCodeRunner(Runner):
     _session: tuple[Path, str] | None = None
     _mcp: McpTools | None = None
 
+    # What differs between the CLIs (`psychonauts.executors.codex` overrides these).
+    executor = CLAUDE_CODE
+    state_name = "claude"
+    api = "anthropic"
+
+    def cli_binary(self) -> Path:
+        return claude_binary()
+
+    def cli_install(self, binary: Path) -> Path:
+        """The folder mounted read-only as the CLI's install."""
+        return binary.parents[4] if binary.name == "claude.exe" else binary.parent
+
+    def cli_session(self, state: Path) -> str:
+        """The CLI session this run continues, or starts ("" when the CLI names it itself)."""
+        return self.session_uuid()
+
     def session_uuid(self) -> str:
         run = self.run
         return str(uuid.uuid5(_NAMESPACE, f"{run.agent_id}:{run.attempt}:{run.pk}"))
 
     def state_dir(self) -> Path:
         """The agent's CLI state (sessions), kept across executions of the run."""
-        return Path(settings.ANNIHILATION_HOME) / "cli-state" / self.run.agent_id / "claude"
+        return Path(settings.ANNIHILATION_HOME) / "cli-state" / self.run.agent_id / self.state_name
 
     def session_known(self, state: Path, session: str) -> bool:
-        return any(state.glob(f"projects/*/{session}.jsonl"))
+        return bool(self.session_files(state, session))
 
     def loop(self) -> Outcome:
-        binary = claude_binary()
+        binary = self.cli_binary()
         if not binary.is_file():
             raise ExecutorError(
-                f"the claude-code executor is not installed on this worker ({binary} missing); "
+                f"the {self.executor} executor is not installed on this worker ({binary} missing); "
                 "`manage.py psychonaut executors` says how to install it"
             )
         status = sandbox_status()
@@ -153,7 +181,7 @@ class ClaudeCodeRunner(Runner):
         if uid is not None and status.state == "on":
             os.chown(state.parent, uid, uid)
             tree_chown(state, uid)
-        session = self.session_uuid()
+        self.refuse_role()
         # A question the run waited on: its answer is the resumed session's first message (or
         # the run waits again, its question still open).
         answered = self.answers()
@@ -162,8 +190,9 @@ class ClaudeCodeRunner(Runner):
         # titles and summaries, are pointed at the same model).
         allowed = {self.model}
         gateway = Gateway(
-            self.run, provider="claude-code", allowed_models=frozenset(allowed), wave=self.wave
-        )
+            self.run, provider=self.executor, allowed_models=frozenset(allowed), wave=self.wave,
+            api=self.api,
+        )  # fmt: skip
         self._wake_r, self._wake_w = os.pipe()
         mcp = McpTools(
             self.tool_context(AgentTurn.objects.filter(agent_run=self.run).count()),
@@ -173,17 +202,18 @@ class ClaudeCodeRunner(Runner):
         )
         try:
             with gateway, mcp:
-                return self.rounds(binary, workspace, state, gateway, mcp, session, prompt)
+                return self.rounds(binary, workspace, state, gateway, mcp, prompt)
         finally:
             os.close(self._wake_r)
             os.close(self._wake_w)
 
     def rounds(
         self, binary: Path, workspace: Path, state: Path, gateway: Gateway, mcp: McpTools,
-        session: str, prompt: str,
+        prompt: str,
     ) -> Outcome:  # fmt: skip
         for round in range(1, 100):
-            resume = self.session_known(state, session)
+            session = self.cli_session(state)
+            resume = bool(session) and self.session_known(state, session)
             if round == 1 and self.answered and not resume:
                 # Its session is not on this host (resumed on another one): it starts over,
                 # with the answers it waited for.
@@ -194,7 +224,7 @@ class ClaudeCodeRunner(Runner):
             self.phase(AgentPhase.THINKING)
             self.emit(
                 "cli_session",
-                executor="claude-code",
+                executor=self.executor,
                 session_id=session,
                 resume=resume,
                 round=round,
@@ -216,11 +246,13 @@ class ClaudeCodeRunner(Runner):
                 self.flush_events()
                 return run_outcome(self.run)
             if gateway.refusal:
-                raise ExecutorError(f"claude-code stopped: {gateway.refusal}")
+                raise ExecutorError(f"{self.executor} stopped: {gateway.refusal}")
             if end.stopped:
-                raise ExecutorError(f"claude-code stopped by the sandbox's limits: {end.detail}")
+                raise ExecutorError(
+                    f"{self.executor} stopped by the sandbox's limits: {end.detail}"
+                )
             if end.is_error or end.returncode not in (0, None) or not end.subtype:
-                raise ExecutorError(_failure(end))
+                raise ExecutorError(_failure(self.executor, end))
             self.emit(
                 "cli_result",
                 subtype=end.subtype,
@@ -239,7 +271,7 @@ class ClaudeCodeRunner(Runner):
                 return outcome
             # A failed verification round: the session goes on with the feedback.
             prompt = "".join(str(b.get("text", "")) for b in turn.tool_results)
-        raise ExecutorError("claude-code: too many verification rounds")
+        raise ExecutorError(f"{self.executor}: too many verification rounds")
 
     # our tools -----------------------------------------------------------------------------
     def tool_context(self, turn_index: int) -> ToolContext:
@@ -274,11 +306,19 @@ class ClaudeCodeRunner(Runner):
         state, name = session
         deadline = time.monotonic() + _SETTLE_S
         while time.monotonic() < deadline:
-            for path in state.glob(f"projects/*/{name}.jsonl"):
+            for path in self.session_files(state, name):
                 with contextlib.suppress(OSError):
-                    if suspension.tool_use_id in path.read_text(errors="replace"):
+                    if self.settled(path.read_text(errors="replace"), suspension):
                         return
             time.sleep(0.02)
+
+    def session_files(self, state: Path, session: str) -> list[Path]:
+        """The files the CLI keeps the session in."""
+        return list(state.glob(f"projects/*/{session}.jsonl"))
+
+    def settled(self, text: str, suspension: Suspension) -> bool:
+        """Whether a session file's text holds the call that suspended the run."""
+        return suspension.tool_use_id in text
 
     def suspend(self, suspension: Suspension) -> None:
         """The CLI stopped on a question: the call is kept as an open turn (what wakes and
@@ -337,9 +377,16 @@ class ClaudeCodeRunner(Runner):
         self.answered = "\n\n".join(texts)
         return self.answered
 
-    def argv(self, *, session: str, resume: bool, prompt: str) -> list[str]:
+    def refuse_role(self) -> None:
+        """A role this CLI cannot run within what the operator allowed: ExecutorError."""
+
+    def invocation(
+        self, seen: Seen, mcp: McpTools, *, session: str, resume: bool, prompt: str,
+        timeout: float,
+    ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+        """The CLI's command line and environment, with the paths it sees."""
         argv = [
-            str(_INSTALL / "node_modules/@anthropic-ai/claude-code/bin/claude.exe"),
+            str(seen.binary),
             "-p", prompt,
             "--output-format", "stream-json", "--verbose",
             "--model", self.model,
@@ -354,31 +401,17 @@ class ClaudeCodeRunner(Runner):
         tools = ",".join(claude_tools(list(self.role.allowed_tools)))
         argv += ["--tools", tools]
         # Our tools over MCP need no prompt either.
-        ours = [claude_tool_name(n) for n in mcp_tool_names(list(self.role.allowed_tools))]
+        ours = [claude_tool_name(n) for n in mcp.names]
         allowed = ",".join([*filter(None, tools.split(",")), *ours])
         if allowed:
             argv += ["--allowedTools", allowed]
-        argv += ["--resume", session] if resume else ["--session-id", session]
-        return argv
-
-    def launch(
-        self, binary: Path, workspace: Path, state: Path, gateway: Gateway, mcp: McpTools, *,
-        session: str, resume: bool, prompt: str,
-    ) -> CliEnd:  # fmt: skip
-        install = binary.parents[4] if binary.name == "claude.exe" else binary.parent
-        argv = self.argv(session=session, resume=resume, prompt=prompt)
-        confined = sandbox_status().state == "on"
         if mcp.names:
-            socket = _MCP / mcp.socket.name if confined else mcp.socket
-            argv += ["--mcp-config", mcp.claude_config(socket)]
-        if Path(argv[0]) != _INSTALL / binary.relative_to(install):
-            argv[0] = str(_INSTALL / binary.relative_to(install))
-        timeout = float(self.role.timeout_s)
-        command = shell_argv("exec " + shlex.join(argv), timeout)
+            argv += ["--mcp-config", mcp.claude_config(seen.mcp)]
+        argv += ["--resume", session] if resume else ["--session-id", session]
         env = {
-            "CLAUDE_CONFIG_DIR": str(_STATE),
+            "CLAUDE_CONFIG_DIR": str(seen.state),
             "ANTHROPIC_BASE_URL": "http://localhost",
-            "ANTHROPIC_UNIX_SOCKET": str(_GATEWAY / gateway.socket.name),
+            "ANTHROPIC_UNIX_SOCKET": str(seen.gateway),
             "ANTHROPIC_API_KEY": DUMMY_KEY,
             "ANTHROPIC_SMALL_FAST_MODEL": self.model,
             "ANTHROPIC_DEFAULT_HAIKU_MODEL": self.model,
@@ -390,6 +423,26 @@ class ClaudeCodeRunner(Runner):
             # An MCP call may wait minutes (a spawned sub-agent): the role's time bounds it.
             "MCP_TOOL_TIMEOUT": str(int(timeout * 1000)),
         }
+        return argv, env
+
+    def launch(
+        self, binary: Path, workspace: Path, state: Path, gateway: Gateway, mcp: McpTools, *,
+        session: str, resume: bool, prompt: str,
+    ) -> CliEnd:  # fmt: skip
+        install = self.cli_install(binary)
+        confined = sandbox_status().state == "on"
+        if confined:
+            seen = Seen(
+                binary=_INSTALL / binary.relative_to(install), install=_INSTALL, state=_STATE,
+                gateway=_GATEWAY / gateway.socket.name, mcp=_MCP / mcp.socket.name,
+            )  # fmt: skip
+        else:  # unconfined by setting: the same process, the real paths
+            seen = Seen(binary, install, state, gateway.socket, mcp.socket, confined=False)
+        timeout = float(self.role.timeout_s)
+        argv, env = self.invocation(
+            seen, mcp, session=session, resume=resume, prompt=prompt, timeout=timeout
+        )
+        command = shell_argv("exec " + shlex.join(argv), timeout)
         if confined:
             full = sandbox_argv(command, workspace=workspace, quantum_id=self.run.quantum_id)
             # The CLI's own mounts go after the sandbox's (inside its private /tmp).
@@ -403,11 +456,8 @@ class ClaudeCodeRunner(Runner):
             ]  # fmt: skip
             full[at:at] = extra
             environment = _environment(Path("/tmp"), env)
-        else:  # unconfined by setting: the same process, the real paths
+        else:
             full = list(command)
-            full[-1] = full[-1].replace(shlex.quote(argv[0]), shlex.quote(str(binary)))
-            env["CLAUDE_CONFIG_DIR"] = str(state)
-            env["ANTHROPIC_UNIX_SOCKET"] = str(gateway.socket)
             environment = _environment(workspace, env)
         return self.stream(full, workspace, environment, timeout)
 
@@ -504,7 +554,10 @@ class ClaudeCodeRunner(Runner):
                 raise ValueError("not an object")
         except ValueError:
             shown = redact(line[:200].decode("utf-8", errors="replace"))
-            end.stopped, end.detail = "malformed", f"claude-code printed malformed JSON: {shown!r}"
+            end.stopped, end.detail = (
+                "malformed",
+                f"{self.executor} printed malformed JSON: {shown!r}",
+            )
             return False
         kind = item.get("type")
         message: dict[str, Any] = item["message"] if isinstance(item.get("message"), dict) else {}
@@ -549,14 +602,14 @@ class ClaudeCodeRunner(Runner):
         return True
 
 
-def _failure(end: CliEnd) -> str:
+def _failure(executor: str, end: CliEnd) -> str:
     if end.subtype and end.is_error:
-        return f"claude-code ended in error ({end.subtype}): {redact(end.result)[:500]}"
+        return f"{executor} ended in error ({end.subtype}): {redact(end.result)[:500]}"
     if end.returncode not in (0, None):
         tail = end.stderr.strip().splitlines()[-5:]
         why = " | ".join(tail) if tail else (end.detail or "no output on stderr")
-        return f"claude-code exited with status {end.returncode}: {why}"
-    return "claude-code ended without a result event (its stream stopped early)"
+        return f"{executor} exited with status {end.returncode}: {why}"
+    return f"{executor} ended without a result event (its stream stopped early)"
 
 
 def claude_code_runner_class() -> type[Runner]:

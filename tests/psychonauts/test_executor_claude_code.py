@@ -1,20 +1,17 @@
 """The claude-code executor: the real Claude Code binary, in our sandbox, behind our gateway,
 against the fake Messages API scripted with Claude Code's own tool names.
 
-The binary is the pinned version (`psychonauts.executors.base.CLAUDE_CODE_VERSION`), installed
-once with npm into a cache folder (ANNIHILATION_CLI_CACHE, default ~/.cache/annihilation); the
-tests that need it are skipped, saying why, when it is not there and npm cannot fetch it.
+The binary is the pinned version (`psychonauts.executors.base.CLAUDE_CODE_VERSION`), installed by
+`make cli-agents` (`tests/psychonauts/cli_agents.py` says where); the tests that need it are
+skipped, saying how to install it, when it is not there.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import os
-import shutil
 import socket
 import stat
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -37,6 +34,7 @@ from psychonauts.services.budget import cost_usd
 from psychonauts.workspaces import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
+from tests.psychonauts.cli_agents import cli_agents_require
 from tests.psychonauts.crash import execute_killed_at_marker, wait_for
 from tests.psychonauts.stages import staged_run
 from tether.models import Reaching
@@ -46,29 +44,6 @@ from tether.services import reaching_answer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MODEL = "claude-fake-1"
-CACHE = (
-    Path(os.environ.get("ANNIHILATION_CLI_CACHE", Path.home() / ".cache" / "annihilation"))
-    / f"cli-agents-{CLAUDE_CODE_VERSION}"
-)
-BINARY = CACHE / "node_modules/@anthropic-ai/claude-code/bin/claude.exe"
-
-
-def _installed() -> str:
-    """'' when the pinned Claude Code is in the cache (installed now if npm can), else why not."""
-    if BINARY.is_file():
-        return ""
-    npm = shutil.which("npm")
-    if npm is None:
-        return "npm is not installed: Claude Code cannot be fetched"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
-         f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if done.returncode != 0 or not BINARY.is_file():
-        return f"the npm registry is not reachable for Claude Code: {done.stderr.strip()[-300:]}"
-    return ""
 
 
 @pytest.fixture(autouse=True)
@@ -78,13 +53,8 @@ def model_priced(settings) -> None:
 
 
 @pytest.fixture
-def claude(settings, monkeypatch) -> Path:
-    why = _installed()
-    if why:
-        pytest.skip(why)
-    monkeypatch.setenv("PSYCHONAUTS_CLI_AGENTS_DIR", str(CACHE))
-    monkeypatch.delenv("PSYCHONAUTS_CLAUDE_BIN", raising=False)
-    return BINARY
+def claude(settings, monkeypatch) -> None:
+    cli_agents_require("claude-code", monkeypatch)
 
 
 @pytest.fixture
@@ -476,10 +446,12 @@ def test_the_executors_command_says_what_is_available_and_why_not(monkeypatch, t
     from django.core.management import call_command
 
     monkeypatch.setenv("PSYCHONAUTS_CLAUDE_BIN", str(tmp_path / "none" / "claude"))
+    monkeypatch.setenv("PSYCHONAUTS_CODEX_BIN", str(tmp_path / "none" / "codex"))
     out = StringIO()
     call_command("psychonaut", "executors", "--json", stdout=out)
     found = {e["name"]: e for e in json.loads(out.getvalue())}
     assert found["ours"]["available"] is True
     assert found["claude-code"]["available"] is False
     assert "make cli-agents" in found["claude-code"]["detail"]
-    assert found["codex"]["available"] is False and "not implemented" in found["codex"]["detail"]
+    assert found["codex"]["available"] is False
+    assert "make cli-agents" in found["codex"]["detail"]
