@@ -85,8 +85,9 @@ _NAMESPACE = uuid.UUID("9a1c55d2-4f0e-4b8e-9a57-3c1d2b7c1e01")
 _STDERR_KEPT = 4000
 _SETTLE_S = 5.0  # how long a CLI stopped on a question may take to write its session down
 _CONTINUE = (
-    "Your previous session was interrupted (the worker running it stopped). Check the state of "
-    "the workspace and continue the task where you left off."
+    "Your previous session was interrupted (the worker running it stopped, or a budget held its "
+    "last model call). Check the state of the workspace and continue the task where you left "
+    "off."
 )
 _ANSWERED = (
     "Your session stopped while your {tool} call (id {id}, input {input}) waited; its result "
@@ -194,6 +195,7 @@ class ClaudeCodeRunner(Runner):
             api=self.api,
         )  # fmt: skip
         self._wake_r, self._wake_w = os.pipe()
+        gateway.on_hold = self.wake
         mcp = McpTools(
             self.tool_context(AgentTurn.objects.filter(agent_run=self.run).count()),
             names=mcp_tool_names(list(self.role.allowed_tools)),
@@ -245,6 +247,11 @@ class ClaudeCodeRunner(Runner):
                     self.emit("cancelled", reason="cancelled by the burst manager")
                 self.flush_events()
                 return run_outcome(self.run)
+            if gateway.hold:
+                # Held by a spend gate before a call: the run waits holding no worker, and its
+                # release resumes the CLI's session (the held call is made then).
+                self.flush_events()
+                raise SuspendRun(gateway.hold)
             if gateway.refusal:
                 raise ExecutorError(f"{self.executor} stopped: {gateway.refusal}")
             if end.stopped:
@@ -293,6 +300,10 @@ class ClaudeCodeRunner(Runner):
 
     def suspended(self, suspension: Suspension) -> None:
         """Called from the MCP server's thread: wake the stream's loop, which stops the CLI."""
+        self.wake()
+
+    def wake(self) -> None:
+        """The run must wait (a question, a hold): the stream's loop stops the CLI."""
         os.write(self._wake_w, b"s")
 
     def settle(self) -> None:
@@ -487,9 +498,9 @@ class ClaudeCodeRunner(Runner):
                         end.stopped, end.detail = "timeout", f"no end after {timeout:.0f}s"
                         break
                     for key, _ in sel.select(timeout=min(left, 1.0)):
-                        if key.fileobj == self._wake_r:  # a call suspended the run
+                        if key.fileobj == self._wake_r:  # a question or a hold: the run waits
                             os.read(self._wake_r, 64)
-                            end.stopped, end.detail = "suspended", "waiting on the Tether"
+                            end.stopped, end.detail = "suspended", "the run waits"
                             self.settle()
                             break
                         data = os.read(key.fd, 65536)

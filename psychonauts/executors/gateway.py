@@ -23,6 +23,7 @@ import shutil
 import socketserver
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
@@ -37,7 +38,7 @@ from django.utils import timezone
 
 from bursts.models import AgentRun
 from psychonauts.checkpoint import CallUsage, usage_record
-from psychonauts.errors import PsychonautError
+from psychonauts.errors import PsychonautError, SuspendRun
 from psychonauts.models import Usage
 from psychonauts.services.budget import (
     CallSpend,
@@ -114,6 +115,9 @@ class Gateway:
                 api_key or settings.ANTHROPIC_API_KEY or os.environ.get("ANTHROPIC_API_KEY", "")
             )
         self.metered = Metered()
+        # A spend gate's hold (SuspendRun's reason): the run waits rather than ends.
+        self.hold = ""
+        self.on_hold: Callable[[], None] | None = None  # told of a hold (the runner stops the CLI)
         self._lock = threading.Lock()
         self.folder = Path(tempfile.mkdtemp(prefix="agw-"))  # short: a socket path < 108 bytes
         self.socket = self.folder / "api.sock"
@@ -157,7 +161,13 @@ class Gateway:
                 self.run, spend=self.spent(), wave=self.wave, model=model,
                 estimate_tokens_in=size // 4,
             )  # fmt: skip
-        except PsychonautError as exc:  # BudgetExceeded, or a gate's SuspendRun
+        except SuspendRun as exc:  # a gate holds the run: it waits, as our loop's would
+            with self._lock:
+                self.hold = str(exc)
+            if self.on_hold is not None:
+                self.on_hold()
+            return str(exc)
+        except PsychonautError as exc:  # BudgetExceeded
             return str(exc)
         return ""
 

@@ -23,14 +23,16 @@ from django.utils import timezone
 
 from bursts.models import AgentRun
 from bursts.services.agent_runs import agent_runs_cancel_live
+from bursts.services.resume import agent_resume
 from core.models import Event
+from psychonauts.errors import SuspendRun
 from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.git import git
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.services import agent_run_execute
-from psychonauts.services.budget import cost_usd
+from psychonauts.services import agent_run_execute, budget
+from psychonauts.services.budget import CallCheck, cost_usd
 from psychonauts.workspaces import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
@@ -127,6 +129,47 @@ def test_a_spent_budget_refuses_the_first_call_and_stops_the_run(
     assert "budget" in outcome.error and "refused" not in outcome.error.lower()[:0]
     assert _agent_requests(fake) == []  # nothing reached the model
     assert not Usage.objects.filter(agent_run=run).exists()
+
+
+def test_a_spend_gate_s_hold_makes_the_cli_run_wait_and_its_release_resumes_the_session(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    holding: list[bool] = []
+
+    def gate(check: CallCheck) -> None:
+        # From the run's second agent call on, until released (as the autopilot's caps hold).
+        if len(_agent_requests(fake)) == 1 and not holding:
+            holding.append(True)
+        if holding and holding[-1]:
+            raise SuspendRun("held by a budget: the day's cap is reached")
+
+    monkeypatch.setattr(budget, "SPEND_GATES", [gate])
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    steps = [
+        FakeReply(tool_uses=[("Write", {"file_path": "a.txt", "content": "a\n"})]),
+        FakeReply(text="Wrote a.txt."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # Held, not failed: the run waits holding no worker; the held call never left.
+        assert first.status == "waiting", first.error
+        assert "held by a budget" in first.error
+        assert AgentRun.objects.get(pk=run.pk).status == "waiting"
+        assert len(_agent_requests(fake)) == 1
+        holding.append(False)
+        assert agent_resume(agent_run_id=run.pk)  # the hold's release
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert sessions == [False, True]
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
 
 
 def test_a_killed_worker_resumes_the_cli_session(
