@@ -45,6 +45,16 @@ def cli_agents_dir() -> Path:
     return Path(configured) if configured else Path(settings.ANNIHILATION_HOME) / "cli-agents"
 
 
+def cli_state_root() -> Path:
+    """Where the CLIs' per-agent state folders (their sessions) live:
+    PSYCHONAUTS_CLI_STATE_DIR, default ANNIHILATION_HOME/cli-state. A folder every worker mounts
+    (shared storage) lets a run resumed on another host continue the CLI's session there."""
+    configured = getattr(settings, "PSYCHONAUTS_CLI_STATE_DIR", "") or os.environ.get(
+        "PSYCHONAUTS_CLI_STATE_DIR", ""
+    )
+    return Path(configured) if configured else Path(settings.ANNIHILATION_HOME) / "cli-state"
+
+
 def claude_binary() -> Path:
     """The Claude Code binary: PSYCHONAUTS_CLAUDE_BIN when set, else the pinned install's."""
     named = os.environ.get("PSYCHONAUTS_CLAUDE_BIN", "")

@@ -46,7 +46,7 @@ from core.redaction import redact, redact_data
 from psychonauts import registry
 from psychonauts.beneath import tree_chown
 from psychonauts.errors import SuspendRun
-from psychonauts.executors.base import CLAUDE_CODE, ExecutorError, claude_binary
+from psychonauts.executors.base import CLAUDE_CODE, ExecutorError, claude_binary, cli_state_root
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.executors.mcp import McpTools, Suspension, claude_tool_name, mcp_tool_names
 from psychonauts.models import AgentTurn, ToolCall
@@ -160,7 +160,7 @@ class ClaudeCodeRunner(Runner):
 
     def state_dir(self) -> Path:
         """The agent's CLI state (sessions), kept across executions of the run."""
-        return Path(settings.ANNIHILATION_HOME) / "cli-state" / self.run.agent_id / self.state_name
+        return cli_state_root() / self.run.agent_id / self.state_name
 
     def session_known(self, state: Path, session: str) -> bool:
         return bool(self.session_files(state, session))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import socket
 import stat
 import threading
@@ -208,8 +209,11 @@ def test_a_killed_worker_resumes_the_cli_session(
 
 
 def test_the_cli_asks_the_tether_waits_holding_no_worker_and_resumes_with_the_answer(
-    repo, make_quantum, cli_role, claude, monkeypatch
+    repo, make_quantum, cli_role, claude, monkeypatch, tmp_path
 ):
+    # The state folders on storage every worker mounts: the resuming worker finds the session.
+    shared = tmp_path / "shared-cli-state"
+    monkeypatch.setenv("PSYCHONAUTS_CLI_STATE_DIR", str(shared))
     run = staged_run(make_quantum(), "coder", provider="anthropic")
     ask = {"question": "Keep the old API?", "assumption": "keep it"}
     steps = [
@@ -246,6 +250,42 @@ def test_the_cli_asks_the_tether_waits_holding_no_worker_and_resumes_with_the_an
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
     assert git("show", f"{tip}:api.txt", cwd=repo).strip() == "dropped"
     assert not AgentTurn.objects.filter(agent_run=run, complete=False).exists()
+    assert list((shared / run.agent_id / "claude").glob("projects/*/*.jsonl"))
+
+
+def test_a_question_answered_on_a_host_without_the_session_starts_over_with_the_answer(
+    repo, make_quantum, cli_role, claude, monkeypatch, settings
+):
+    quantum = make_quantum(body="Fix the status file.")
+    run = staged_run(quantum, "coder", provider="anthropic")
+    ask = {"question": "Which status?", "assumption": "fixed"}
+    asking = claude_code_script([FakeReply(tool_uses=[("mcp__annihilation__ask_tether", ask)])])
+
+    def reply(body: dict[str, Any]) -> FakeReply:
+        # The model asks until its conversation holds the answer.
+        if body.get("tools") and "use 'fixed'" in json.dumps(body["messages"]):
+            return FakeReply(text="Done as told.")
+        return asking(body)
+
+    with fake_anthropic_server(reply) as fake:
+        _point(monkeypatch, fake.base_url)
+        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+        # Resumed on another host: the session's state folder is not there.
+        shutil.rmtree(Path(settings.ANNIHILATION_HOME) / "cli-state" / run.agent_id)
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        reaching_answer(reaching_id=reaching.pk, text="use 'fixed'")
+        asked = len(_agent_requests(fake))
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert sessions == [False, False]
+    # A new session: the agent's task and the answer it waited for, in its first message.
+    first = json.dumps(_agent_requests(fake)[asked]["messages"])
+    assert "Fix the status file." in first and "use 'fixed'" in first
 
 
 def test_a_reviewing_cli_ends_with_the_verdict_it_reported_over_mcp(
