@@ -20,6 +20,7 @@ from psychonauts.services import agent_run_execute
 from psychonauts.workspaces import branch_for
 from tests.fakes.responses_server import FakeReply, fake_responses_server
 from tests.psychonauts.cli_agents import cli_agents_require
+from tests.psychonauts.crash import execute_killed_at_marker
 from tests.psychonauts.stages import staged_run
 from tether.models import Reaching
 from tether.services import reaching_answer
@@ -152,6 +153,37 @@ def test_a_codex_agent_asks_the_tether_and_resumes_its_thread_with_the_answer(
     assert "drop it, nobody uses it" in json.dumps(resumed[0]["input"])
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
     assert git("show", f"{tip}:api.txt", cwd=repo).strip() == "dropped"
+
+
+def test_a_killed_worker_resumes_the_codex_thread(
+    repo, make_quantum, codex_role, codex, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("ANNIHILATION_TRIVIAL_NO_LLM", "false")  # the worker process's setting
+    run = staged_run(make_quantum(), "coder", provider="openai")
+    steps = [
+        FakeReply(calls=[("exec_command", {"cmd": "echo fixed > status.txt"})]),
+        # Cut off mid-command: the worker is killed once the marker appears.
+        FakeReply(
+            calls=[("exec_command", {"cmd": "test -e marker || { touch marker; sleep 60; }"})]
+        ),
+        FakeReply(text="Done after the interruption."),
+    ]
+    with fake_responses_server(script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        worktree = execute_killed_at_marker(run, repo=repo, tmp_path=tmp_path)
+        assert (worktree / "status.txt").read_text() == "fixed\n"
+        killed = len(fake.requests)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = _events(run, "cli_session")
+    assert [s["resume"] for s in sessions if "resume" in s] == [False, True]
+    assert len({s["thread_id"] for s in sessions if s.get("thread_id")}) == 1
+    # The thread went on: its conversation holds the first command, and it was told why.
+    resumed = json.dumps(fake.requests[killed]["input"])
+    assert "echo fixed > status.txt" in resumed and "interrupted" in resumed
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
 
 
 def test_a_spent_budget_stops_a_codex_run_before_any_call_leaves(
