@@ -48,7 +48,14 @@ from psychonauts.beneath import tree_chown
 from psychonauts.errors import SuspendRun
 from psychonauts.executors.base import CLAUDE_CODE, ExecutorError, claude_binary, cli_state_root
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
-from psychonauts.executors.mcp import McpTools, Suspension, claude_tool_name, mcp_tool_names
+from psychonauts.executors.mcp import (
+    PERMISSION_TOOL,
+    McpTools,
+    Suspension,
+    claude_tool_name,
+    mcp_tool_names,
+    permission_execute,
+)
 from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.sandbox import (
     SandboxUnavailable,
@@ -88,6 +95,11 @@ _CONTINUE = (
     "Your previous session was interrupted (the worker running it stopped, or a budget held its "
     "last model call). Check the state of the workspace and continue the task where you left "
     "off."
+)
+_PERMITTED = (
+    "Your session stopped while your use of {tool} waited for the operator's permission; the "
+    "answer is:\n\n{output}\n\nIf it was allowed, use the tool again now; otherwise go on "
+    "without it."
 )
 _ANSWERED = (
     "Your session stopped while your {tool} call (id {id}, input {input}) waited; its result "
@@ -142,6 +154,8 @@ class ClaudeCodeRunner(Runner):
     executor = CLAUDE_CODE
     state_name = "claude"
     api = "anthropic"
+    # Its permission prompts go to the Tether through our MCP server.
+    permission_prompts = True
 
     def cli_binary(self) -> Path:
         return claude_binary()
@@ -201,6 +215,7 @@ class ClaudeCodeRunner(Runner):
             names=mcp_tool_names(list(self.role.allowed_tools)),
             allowed=list(self.role.allowed_tools),
             on_suspend=self.suspended,
+            permissions=self.permission_prompts,
         )
         try:
             with gateway, mcp:
@@ -366,8 +381,12 @@ class ClaudeCodeRunner(Runner):
                 if call is None or not call.completed:
                     ctx = self.tool_context(turn.index)
                     ctx.tool_use_id = use["id"]
-                    result = tool_execute(
-                        ctx, use["name"], use["input"], list(self.role.allowed_tools)
+                    result = (
+                        permission_execute(ctx, use["input"])
+                        if use["name"] == PERMISSION_TOOL
+                        else tool_execute(
+                            ctx, use["name"], use["input"], list(self.role.allowed_tools)
+                        )
                     )
                     output, is_error = result.output, result.is_error
                 else:
@@ -377,7 +396,9 @@ class ClaudeCodeRunner(Runner):
                      "is_error": is_error}
                 )  # fmt: skip
                 texts.append(
-                    _ANSWERED.format(
+                    _PERMITTED.format(tool=use["input"].get("tool_name", "?"), output=output)
+                    if use["name"] == PERMISSION_TOOL
+                    else _ANSWERED.format(
                         tool=use["name"], id=use["id"], input=json.dumps(use["input"]),
                         output=output,
                     )
@@ -416,8 +437,9 @@ class ClaudeCodeRunner(Runner):
         allowed = ",".join([*filter(None, tools.split(",")), *ours])
         if allowed:
             argv += ["--allowedTools", allowed]
-        if mcp.names:
-            argv += ["--mcp-config", mcp.claude_config(seen.mcp)]
+        argv += ["--mcp-config", mcp.claude_config(seen.mcp)]
+        # What it would ask a user goes to the Tether as a question (never an automatic yes).
+        argv += ["--permission-prompt-tool", claude_tool_name(PERMISSION_TOOL)]
         argv += ["--resume", session] if resume else ["--session-id", session]
         env = {
             "CLAUDE_CONFIG_DIR": str(seen.state),

@@ -100,6 +100,7 @@ class CodexRunner(ClaudeCodeRunner):
     executor = CODEX
     state_name = "codex"
     api = "openai"
+    permission_prompts = False  # it runs with approvals off: ours is the only sandbox
     _thread = ""  # the thread Codex announced in this execution
 
     def cli_binary(self) -> Path:

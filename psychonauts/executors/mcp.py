@@ -42,10 +42,11 @@ from mcp.server.lowlevel import Server
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
-from core.redaction import redact_data
+from core.redaction import redact, redact_data
 from psychonauts.checkpoint import tool_call_done, tool_call_open
-from psychonauts.errors import SuspendRun
-from psychonauts.tools import TOOLS, ToolContext, ToolResult, tool_execute
+from psychonauts.errors import SuspendRun, ToolFailure
+from psychonauts.schema import schema_errors
+from psychonauts.tools import TOOLS, Tool, ToolContext, ToolResult, tool_execute
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,77 @@ while True:
 """
 
 
+# Claude Code's permission prompts (`--permission-prompt-tool`): the Tether decides, never an
+# automatic yes. The answer `yes` (or `allow`) allows that exact use for the rest of the run.
+PERMISSION_TOOL = "permission_prompt"
+_PERMISSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tool_name": {"type": "string", "minLength": 1},
+        "input": {"type": "object"},
+        "tool_use_id": {"type": "string"},
+    },
+    "required": ["tool_name"],
+}
+DENIED = "denied: go on without it"
+
+
+def permission_question(tool: str, given: dict[str, Any]) -> str:
+    shown = json.dumps(redact_data(given), ensure_ascii=False, sort_keys=True)
+    if len(shown) > 1500:
+        shown = shown[:1500] + " ..."
+    return f"The agent's CLI asks permission to use {tool} with {shown}. Allow it (yes/no)?"
+
+
+def _permission(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """A permission prompt as a question to the Tether: suspends the run until it is answered;
+    an earlier answer to the same question decides at once."""
+    from tether.errors import TetherError
+    from tether.models import Reaching, ReachingStatus
+    from tether.services import answer_agrees, reaching_ask, reaching_expire
+
+    tool, given = str(args["tool_name"]), dict(args.get("input") or {})
+    question = permission_question(tool, given)
+    decided = (
+        Reaching.objects.filter(
+            agent_run_id=ctx.agent_run_id,
+            question=redact(question),
+            status__in=[ReachingStatus.ANSWERED, ReachingStatus.TIMED_OUT],
+        )
+        .order_by("-id")
+        .first()
+    )
+    if decided is None:
+        try:
+            decided = reaching_ask(
+                agent_run_id=ctx.agent_run_id, quantum_id=ctx.quantum_id,
+                tool_use_id=ctx.tool_use_id, question=question, assumption=DENIED,
+                priority="normal", timeout_s=None, context="a permission prompt of the CLI",
+                turn_index=ctx.turn_index,
+            )  # fmt: skip
+        except TetherError as exc:
+            raise ToolFailure(str(exc)) from None
+        if ctx.depth > 0 and decided.status == ReachingStatus.PENDING:
+            # A sub-agent cannot wait alone (as with ask_tether): denied at once, answerable late.
+            reaching_expire(reaching_id=decided.pk, now=decided.deadline)
+            decided.refresh_from_db()
+        if decided.status == ReachingStatus.PENDING:
+            raise SuspendRun(f"waiting on the Tether for a permission (reaching #{decided.pk})")
+    if decided.status == ReachingStatus.ANSWERED and answer_agrees(decided.answer, "allow"):
+        return json.dumps({"behavior": "allow", "updatedInput": given})
+    why = f"the Tether answered: {decided.answer}" if decided.answer else "no answer in time"
+    return json.dumps({"behavior": "deny", "message": f"not allowed ({why})"})
+
+
+PERMISSION = Tool(
+    PERMISSION_TOOL,
+    "Asks the operator whether the agent's CLI may use a tool (Claude Code's permission prompt).",
+    _PERMISSION_SCHEMA,
+    _permission,
+    changes_workspace=False,
+)
+
+
 def mcp_tool_names(allowed: list[str]) -> list[str]:
     """Our tools the role's CLI gets over MCP: those of `MCP_TOOLS` the role allows (all of
     them for a role that lists no tools) and this process has registered."""
@@ -116,9 +188,12 @@ class McpTools(AbstractContextManager["McpTools"]):
         names: list[str],
         allowed: list[str],
         on_suspend: Callable[[Suspension], None],
+        permissions: bool = False,
     ) -> None:
         self.ctx = ctx
         self.names = names
+        # Offers the permission prompt's tool (Claude Code's `--permission-prompt-tool`).
+        self.permissions = permissions
         self.allowed = allowed
         self.on_suspend = on_suspend
         self.suspension: Suspension | None = None
@@ -207,6 +282,14 @@ class McpTools(AbstractContextManager["McpTools"]):
             )
             for name in self.names
         ]
+        if self.permissions:
+            tools.append(
+                types.Tool(
+                    name=PERMISSION.name,
+                    description=PERMISSION.description,
+                    input_schema=PERMISSION.schema,
+                )
+            )
         return types.ListToolsResult(tools=tools)
 
     async def _call(
@@ -225,7 +308,8 @@ class McpTools(AbstractContextManager["McpTools"]):
     def call(self, name: str, args: dict[str, Any], tool_use_id: str) -> ToolResult:
         """Run one of our tools for the CLI, recorded as the run's tool call."""
         try:
-            if name not in self.names:
+            permission = self.permissions and name == PERMISSION_TOOL
+            if name not in self.names and not permission:
                 offered = ", ".join(self.names) or "none"
                 return ToolResult(f"unknown tool {name!r}; available: {offered}", True)
             with self._lock:
@@ -241,7 +325,11 @@ class McpTools(AbstractContextManager["McpTools"]):
                 input=redact_data(args),
             )
             try:
-                result = tool_execute(ctx, name, args, self.allowed)
+                result = (
+                    permission_execute(ctx, args)
+                    if permission
+                    else tool_execute(ctx, name, args, self.allowed)
+                )
             except SuspendRun as exc:
                 # The call stays pending: its answer completes it and resumes the run.
                 suspension = Suspension(
@@ -276,6 +364,16 @@ class McpTools(AbstractContextManager["McpTools"]):
         return json.dumps({"mcpServers": {SERVER_NAME: self.config(socket_inside)}})
 
 
+def permission_execute(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    errors = schema_errors(args, PERMISSION.schema)
+    if errors:
+        return ToolResult(f"invalid arguments for {PERMISSION_TOOL}: " + "; ".join(errors), True)
+    try:
+        return ToolResult(_permission(ctx, args), False)
+    except ToolFailure as exc:
+        return ToolResult(redact(f"{PERMISSION_TOOL} refused: {exc}"), True)
+
+
 def claude_tool_name(name: str) -> str:
     """How Claude Code names one of our MCP tools."""
     return f"mcp__{SERVER_NAME}__{name}"
@@ -284,9 +382,11 @@ def claude_tool_name(name: str) -> str:
 __all__ = [
     "BRIDGE",
     "MCP_TOOLS",
+    "PERMISSION_TOOL",
     "SERVER_NAME",
     "McpTools",
     "Suspension",
     "claude_tool_name",
     "mcp_tool_names",
+    "permission_execute",
 ]

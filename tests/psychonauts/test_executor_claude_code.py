@@ -288,6 +288,43 @@ def test_a_question_answered_on_a_host_without_the_session_starts_over_with_the_
     assert "Fix the status file." in first and "use 'fixed'" in first
 
 
+def test_a_permission_prompt_is_a_question_to_the_tether_and_its_yes_allows_that_use(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    settings_file = {"file_path": ".claude/settings.json", "content": "{}\n"}
+    steps = [
+        # Its own settings: Claude Code asks before it writes them, whatever the rules allow.
+        FakeReply(tool_uses=[("Write", settings_file)]),
+        FakeReply(tool_uses=[("Write", settings_file)]),
+        FakeReply(text="Wrote the notes."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # Not approved silently: the run waits on the Tether's answer.
+        assert first.status == "waiting", first.error
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        assert "permission to use Write" in reaching.question
+        assert ".claude/settings.json" in reaching.question
+        reaching_answer(reaching_id=reaching.pk, text="yes")
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert Reaching.objects.filter(agent_run=run).count() == 1  # its yes allowed the retry
+    results = [
+        e.payload
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="tool_result").order_by(
+            "id"
+        )
+        if e.payload.get("id", "").startswith("toolu_")
+    ]
+    assert results and results[-1]["is_error"] is False, results
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:.claude/settings.json", cwd=repo).strip() == "{}"
+
+
 def test_a_reviewing_cli_ends_with_the_verdict_it_reported_over_mcp(
     repo, make_quantum, cli_role, claude, monkeypatch
 ):

@@ -3,6 +3,7 @@ bridge an agent CLI starts inside the sandbox, and calls our tools through the u
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from psychonauts.services.verification import verdict_find
 from psychonauts.tools import ToolContext
 from tests.psychonauts.stages import staged_run
 from tether.models import Reaching
+from tether.services import reaching_answer
 
 # The server answers from its own threads (their own connections): committed data.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,3 +128,35 @@ def test_ask_tether_suspends_the_run_and_leaves_its_call_pending(repo, make_quan
         False,
         suspensions[0].tool_use_id,
     )
+
+
+def test_a_permission_prompt_waits_on_the_tether_and_its_no_denies_that_use(
+    repo, make_quantum, tmp_path
+):
+    run = staged_run(make_quantum(), "coder")
+    asked = {"tool_name": "Bash", "input": {"command": "curl example.com"}}
+    suspensions: list[Suspension] = []
+
+    async def ask(s: ClientSession) -> Any:
+        return await s.call_tool("permission_prompt", asked)
+
+    def tools() -> McpTools:
+        return McpTools(
+            _context(run, tmp_path), names=[], allowed=[], on_suspend=suspensions.append,
+            permissions=True,
+        )  # fmt: skip
+
+    with tools() as first:
+        _session(first, ask)
+    assert [s.name for s in suspensions] == ["permission_prompt"]
+    reaching = Reaching.objects.get(agent_run=run, status="pending")
+    assert "permission to use Bash" in reaching.question and "curl example.com" in reaching.question
+    reaching_answer(reaching_id=reaching.pk, text="no, no network")
+
+    # The CLI asks again (its session resumed): the answer decides, nothing is asked twice.
+    with tools() as second:
+        denied = _session(second, ask)
+    decision = json.loads(denied.content[0].text)
+    assert decision["behavior"] == "deny" and "no, no network" in decision["message"]
+    assert Reaching.objects.filter(agent_run=run).count() == 1
+    assert len(suspensions) == 1
