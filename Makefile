@@ -24,7 +24,7 @@ TEST_ENV := ANNIHILATION_HOME=$(CURDIR)/.annihilation-test PG_PORT=55433 REDIS_P
 	DATABASE_URL=postgres://postgres@127.0.0.1:55433/annihilation \
 	REDIS_URL=redis://127.0.0.1:56380/0 DEBUG=true
 
-.PHONY: demo test test-real-model services stop dev install lint check bench browsers cli-agents
+.PHONY: demo test test-real-model services stop dev install lint check bench browsers cli-agents cli-agents-test-install test-cli-agents
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { echo "make: cannot create a virtual environment with $(PYTHON) (on Debian: apt-get install python3-venv)"; exit 1; }
@@ -76,6 +76,24 @@ cli-agents:
 	npm install --prefix '$(CLI_AGENTS_DIR)' --no-audit --no-fund \
 		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
 	@echo "installed in $(CLI_AGENTS_DIR): set PSYCHONAUTS_CLI_AGENTS_DIR to it when it is not ANNIHILATION_HOME/cli-agents"
+
+# The tests of the claude-code and codex executors that run the real CLIs: `make test` skips them
+# unless the CLIs are in CLI_AGENTS_TEST_DIR (~800 MB from npm); `make cli-agents-test-install`
+# puts them there once, `make test-cli-agents` runs those tests (.ci/run does both when its time
+# allows).
+CLI_AGENTS_TEST_DIR ?= $(HOME)/.cache/annihilation/cli-agents
+cli-agents-test-install:
+	@if test -x '$(CLI_AGENTS_TEST_DIR)/node_modules/@anthropic-ai/claude-code/bin/claude.exe' \
+		&& grep -qs '"version": "$(CODEX_VERSION)"' '$(CLI_AGENTS_TEST_DIR)/node_modules/@openai/codex/package.json' \
+		&& '$(CLI_AGENTS_TEST_DIR)/node_modules/@anthropic-ai/claude-code/bin/claude.exe' --version | grep -q '^$(CLAUDE_CODE_VERSION) '; then \
+		echo "cli-agents: already installed in $(CLI_AGENTS_TEST_DIR)"; \
+	else $(MAKE) --no-print-directory cli-agents CLI_AGENTS_DIR='$(CLI_AGENTS_TEST_DIR)'; fi
+
+test-cli-agents: install
+	@$(TEST_ENV) scripts/services.sh start
+	$(TEST_ENV) ANNIHILATION_CLI_AGENTS='$(CLI_AGENTS_TEST_DIR)' $(BIN)/pytest \
+		tests/psychonauts/test_executor_claude_code.py tests/psychonauts/test_executor_codex.py \
+		tests/psychonauts/test_executor_mcp.py
 
 test: install browsers
 	@$(TEST_ENV) scripts/services.sh start

@@ -9,7 +9,13 @@ through the gateway).
   `claude-code` agent run (`agent_run_execute`: claim, sandbox, gateway, events, commit);
   p50 / p95 of each and the difference.
 
-    python bench/cli_executor.py [--calls 200] [--runs 5]
+- Start-up: where the time between the CLI's start and its first output goes. The sandbox
+  alone (bubblewrap running `true`, with the sandbox's mounts), then Claude Code from its start
+  to its first stream line (`system/init`, printed before any model call), four ways: on its
+  own, under our shell limits (`ulimit`), in bubblewrap with the executor's mounts, and both (as
+  the executor runs it).
+
+    python bench/cli_executor.py [--calls 200] [--runs 5] [--startup 5]
 
 Uses the dev services (make services) with a database of its own (annihilation_bench_cli). The
 per-run part needs Claude Code installed (`make cli-agents`, or PSYCHONAUTS_CLI_AGENTS_DIR).
@@ -153,6 +159,96 @@ def per_run(runs: int) -> None:
     _report("agent run", "s", alone, ours)
 
 
+def startup(runs: int) -> None:
+    import shlex
+
+    from psychonauts.containment.sandbox import _boxed, _environment, shell_argv
+    from psychonauts.executors.base import claude_binary
+
+    binary = claude_binary()
+    if not binary.is_file():
+        print(f"start-up: skipped, Claude Code is not installed ({binary})")
+        return
+    install = binary.parents[4]
+    work = Path(tempfile.mkdtemp(dir=HOME))
+    state = Path(tempfile.mkdtemp(dir=HOME))
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    for folder in (work, state):
+        folder.chmod(0o777)
+    inside = Path("/tmp/.cli")
+    env = {
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "bench",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+    }  # fmt: skip
+
+    def argv(cli: Path) -> list[str]:
+        return [str(cli), "-p", "hi", "--output-format", "stream-json", "--verbose", "--model",
+                MODEL, "--setting-sources", "", "--strict-mcp-config", "--tools", "Read"]  # fmt: skip
+
+    def first_line(command: list[str], environment: dict[str, str]) -> float:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            command, cwd=work, env=environment, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        took = time.perf_counter() - started
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        proc.stdout.close()
+        if not line.startswith(b"{"):
+            raise SystemExit(f"the CLI printed no stream line: {line[:200]!r}")
+        return took
+
+    def outside(limits: bool) -> float:
+        command = argv(binary)
+        if limits:
+            command = shell_argv("exec " + shlex.join(command), 600)
+        return first_line(command, _environment(work, {**env, "CLAUDE_CONFIG_DIR": str(state)}))
+
+    def boxed(limits: bool) -> float:
+        command = argv(inside / "install" / binary.relative_to(install))
+        if limits:
+            command = shell_argv("exec " + shlex.join(command), 600)
+        # The sandbox's mounts as the executor has them (as the worker's own user here).
+        full = _boxed(command, work, None, None)
+        at = full.index("--unshare-ipc")
+        full[at:at] = [
+            "--perms", "0755", "--dir", str(inside),
+            "--ro-bind", str(install), str(inside / "install"),
+            "--bind", str(state), str(inside / "state"),
+        ]  # fmt: skip
+        environment = _environment(
+            Path("/tmp"), {**env, "CLAUDE_CONFIG_DIR": str(inside / "state")}
+        )
+        return first_line(full, environment)
+
+    def bwrap_true() -> float:
+        started = time.perf_counter()
+        subprocess.run(
+            _boxed(["true"], work, None, None), env=_environment(Path("/tmp"), {}), check=True
+        )
+        return time.perf_counter() - started
+
+    ways = [
+        ("sandbox alone (bwrap true)", bwrap_true),
+        ("CLI to first line, on its own", lambda: outside(False)),
+        ("CLI to first line, our limits", lambda: outside(True)),
+        ("CLI to first line, in bwrap", lambda: boxed(False)),
+        ("CLI to first line, bwrap + limits (executor)", lambda: boxed(True)),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _ in ways}
+    for _ in range(runs):  # interleaved: a busy machine's swings fall on every way alike
+        for name, way in ways:
+            times[name].append(way())
+    load = os.getloadavg()[0]
+    print(f"start-up ({runs} each, ms, load {load:.1f}):")
+    for name, values in times.items():
+        print(f"  {name:46s} p50 {pct(values, 50) * 1000:7.0f}  p95 {pct(values, 95) * 1000:7.0f}")
+
+
 def _report(what: str, unit: str, alone: list[float], ours: list[float]) -> None:
     fmt = (lambda v: f"{v:.3f}") if unit == "s" else (lambda v: f"{v:.2f}")
     print(f"{what} ({len(alone)} each, {unit}): alone p50 {fmt(pct(alone, 50))} p95 "
@@ -165,9 +261,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=positive_int, default=200)
     parser.add_argument("--runs", type=positive_int, default=5)
+    parser.add_argument("--startup", type=positive_int, default=5)
+    parser.add_argument("--only", choices=("calls", "runs", "startup"), default=None)
     args = parser.parse_args()
-    per_call(args.calls)
-    per_run(args.runs)
+    if args.only in (None, "calls"):
+        per_call(args.calls)
+    if args.only in (None, "runs"):
+        per_run(args.runs)
+    if args.only in (None, "startup"):
+        startup(args.startup)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ The CLIs are optional: `make cli-agents` installs pinned versions with npm into
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,16 @@ def cli_agents_dir() -> Path:
     return Path(configured) if configured else Path(settings.ANNIHILATION_HOME) / "cli-agents"
 
 
+def cli_state_root() -> Path:
+    """Where the CLIs' per-agent state folders (their sessions) live:
+    PSYCHONAUTS_CLI_STATE_DIR, default ANNIHILATION_HOME/cli-state. A folder every worker mounts
+    (shared storage) lets a run resumed on another host continue the CLI's session there."""
+    configured = getattr(settings, "PSYCHONAUTS_CLI_STATE_DIR", "") or os.environ.get(
+        "PSYCHONAUTS_CLI_STATE_DIR", ""
+    )
+    return Path(configured) if configured else Path(settings.ANNIHILATION_HOME) / "cli-state"
+
+
 def claude_binary() -> Path:
     """The Claude Code binary: PSYCHONAUTS_CLAUDE_BIN when set, else the pinned install's."""
     named = os.environ.get("PSYCHONAUTS_CLAUDE_BIN", "")
@@ -53,7 +64,16 @@ def claude_binary() -> Path:
 
 
 def codex_binary() -> Path:
-    return cli_agents_dir() / "node_modules/@openai/codex/bin/codex.js"
+    """Codex's native binary (its npm package's Node launcher only starts it):
+    PSYCHONAUTS_CODEX_BIN when set, else the pinned install's for this machine."""
+    named = os.environ.get("PSYCHONAUTS_CODEX_BIN", "")
+    if named:
+        return Path(named)
+    arch, target = {
+        "aarch64": ("arm64", "aarch64-unknown-linux-musl"),
+        "arm64": ("arm64", "aarch64-unknown-linux-musl"),
+    }.get(platform.machine(), ("x64", "x86_64-unknown-linux-musl"))
+    return cli_agents_dir() / f"node_modules/@openai/codex-linux-{arch}/vendor/{target}/bin/codex"
 
 
 def _version(argv: list[str]) -> tuple[bool, str]:
@@ -85,12 +105,16 @@ def executor_status(name: str) -> ExecutorStatus:
         ok, detail = _version([str(binary), "--version"])
         return ExecutorStatus(name, ok, f"{detail} at {binary}" if ok else detail)
     if name == CODEX:
-        return ExecutorStatus(
-            name,
-            False,
-            "the codex executor is not implemented on this runtime yet (roles may name it; "
-            "their runs are refused with this reason)",
-        )
+        binary = codex_binary()
+        if not binary.is_file():
+            return ExecutorStatus(
+                name,
+                False,
+                f"Codex is not installed ({binary} missing): run `make cli-agents` "
+                f"(npm install @openai/codex@{CODEX_VERSION})",
+            )
+        ok, detail = _version([str(binary), "--version"])
+        return ExecutorStatus(name, ok, f"{detail} at {binary}" if ok else detail)
     return ExecutorStatus(name, False, f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
 
 

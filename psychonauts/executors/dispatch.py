@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psychonauts.executors.base import CLAUDE_CODE, CODEX, OURS, ExecutorError, executor_status
+from psychonauts.executors.base import CLAUDE_CODE, CODEX, OURS, ExecutorError
 from psychonauts.models import Role
 from psychonauts.runtime.runner import Runner
 
@@ -17,5 +17,7 @@ def runner_class(role: Role) -> type[Runner]:
 
         return ClaudeCodeRunner
     if executor == CODEX:
-        raise ExecutorError(f"the codex executor cannot run: {executor_status(CODEX).detail}")
+        from psychonauts.executors.codex import CodexRunner
+
+        return CodexRunner
     raise ExecutorError(f"role {role.name!r} names an unknown executor {executor!r}")

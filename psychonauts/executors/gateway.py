@@ -3,7 +3,8 @@ out of the sandbox.
 
 One gateway per CLI agent run, an HTTP server on a unix socket that is bind-mounted into the
 sandbox (the sandbox has no network). It holds the real API key (the CLI inside only ever sees a
-dummy), forwards `POST /v1/messages` to the real endpoint, streams the answer back as it comes,
+dummy), forwards `POST /v1/messages` (Anthropic's Messages API, `api="anthropic"`) or
+`POST /v1/responses` (OpenAI's Responses API, `api="openai"`) to the real endpoint, streams the answer back as it comes,
 reads the usage out of it and writes each response's cost (our price table,
 `psychonauts.runtime.budget`) into the usage ledger, the run's counters and the registered
 recorders. Before each call it enforces the model allow-list and the budgets (the quantum run's,
@@ -22,6 +23,7 @@ import shutil
 import socketserver
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
@@ -35,7 +37,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from bursts.models import AgentRun
-from psychonauts.errors import PsychonautError, SlotTimeout
+from psychonauts.errors import PsychonautError, SlotTimeout, SuspendRun
 from psychonauts.models import Usage
 from psychonauts.routing.endpoints import settings_endpoint
 from psychonauts.routing.ratelimits import (
@@ -57,7 +59,9 @@ from psychonauts.runtime.checkpoint import CallUsage, usage_record
 logger = logging.getLogger(__name__)
 
 # Headers passed on to the real endpoint; everything else (the dummy key) stays behind.
-_FORWARDED = ("content-type", "anthropic-version", "anthropic-beta", "accept")
+_FORWARDED = ("content-type", "anthropic-version", "anthropic-beta", "accept", "openai-beta")
+# The metered path of each API, as the CLI inside asks for it.
+_PATHS = {"anthropic": "/v1/messages", "openai": "/v1/responses"}
 _UPSTREAM_TIMEOUT_S = 600.0  # a streamed answer may take minutes; no byte for this long ends it
 # What the sandbox is told the key is.
 DUMMY_KEY = "sk-ant-gateway-dummy"
@@ -92,18 +96,35 @@ class Gateway:
         wave: WaveBudget | None,
         upstream: str = "",
         api_key: str = "",
+        api: str = "anthropic",
     ) -> None:
         self.run = run
         self.provider = provider
         self.allowed_models = allowed_models
         self.wave = wave
-        self.upstream = (
-            upstream or os.environ.get("ANTHROPIC_BASE_URL", "") or ("https://api.anthropic.com")
-        )
-        self.api_key = (
-            api_key or settings.ANTHROPIC_API_KEY or os.environ.get("ANTHROPIC_API_KEY", "")
-        )
+        self.api = api
+        self.path = _PATHS[api]
+        if api == "openai":
+            # The worker's OpenAI settings; the base URL holds its /v1.
+            self.upstream = (
+                upstream or os.environ.get("OPENAI_BASE_URL", "") or "https://api.openai.com/v1"
+            )
+            self.api_key = (
+                api_key
+                or getattr(settings, "OPENAI_API_KEY", "")
+                or os.environ.get("OPENAI_API_KEY", "")
+            )
+        else:
+            self.upstream = (
+                upstream or os.environ.get("ANTHROPIC_BASE_URL", "") or "https://api.anthropic.com"
+            )
+            self.api_key = (
+                api_key or settings.ANTHROPIC_API_KEY or os.environ.get("ANTHROPIC_API_KEY", "")
+            )
         self.metered = Metered()
+        # A spend gate's hold (SuspendRun's reason): the run waits rather than ends.
+        self.hold = ""
+        self.on_hold: Callable[[], None] | None = None  # told of a hold (the runner stops the CLI)
         self._lock = threading.Lock()
         self.folder = Path(tempfile.mkdtemp(prefix="agw-"))  # short: a socket path < 108 bytes
         self.socket = self.folder / "api.sock"
@@ -147,7 +168,13 @@ class Gateway:
                 self.run, spend=self.spent(), wave=self.wave, model=model,
                 estimate_tokens_in=size // 4,
             )  # fmt: skip
-        except PsychonautError as exc:  # BudgetExceeded, or a gate's SuspendRun
+        except SuspendRun as exc:  # a gate holds the run: it waits, as our loop's would
+            with self._lock:
+                self.hold = str(exc)
+            if self.on_hold is not None:
+                self.on_hold()
+            return str(exc)
+        except PsychonautError as exc:  # BudgetExceeded
             return str(exc)
         return ""
 
@@ -236,6 +263,16 @@ class _Usage:
         if "output_tokens" in usage:
             self.tokens_out = int(usage.get("output_tokens") or 0)
 
+    def responses(self, usage: dict[str, Any] | None) -> None:
+        """The Responses API's usage: its input tokens include the cached ones."""
+        if not usage:
+            return
+        details = usage.get("input_tokens_details")
+        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        self.cache_read = cached
+        self.tokens_in = max(0, int(usage.get("input_tokens") or 0) - cached)
+        self.tokens_out = int(usage.get("output_tokens") or 0)
+
     def feed(self, chunk: bytes) -> None:
         self._pending += chunk
         *lines, self._pending = self._pending.split(b"\n")
@@ -252,13 +289,17 @@ class _Usage:
                 self.usage((data.get("message") or {}).get("usage"), start=True)
             elif data.get("type") == "message_delta":
                 self.usage(data.get("usage"), start=False)
+            elif data.get("type") in ("response.completed", "response.incomplete"):
+                self.responses((data.get("response") or {}).get("usage"))
 
     def whole(self, body: bytes) -> None:
         try:
             data = json.loads(body)
         except ValueError:
             return
-        if isinstance(data, dict):
+        if isinstance(data, dict) and data.get("object") == "response":
+            self.responses(data.get("usage"))
+        elif isinstance(data, dict):
             self.usage(data.get("usage"), start=True)
 
 
@@ -273,7 +314,10 @@ class _Handler(BaseHTTPRequestHandler):
         return "sandbox"
 
     def _error(self, status: int, kind: str, message: str) -> None:
-        payload = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+        # Both APIs' error shapes: Anthropic's `type` and `error`, OpenAI's `error` with `code`.
+        payload = json.dumps(
+            {"type": "error", "error": {"type": kind, "code": kind, "message": message}}
+        )
         data = payload.encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -283,7 +327,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._error(
-            404, "not_found_error", f"the gateway serves POST /v1/messages, not {self.path}"
+            404,
+            "not_found_error",
+            f"the gateway serves POST {self.server.gateway.path}, not {self.path}",
         )
 
     def do_POST(self) -> None:
@@ -307,8 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._error(400, "invalid_request_error", "the request body is not a JSON object")
             return
-        metered = path.rstrip("/") == "/v1/messages"
-        if metered or path.startswith("/v1/messages/"):
+        metered = path.rstrip("/") == gateway.path
+        if metered or path.startswith(gateway.path + "/"):
             reason = gateway.check(body, len(raw))
             if reason:
                 gateway.refuse(reason)
@@ -352,7 +398,11 @@ class _Handler(BaseHTTPRequestHandler):
         )
         upstream = kind(target.netloc, timeout=_UPSTREAM_TIMEOUT_S)
         headers = {k: v for k, v in self.headers.items() if k.lower() in _FORWARDED}
-        headers["x-api-key"] = gateway.api_key
+        if gateway.api == "openai":
+            headers["authorization"] = f"Bearer {gateway.api_key}"
+            path = path.removeprefix("/v1")  # the upstream's base URL holds it
+        else:
+            headers["x-api-key"] = gateway.api_key
         query = urlsplit(self.path).query
         try:
             upstream.request(

@@ -1,20 +1,18 @@
 """The claude-code executor: the real Claude Code binary, in our sandbox, behind our gateway,
 against the fake Messages API scripted with Claude Code's own tool names.
 
-The binary is the pinned version (`psychonauts.executors.base.CLAUDE_CODE_VERSION`), installed
-once with npm into a cache folder (ANNIHILATION_CLI_CACHE, default ~/.cache/annihilation); the
-tests that need it are skipped, saying why, when it is not there and npm cannot fetch it.
+The binary is the pinned version (`psychonauts.executors.base.CLAUDE_CODE_VERSION`), installed by
+`make cli-agents` (`tests/psychonauts/cli_agents.py` says where); the tests that need it are
+skipped, saying how to install it, when it is not there.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
 import socket
 import stat
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,47 +24,30 @@ from django.utils import timezone
 
 from bursts.models import AgentRun
 from bursts.services.agent_runs import agent_runs_cancel_live
+from bursts.services.resume import agent_resume
 from core.models import Event
+from psychonauts.errors import SuspendRun
 from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
-from psychonauts.models import Role, Usage, Verification
+from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.roles import roles_sync_defaults
-from psychonauts.runtime.budget import cost_usd
+from psychonauts.runtime import budget
+from psychonauts.runtime.budget import CallCheck, cost_usd
 from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.workspaces.git import git
 from psychonauts.workspaces.repository import branch_for
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 from tests.fakes.claude_code_script import claude_code_script
+from tests.psychonauts.cli_agents import cli_agents_require
 from tests.psychonauts.crash import execute_killed_at_marker, wait_for
 from tests.psychonauts.stages import staged_run
+from tether.models import Reaching
+from tether.services import reaching_answer
 
 # The gateway writes the ledger from its own thread (its own connection): committed data.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MODEL = "claude-fake-1"
-CACHE = (
-    Path(os.environ.get("ANNIHILATION_CLI_CACHE", Path.home() / ".cache" / "annihilation"))
-    / f"cli-agents-{CLAUDE_CODE_VERSION}"
-)
-BINARY = CACHE / "node_modules/@anthropic-ai/claude-code/bin/claude.exe"
-
-
-def _installed() -> str:
-    """'' when the pinned Claude Code is in the cache (installed now if npm can), else why not."""
-    if BINARY.is_file():
-        return ""
-    npm = shutil.which("npm")
-    if npm is None:
-        return "npm is not installed: Claude Code cannot be fetched"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
-         f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if done.returncode != 0 or not BINARY.is_file():
-        return f"the npm registry is not reachable for Claude Code: {done.stderr.strip()[-300:]}"
-    return ""
 
 
 @pytest.fixture(autouse=True)
@@ -76,13 +57,8 @@ def model_priced(settings) -> None:
 
 
 @pytest.fixture
-def claude(settings, monkeypatch) -> Path:
-    why = _installed()
-    if why:
-        pytest.skip(why)
-    monkeypatch.setenv("PSYCHONAUTS_CLI_AGENTS_DIR", str(CACHE))
-    monkeypatch.delenv("PSYCHONAUTS_CLAUDE_BIN", raising=False)
-    return BINARY
+def claude(settings, monkeypatch) -> None:
+    cli_agents_require("claude-code", monkeypatch)
 
 
 @pytest.fixture
@@ -157,6 +133,47 @@ def test_a_spent_budget_refuses_the_first_call_and_stops_the_run(
     assert not Usage.objects.filter(agent_run=run).exists()
 
 
+def test_a_spend_gate_s_hold_makes_the_cli_run_wait_and_its_release_resumes_the_session(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    holding: list[bool] = []
+
+    def gate(check: CallCheck) -> None:
+        # From the run's second agent call on, until released (as the autopilot's caps hold).
+        if len(_agent_requests(fake)) == 1 and not holding:
+            holding.append(True)
+        if holding and holding[-1]:
+            raise SuspendRun("held by a budget: the day's cap is reached")
+
+    monkeypatch.setattr(budget, "SPEND_GATES", [gate])
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    steps = [
+        FakeReply(tool_uses=[("Write", {"file_path": "a.txt", "content": "a\n"})]),
+        FakeReply(text="Wrote a.txt."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # Held, not failed: the run waits holding no worker; the held call never left.
+        assert first.status == "waiting", first.error
+        assert "held by a budget" in first.error
+        assert AgentRun.objects.get(pk=run.pk).status == "waiting"
+        assert len(_agent_requests(fake)) == 1
+        holding.append(False)
+        assert agent_resume(agent_run_id=run.pk)  # the hold's release
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert sessions == [False, True]
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
+
+
 def test_a_killed_worker_resumes_the_cli_session(
     repo, make_quantum, cli_role, claude, monkeypatch, tmp_path
 ):
@@ -190,6 +207,150 @@ def test_a_killed_worker_resumes_the_cli_session(
     assert resumed and "status.txt" in json.dumps(resumed[0]["messages"])
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
     assert git("show", f"{tip}:status.txt", cwd=repo).strip() == "fixed"
+
+
+def test_the_cli_asks_the_tether_waits_holding_no_worker_and_resumes_with_the_answer(
+    repo, make_quantum, cli_role, claude, monkeypatch, tmp_path
+):
+    # The state folders on storage every worker mounts: the resuming worker finds the session.
+    shared = tmp_path / "shared-cli-state"
+    monkeypatch.setenv("PSYCHONAUTS_CLI_STATE_DIR", str(shared))
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    ask = {"question": "Keep the old API?", "assumption": "keep it"}
+    steps = [
+        FakeReply(tool_uses=[("mcp__annihilation__ask_tether", ask)]),
+        FakeReply(tool_uses=[("Write", {"file_path": "api.txt", "content": "dropped\n"})]),
+        FakeReply(text="Dropped the old API as the Tether said."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # The CLI was stopped and the run waits, its worker free, its question open.
+        assert first.status == "waiting", first.error
+        assert AgentRun.objects.get(pk=run.pk).status == "waiting"
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        assert reaching.question == "Keep the old API?"
+        asked = len(_agent_requests(fake))
+        reaching_answer(reaching_id=reaching.pk, text="drop it, nobody uses it")
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert ToolCall.objects.get(agent_run=run, name="ask_tether").output == (
+        "The Tether answered: drop it, nobody uses it"
+    )
+    sessions = [
+        e.payload for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert [s["resume"] for s in sessions] == [False, True]
+    # The session went on (its conversation holds the question) with the answer, once.
+    resumed = _agent_requests(fake)[asked:]
+    assert resumed and "Keep the old API?" in json.dumps(resumed[0]["messages"])
+    assert "drop it, nobody uses it" in json.dumps(resumed[0]["messages"])
+    assert sum("drop it, nobody uses it" in json.dumps(r["messages"][-1]) for r in resumed) == 1
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:api.txt", cwd=repo).strip() == "dropped"
+    assert not AgentTurn.objects.filter(agent_run=run, complete=False).exists()
+    assert list((shared / run.agent_id / "claude").glob("projects/*/*.jsonl"))
+
+
+def test_a_question_answered_on_a_host_without_the_session_starts_over_with_the_answer(
+    repo, make_quantum, cli_role, claude, monkeypatch, settings
+):
+    quantum = make_quantum(body="Fix the status file.")
+    run = staged_run(quantum, "coder", provider="anthropic")
+    ask = {"question": "Which status?", "assumption": "fixed"}
+    asking = claude_code_script([FakeReply(tool_uses=[("mcp__annihilation__ask_tether", ask)])])
+
+    def reply(body: dict[str, Any]) -> FakeReply:
+        # The model asks until its conversation holds the answer.
+        if body.get("tools") and "use 'fixed'" in json.dumps(body["messages"]):
+            return FakeReply(text="Done as told.")
+        return asking(body)
+
+    with fake_anthropic_server(reply) as fake:
+        _point(monkeypatch, fake.base_url)
+        assert agent_run_execute(agent_run_id=run.pk).status == "waiting"
+        # Resumed on another host: the session's state folder is not there.
+        shutil.rmtree(Path(settings.ANNIHILATION_HOME) / "cli-state" / run.agent_id)
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        reaching_answer(reaching_id=reaching.pk, text="use 'fixed'")
+        asked = len(_agent_requests(fake))
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+    ]
+    assert sessions == [False, False]
+    # A new session: the agent's task and the answer it waited for, in its first message.
+    first = json.dumps(_agent_requests(fake)[asked]["messages"])
+    assert "Fix the status file." in first and "use 'fixed'" in first
+
+
+def test_a_permission_prompt_is_a_question_to_the_tether_and_its_yes_allows_that_use(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    settings_file = {"file_path": ".claude/settings.json", "content": "{}\n"}
+    steps = [
+        # Its own settings: Claude Code asks before it writes them, whatever the rules allow.
+        FakeReply(tool_uses=[("Write", settings_file)]),
+        FakeReply(tool_uses=[("Write", settings_file)]),
+        FakeReply(text="Wrote the notes."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        # Not approved silently: the run waits on the Tether's answer.
+        assert first.status == "waiting", first.error
+        reaching = Reaching.objects.get(agent_run=run, status="pending")
+        assert "permission to use Write" in reaching.question
+        assert ".claude/settings.json" in reaching.question
+        reaching_answer(reaching_id=reaching.pk, text="yes")
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    assert Reaching.objects.filter(agent_run=run).count() == 1  # its yes allowed the retry
+    results = [
+        e.payload
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="tool_result").order_by(
+            "id"
+        )
+        if e.payload.get("id", "").startswith("toolu_")
+    ]
+    assert results and results[-1]["is_error"] is False, results
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:.claude/settings.json", cwd=repo).strip() == "{}"
+
+
+def test_a_reviewing_cli_ends_with_the_verdict_it_reported_over_mcp(
+    repo, make_quantum, cli_role, claude, monkeypatch
+):
+    reviewer = Role.objects.get(name="reviewer")
+    reviewer.executor, reviewer.provider, reviewer.model = "claude-code", "anthropic", MODEL
+    reviewer.save()
+    run = staged_run(make_quantum(), "reviewer", provider="anthropic", verdict_blocks=True)
+    verdict = {"verdict": "fail", "reasons": "README.md:1 says nothing of the change"}
+    steps = [
+        FakeReply(tool_uses=[("mcp__annihilation__diary", {"kind": "learning", "text": "ok"})]),
+        FakeReply(tool_uses=[("mcp__annihilation__report_verdict", verdict)]),
+        FakeReply(text="Reviewed."),
+    ]
+    with fake_anthropic_server(claude_code_script(steps)) as fake:
+        _point(monkeypatch, fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "error"
+    assert outcome.error == "README.md:1 says nothing of the change"
+    assert "VERDICT: FAIL" in AgentRun.objects.get(pk=run.pk).result
+    # The CLI saw our tools, and their results came back to it.
+    offered = {t["name"] for t in _agent_requests(fake)[0]["tools"]}
+    assert {"mcp__annihilation__report_verdict", "mcp__annihilation__diary"} <= offered
+    assert "mcp__annihilation__ask_tether" not in offered  # not the reviewer's
+    assert "verdict recorded: fail" in json.dumps(_agent_requests(fake)[-1]["messages"])
 
 
 def test_the_cli_keeps_the_run_alive_and_a_cancel_stops_it(
@@ -406,10 +567,12 @@ def test_the_executors_command_says_what_is_available_and_why_not(monkeypatch, t
     from django.core.management import call_command
 
     monkeypatch.setenv("PSYCHONAUTS_CLAUDE_BIN", str(tmp_path / "none" / "claude"))
+    monkeypatch.setenv("PSYCHONAUTS_CODEX_BIN", str(tmp_path / "none" / "codex"))
     out = StringIO()
     call_command("psychonaut", "executors", "--json", stdout=out)
     found = {e["name"]: e for e in json.loads(out.getvalue())}
     assert found["ours"]["available"] is True
     assert found["claude-code"]["available"] is False
     assert "make cli-agents" in found["claude-code"]["detail"]
-    assert found["codex"]["available"] is False and "not implemented" in found["codex"]["detail"]
+    assert found["codex"]["available"] is False
+    assert "make cli-agents" in found["codex"]["detail"]
