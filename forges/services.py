@@ -372,7 +372,8 @@ def pull_request_merge(*, change_id: int) -> ForgeMerge | None:
     None: the change's repository merges locally. ForgeUnavailable propagates (retried on
     the queue's next kick)."""
     review = ChangeReview.objects.select_related("quantum").get(pk=change_id)
-    config = ForgeRepository.objects.filter(repository_id=review.quantum.repository_id).first()
+    rid = review.quantum.repository_id
+    config = ForgeRepository.objects.filter(repository_id=rid).first() if rid else None
     if config is None:
         return None
     pull = (

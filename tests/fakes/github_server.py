@@ -72,7 +72,7 @@ class FakeGitHub:
 
     def review(
         self,
-        number: int,
+        number: int | None,
         state: str,
         body: str = "",
         *,
@@ -81,6 +81,7 @@ class FakeGitHub:
     ) -> dict[str, Any]:
         """A review submitted on the pull request's head (state: APPROVED, CHANGES_REQUESTED,
         COMMENTED), with line comments; returns the `pull_request_review` delivery."""
+        assert number is not None
         with self.lock:
             pull = self._pull(number)
             review = {
@@ -171,7 +172,8 @@ class FakeGitHub:
                 "sender": self._user("ci[bot]"),
             }
 
-    def close(self, number: int, *, user: str = "octo-maintainer") -> dict[str, Any]:
+    def close(self, number: int | None, *, user: str = "octo-maintainer") -> dict[str, Any]:
+        assert number is not None
         with self.lock:
             pull = self.pulls[number]
             pull.update(state="closed", closed_at=_now())
@@ -247,7 +249,8 @@ class FakeGitHub:
         pull = self.pulls[number]
         pull["head"] = self._ref(pull["head"]["ref"], self._head(pull))
         pull["base"] = self._ref(pull["base"]["ref"], self.branch_sha(pull["base"]["ref"]))
-        return json.loads(json.dumps(pull))
+        copied: dict[str, Any] = json.loads(json.dumps(pull))
+        return copied
 
     def _new_pull(self, title: str, head: str, base: str, body: str) -> dict[str, Any]:
         number = len(self.pulls) + 1
@@ -303,7 +306,8 @@ class FakeGitHub:
         }
         return self._pull(number)
 
-    def _merge(self, number: int, sha: str | None, method: str) -> tuple[int, Any]:
+    def _merge(self, number: int | None, sha: str | None, method: str) -> tuple[int, Any]:
+        assert number is not None
         pull = self.pulls[number]
         head = self._head(pull)
         if pull["state"] != "open":

@@ -149,6 +149,7 @@ def test_a_green_approved_pull_request_is_merged_by_the_queue_through_the_forge(
     report = merge_queue_run(repository_id=repository_default().pk)
     assert report.merged == [review.pk]
     review.refresh_from_db()
+    assert pull.number is not None
     on_forge = github.pulls[pull.number]
     assert on_forge["merged"] and review.merge_sha == on_forge["merge_commit_sha"]
     assert github.branch_sha("main") == review.merge_sha
@@ -203,6 +204,7 @@ def test_a_crash_between_push_and_opening_opens_exactly_one_pull_request(
     quantum = make_quantum()
     run = done_run(quantum, {"hello.py": "print('hi')\n"})
     review = change_review_create(quantum_run_id=run.pk)
+    assert review is not None
     pull = PullRequest.objects.get(change=review)
     github.fail("POST", PULLS, 502, times=3)  # the client's retries spent: the task dies here
 
@@ -325,3 +327,21 @@ def test_the_poll_looks_at_open_pull_requests_when_no_webhook_is_configured(
 
     pull_request_sync(pull_id=pull.pk)
     assert pull_requests_due() == []  # looked at just now
+
+
+def test_the_command_sets_and_shows_a_repositorys_forge(github: FakeGitHub, db: None):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    name = repository_default().name
+    out = StringIO()
+    call_command(
+        "forges", "set", name, "--slug", "acme/widgets", "--token-env", "ACME_GITHUB_TOKEN",
+        "--api-url", github.url, "--required-check", "tests", "--json", stdout=out,
+    )  # fmt: skip
+    shown = StringIO()
+    call_command("forges", "show", name, "--json", stdout=shown)
+    data = json.loads(shown.getvalue())
+    assert (data["slug"], data["required_checks"]) == ("acme/widgets", ["tests"])
+    assert TOKEN not in out.getvalue() + shown.getvalue()
