@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 BOT = "annihilation-bot"
+LOST = object()  # a fault's body: the request is carried out, its answer replaced by the status
 
 
 def _git(bare: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,19 +49,27 @@ class FakeGitHub:
     comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     check_runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
-    faults: list[tuple[str, str, int, Any]] = field(default_factory=list)
+    faults: list[tuple[str, str, int, Any, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: iter(range(1000, 10**9)))
 
     # --- what the tests do as GitHub's users ---------------------------------------------------
 
     def fail(
-        self, method: str, path: str, status: int, *, times: int = 1, body: Any = None
+        self,
+        method: str,
+        path: str,
+        status: int,
+        *,
+        times: int = 1,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """The next `times` requests `method` whose path matches `path` (a regular expression)
-        are answered `status` with `body` (default: GitHub's error body for the status)."""
+        are answered `status` with `body` (default: GitHub's error body for the status) and
+        `headers`."""
         with self.lock:
-            self.faults += [(method, path, status, body)] * times
+            self.faults += [(method, path, status, body, headers or {})] * times
 
     def count(self, method: str, path: str) -> int:
         with self.lock:
@@ -336,82 +345,86 @@ class FakeGitHub:
         return 200, {"sha": commit, "merged": True, "message": "Pull Request successfully merged"}
 
     def handle(self, method: str, target: str, body: Any) -> tuple[int, Any, dict[str, str]]:
-        parts = urlsplit(target)
-        path, query = parts.path, parse_qs(parts.query)
         with self.lock:
-            self.requests.append((method, path))
-            for n, (m, pattern, status, answer) in enumerate(self.faults):
-                if m == method and re.fullmatch(pattern, path):
+            self.requests.append((method, urlsplit(target).path))
+            for n, (m, pattern, status, answer, headers) in enumerate(self.faults):
+                if m == method and re.fullmatch(pattern, urlsplit(target).path):
                     del self.faults[n]
+                    if answer is LOST:  # done, but the answer is lost on the way back
+                        self._answer(method, target, body)
+                        return status, {"message": "Server Error"}, headers
                     if answer is not None:
-                        return status, answer, {}
+                        return status, answer, headers
                     message = {
                         403: "Resource not accessible by integration",
                         422: "Validation Failed",
                     }.get(status, "Server Error")
                     docs = "https://docs.github.com/rest"
-                    return status, {"message": message, "documentation_url": docs}, {}
-            prefix = f"/repos/{self.slug}"
-            if not path.startswith(prefix):
-                return 404, {"message": "Not Found"}, {}
-            rest = path[len(prefix) :]
-            if rest == "/pulls" and method == "GET":
-                state, head = query.get("state", ["open"])[0], query.get("head", [""])[0]
-                found = [
-                    self._pull(n) for n, p in sorted(self.pulls.items())
-                    if (state == "all" or p["state"] == state)
-                    and (not head or f"{self.slug.split('/')[0]}:{p['head']['ref']}" == head)
-                ]  # fmt: skip
-                return 200, found, {}
-            if rest == "/pulls" and method == "POST":
-                head, base = body.get("head", ""), body.get("base", "")
-                if not self.branch_sha(head):
-                    return 422, {"message": "Validation Failed", "errors": [
-                        {"resource": "PullRequest", "field": "head", "code": "invalid"}]}, {}  # fmt: skip
-                if any(
-                    p["head"]["ref"] == head and p["state"] == "open" for p in self.pulls.values()
-                ):
-                    owner = self.slug.split("/")[0]
-                    return 422, {"message": "Validation Failed", "errors": [
-                        {"resource": "PullRequest", "code": "custom",
-                         "message": f"A pull request already exists for {owner}:{head}."}]}, {}  # fmt: skip
-                return 201, self._new_pull(body["title"], head, base, body.get("body") or ""), {}
-            match = re.fullmatch(r"/pulls/(\d+)(/reviews|/comments|/merge)?", rest)
-            if match and int(match.group(1)) in self.pulls:
-                number, tail = int(match.group(1)), match.group(2)
-                if tail is None and method == "GET":
-                    return 200, self._pull(number), {}
-                if tail is None and method == "PATCH":
-                    for key in ("title", "body", "state"):
-                        if key in body:
-                            self.pulls[number][key] = body[key]
-                    self.pulls[number]["updated_at"] = _now()
-                    return 200, self._pull(number), {}
-                if tail == "/reviews":
-                    return 200, self.reviews.get(number, []), {}
-                if tail == "/comments":
-                    return 200, self.comments.get(number, []), {}
-                if tail == "/merge" and method == "PUT":
-                    status, answer = self._merge(
-                        number, body.get("sha"), body.get("merge_method", "merge")
-                    )
-                    return status, answer, {}
-            match = re.fullmatch(r"/issues/(\d+)/labels", rest)
-            if match and method == "PUT" and int(match.group(1)) in self.pulls:
-                names = body if isinstance(body, list) else body.get("labels", [])
-                labels = [
-                    {"id": abs(hash(n)) % 10**8, "node_id": "LA_fake",
-                     "url": f"{self._api}/labels/{n}", "name": n, "color": "ededed",
-                     "default": False, "description": None}
-                    for n in names
-                ]  # fmt: skip
-                self.pulls[int(match.group(1))]["labels"] = labels
-                return 200, labels, {}
-            match = re.fullmatch(r"/commits/([0-9a-f]{40})/check-runs", rest)
-            if match and method == "GET":
-                runs = self.check_runs.get(match.group(1), [])
-                return 200, {"total_count": len(runs), "check_runs": runs}, {}
+                    return status, {"message": message, "documentation_url": docs}, headers
+            return self._answer(method, target, body)
+
+    def _answer(self, method: str, target: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+        parts = urlsplit(target)
+        path, query = parts.path, parse_qs(parts.query)
+        prefix = f"/repos/{self.slug}"
+        if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}
+        rest = path[len(prefix) :]
+        if rest == "/pulls" and method == "GET":
+            state, head = query.get("state", ["open"])[0], query.get("head", [""])[0]
+            found = [
+                self._pull(n) for n, p in sorted(self.pulls.items())
+                if (state == "all" or p["state"] == state)
+                and (not head or f"{self.slug.split('/')[0]}:{p['head']['ref']}" == head)
+            ]  # fmt: skip
+            return 200, found, {}
+        if rest == "/pulls" and method == "POST":
+            head, base = body.get("head", ""), body.get("base", "")
+            if not self.branch_sha(head):
+                return 422, {"message": "Validation Failed", "errors": [
+                    {"resource": "PullRequest", "field": "head", "code": "invalid"}]}, {}  # fmt: skip
+            if any(p["head"]["ref"] == head and p["state"] == "open" for p in self.pulls.values()):
+                owner = self.slug.split("/")[0]
+                return 422, {"message": "Validation Failed", "errors": [
+                    {"resource": "PullRequest", "code": "custom",
+                     "message": f"A pull request already exists for {owner}:{head}."}]}, {}  # fmt: skip
+            return 201, self._new_pull(body["title"], head, base, body.get("body") or ""), {}
+        match = re.fullmatch(r"/pulls/(\d+)(/reviews|/comments|/merge)?", rest)
+        if match and int(match.group(1)) in self.pulls:
+            number, tail = int(match.group(1)), match.group(2)
+            if tail is None and method == "GET":
+                return 200, self._pull(number), {}
+            if tail is None and method == "PATCH":
+                for key in ("title", "body", "state"):
+                    if key in body:
+                        self.pulls[number][key] = body[key]
+                self.pulls[number]["updated_at"] = _now()
+                return 200, self._pull(number), {}
+            if tail == "/reviews":
+                return 200, self.reviews.get(number, []), {}
+            if tail == "/comments":
+                return 200, self.comments.get(number, []), {}
+            if tail == "/merge" and method == "PUT":
+                status, answer = self._merge(
+                    number, body.get("sha"), body.get("merge_method", "merge")
+                )
+                return status, answer, {}
+        match = re.fullmatch(r"/issues/(\d+)/labels", rest)
+        if match and method == "PUT" and int(match.group(1)) in self.pulls:
+            names = body if isinstance(body, list) else body.get("labels", [])
+            labels = [
+                {"id": abs(hash(n)) % 10**8, "node_id": "LA_fake",
+                 "url": f"{self._api}/labels/{n}", "name": n, "color": "ededed",
+                 "default": False, "description": None}
+                for n in names
+            ]  # fmt: skip
+            self.pulls[int(match.group(1))]["labels"] = labels
+            return 200, labels, {}
+        match = re.fullmatch(r"/commits/([0-9a-f]{40})/check-runs", rest)
+        if match and method == "GET":
+            runs = self.check_runs.get(match.group(1), [])
+            return 200, {"total_count": len(runs), "check_runs": runs}, {}
+        return 404, {"message": "Not Found"}, {}
 
 
 @contextmanager

@@ -18,10 +18,10 @@ from psychonauts.workspaces import branch_for, workspace_commit, workspace_ensur
 from quanta.models import Quantum, QuantumStatus
 from repos.services import repository_default
 from tests.fakes.github_server import FakeGitHub, github_served
-from tests.psychonauts.conftest import make_quantum
-from tests.tether.conftest import tether_settings
+from tests.psychonauts.conftest import make_quantum, scripts
+from tests.tether.conftest import tether_settings, tether_worker
 
-__all__ = ["make_quantum", "tether_settings"]
+__all__ = ["make_quantum", "scripts", "tether_settings", "tether_worker"]
 
 TOKEN = "github_pat_" + "Zq7" * 27 + "x"
 

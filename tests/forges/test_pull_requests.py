@@ -22,9 +22,11 @@ from forges.services import (
     pull_request_sync,
     pull_requests_due,
 )
+from psychonauts.sandbox import sandbox_run
+from psychonauts.workspaces import workspace_ensure
 from quanta.models import Comment, Quantum, QuantumStatus
 from repos.services import repository_default
-from tests.fakes.github_server import FakeGitHub
+from tests.fakes.github_server import LOST, FakeGitHub
 from tests.forges.conftest import TOKEN, MakeQuantum, done_run
 from tests.hooks.conftest import GITHUB_SECRET, deliver
 from tether.models import ChangeReview, ChangeStatus
@@ -219,6 +221,18 @@ def test_a_crash_between_push_and_opening_opens_exactly_one_pull_request(
     assert PullRequest.objects.get(pk=pull.pk).state == PullState.OPEN
 
 
+def test_an_opening_whose_answer_is_lost_opens_exactly_one_pull_request(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
+):
+    # GitHub opened it but answered 502: the client's retry is told it exists (422), and adopts.
+    github.fail("POST", PULLS, 502, body=LOST)
+
+    pull = published(make_quantum(), {"hello.py": "print('hi')\n"})
+
+    assert pull.state == PullState.OPEN and github.count("POST", PULLS) == 2
+    assert [p["number"] for p in github.open_pulls()] == [pull.number]
+
+
 def test_a_crash_after_opening_before_recording_adopts_the_pull_request(
     github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
 ):
@@ -239,6 +253,32 @@ def test_5xx_answers_are_retried_with_backoff(
 
     assert pull.state == PullState.OPEN
     assert github.count("POST", PULLS) == 3
+
+
+def test_a_403_that_is_a_secondary_rate_limit_waits_and_passes(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
+):
+    limited = {"message": "You have exceeded a secondary rate limit. Please wait a few minutes."}
+    github.fail("POST", PULLS, 403, body=limited, headers={"Retry-After": "1"})
+
+    pull = published(make_quantum(), {"hello.py": "print('hi')\n"})
+
+    assert pull.state == PullState.OPEN and github.count("POST", PULLS) == 2
+
+
+def test_calls_are_paced_by_a_bucket_every_worker_shares(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum, forge_settings: Any
+):
+    forge_settings.FORGES_RATE_CAPACITY = 3
+    forge_settings.FORGES_RATE_PERIOD_S = 600.0
+    forge_settings.FORGES_MAX_RATE_WAIT_S = 0.2
+    run = done_run(make_quantum(), {"hello.py": "print('hi')\n"})
+    review = change_review_create(quantum_run_id=run.pk)
+    pull = PullRequest.objects.get(change=review)
+
+    with pytest.raises(ForgeUnavailable, match="our rate limit is spent"):
+        pull_request_publish(pull_id=pull.pk)
+    assert len(github.requests) == 2  # the push took the first token; then two calls
 
 
 def test_a_403_fails_the_pull_request_with_the_forges_words_and_no_retry(
@@ -286,6 +326,24 @@ def test_the_credential_is_named_not_stored_and_redacted(github: FakeGitHub, for
     assert TOKEN not in redact(f"push with {TOKEN} failed")
     with pytest.raises(ForgeNotConfigured, match="_TOKEN or _KEY"):
         forge_configure(repository_id=forge.repository_id, slug="acme/widgets", token_env="GH")
+
+
+def test_no_sandboxed_command_sees_the_credential(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
+):
+    quantum = make_quantum()
+    tree = workspace_ensure(quantum_id=quantum.pk)
+
+    result = sandbox_run(
+        "env; tr '\\0' '\\n' < /proc/1/environ",
+        workspace=tree,
+        quantum_id=quantum.pk,
+        timeout_s=20,
+    )
+
+    output = result.stdout
+    assert "PATH=" in output  # it ran and printed its environment (pid 1's is not readable)
+    assert "ACME_GITHUB_TOKEN" not in output and TOKEN not in output
 
 
 @pytest.mark.django_db(transaction=True)
