@@ -15,6 +15,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -149,11 +150,12 @@ class GitHubForge:
         pull = self._call("read the pull request", lambda: self._repo.get_pull(number))
         if pull.title != title or (pull.body or "") != body:
             self._call("update the pull request", lambda: pull.edit(title=title, body=body))
-        have = [label.name for label in pull.labels]
-        want = [name for name in have if not name.startswith(RISK_LABEL)] + labels
-        if sorted(set(have)) != sorted(set(want)):
-            self._call("set the labels", lambda: pull.set_labels(*sorted(set(want))))
-        return self._view(self._call("read the pull request", lambda: self._repo.get_pull(number)))
+        view = self._view(pull)
+        want = sorted({name for name in view.labels if not name.startswith(RISK_LABEL)} | {*labels})
+        if sorted(set(view.labels)) != want:
+            self._call("set the labels", lambda: pull.set_labels(*want))
+            view = replace(view, labels=tuple(want))
+        return view
 
     def pull_view(self, *, number: int) -> PullView:
         pull = self._call("read the pull request", lambda: self._repo.get_pull(number))

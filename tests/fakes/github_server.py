@@ -49,6 +49,7 @@ class FakeGitHub:
     comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     check_runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    served_s: float = 0.0  # the time spent answering (latency included), all requests
     faults: list[tuple[str, str, int, Any, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: iter(range(1000, 10**9)))
@@ -440,6 +441,7 @@ def github_served(
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else {}
+            started = time.perf_counter()
             if fake.latency_s:
                 time.sleep(fake.latency_s)
             status, answer, headers = fake.handle(self.command, self.path, body)
@@ -454,6 +456,8 @@ def github_served(
                 self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
+            with fake.lock:
+                fake.served_s += time.perf_counter() - started
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
