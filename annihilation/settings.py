@@ -725,6 +725,8 @@ FORGES_RATE_CAPACITY = env_int("ANNIHILATION_FORGES_RATE_CAPACITY", 80, minimum=
 FORGES_RATE_PERIOD_S = env_float("ANNIHILATION_FORGES_RATE_PERIOD_S", 60.0, minimum=0.001)
 # The poll of open pull requests where no deliveries come (seconds between looks at one).
 FORGES_POLL_S = env_float("ANNIHILATION_FORGES_POLL_S", 60.0, minimum=1)
+# The same look where deliveries come, as a safety net for one GitHub failed to make.
+FORGES_WEBHOOK_POLL_S = env_float("ANNIHILATION_FORGES_WEBHOOK_POLL_S", 900.0, minimum=1)
 # Where the pull request's links to quanta, goals and drifts point (blank: relative paths).
 FORGES_LINK_BASE = env_str("ANNIHILATION_PUBLIC_URL", "")
 # A delivery's attempts: the POST's timeout, the backoff after the n-th failure

@@ -193,7 +193,12 @@ def pull_request_publish(*, pull_id: int) -> PullRequest | None:
         PullRequest.objects.filter(pk=pull.pk).update(error=redact(str(exc))[:2000])
         raise
     PullRequest.objects.filter(pk=pull.pk, change_id=review.pk).update(
-        state=PullState.OPEN, number=view.number, url=view.url, head_sha=review.head_sha, error=""
+        state=PullState.OPEN,
+        number=view.number,
+        url=view.url,
+        head_sha=review.head_sha,
+        error="",
+        synced_at=timezone.now(),  # read just now: the poll's clock starts here
     )
     pull.refresh_from_db()
     publish("tether:drifts", "pull_request_published", _payload(pull))
@@ -441,18 +446,20 @@ def github_delivery(event: str, payload: dict[str, Any]) -> str | None:
 
 
 def pull_requests_due(*, limit: int = 200) -> list[int]:
-    """The poll (forge repositories without deliveries, or when no webhook secret is set):
-    open pull requests not looked at for settings.FORGES_POLL_S, each one's sync sent."""
-    before = timezone.now() - timedelta(seconds=settings.FORGES_POLL_S)
+    """The poll: open pull requests not looked at for settings.FORGES_POLL_S where no deliveries
+    come (a repository set without a webhook, or every one while no webhook secret is set), and
+    for settings.FORGES_WEBHOOK_POLL_S where they do (a delivery GitHub failed to make, or one
+    that came while the pull request was being published); each one's sync sent."""
+    now = timezone.now()
     polled = PullRequest.objects.filter(state=PullState.OPEN, number__isnull=False)
-    if settings.HOOKS_GITHUB_SECRET:
-        without = ForgeRepository.objects.filter(webhook=False).values_list("repository_id")
-        polled = polled.filter(repository_id__in=without)
-    ids = list(
-        polled.filter(Q(synced_at__isnull=True) | Q(synced_at__lt=before))
-        .order_by("synced_at")
-        .values_list("pk", flat=True)[:limit]
+    stale = Q(synced_at__isnull=True) | Q(
+        synced_at__lt=now - timedelta(seconds=settings.FORGES_POLL_S)
     )
+    if settings.HOOKS_GITHUB_SECRET:
+        delivered = ForgeRepository.objects.filter(webhook=True).values_list("repository_id")
+        long_ago = now - timedelta(seconds=settings.FORGES_WEBHOOK_POLL_S)
+        stale &= ~Q(repository_id__in=delivered) | Q(synced_at__lt=long_ago)
+    ids = list(polled.filter(stale).order_by("synced_at").values_list("pk", flat=True)[:limit])
     _syncs_send(ids)
     return ids
 

@@ -6,10 +6,12 @@ exactly one, and the forge's 403 / 422 / 5xx answers."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 from bursts.models import Wave
 from core.redaction import redact
@@ -378,13 +380,27 @@ def test_the_poll_looks_at_open_pull_requests_when_no_webhook_is_configured(
 ):
     forge_settings.HOOKS_GITHUB_SECRET = ""
     pull = published(make_quantum(), {"hello.py": "print('hi')\n"})
+    assert pull_requests_due() == []  # read when published
 
+    PullRequest.objects.filter(pk=pull.pk).update(synced_at=timezone.now() - timedelta(minutes=2))
     with django_capture_on_commit_callbacks() as callbacks:
         due = pull_requests_due()
     assert due == [pull.pk] and len(callbacks) == 1
 
     pull_request_sync(pull_id=pull.pk)
     assert pull_requests_due() == []  # looked at just now
+
+
+def test_with_deliveries_the_poll_is_a_slower_safety_net(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum, forge_settings: Any
+):
+    forge_settings.HOOKS_GITHUB_SECRET = GITHUB_SECRET
+    pull = published(make_quantum(), {"hello.py": "print('hi')\n"})
+
+    PullRequest.objects.filter(pk=pull.pk).update(synced_at=timezone.now() - timedelta(minutes=2))
+    assert pull_requests_due() == []  # deliveries come: not polled every minute
+    PullRequest.objects.filter(pk=pull.pk).update(synced_at=timezone.now() - timedelta(hours=1))
+    assert pull_requests_due() == [pull.pk]
 
 
 def test_the_command_sets_and_shows_a_repositorys_forge(github: FakeGitHub, db: None):

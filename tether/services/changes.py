@@ -551,9 +551,10 @@ def change_reject(*, change_id: int, reason: str, by: str = "operator") -> Chang
 
 @transaction.atomic
 def change_forge_closed(*, change_id: int, merged: bool, merge_sha: str, by: str) -> ChangeReview:
-    """The change's pull request was merged or closed on its forge: pending, queued or merging
-    -> merged (the forge's merge sha) or rejected. A closed pull request is the team's "no": the
-    quantum is not reopened."""
+    """The change's pull request was merged or closed on its forge: pending or queued -> merged
+    (the forge's merge sha) or rejected. A closed pull request is the team's "no": the quantum is
+    not reopened. A merging change is left to the queue's consumer (its merge through the forge
+    finds the pull request merged and records that)."""
     now = timezone.now()
     fields: dict[str, object] = (
         {"status": ChangeStatus.MERGED, "merge_sha": merge_sha[:40]}
@@ -561,7 +562,7 @@ def change_forge_closed(*, change_id: int, merged: bool, merge_sha: str, by: str
         else {"status": ChangeStatus.REJECTED, "comment": f"closed on the forge by {by}"}
     )
     updated = ChangeReview.objects.filter(
-        pk=change_id, status__in=(ChangeStatus.PENDING, *CHANGE_IN_QUEUE)
+        pk=change_id, status__in=(ChangeStatus.PENDING, ChangeStatus.QUEUED)
     ).update(decided_by=by, decided_at=now, **fields)
     review = ChangeReview.objects.filter(pk=change_id).first()
     if review is None:
