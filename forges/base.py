@@ -51,6 +51,8 @@ class PullView:
     base: str
     labels: tuple[str, ...]
     closed_by: str = ""
+    # Handed to the forge's own merge queue (auto-merge on): the merge comes back from there.
+    handed: bool = False
     reviews: tuple[ReviewNote, ...] = ()
     checks: tuple[CheckNote, ...] = field(default_factory=tuple)
 

@@ -270,6 +270,7 @@ class GitHubForge:
             base=pull.base.ref,
             labels=tuple(label.name for label in pull.labels),
             closed_by=merged_by,
+            handed=bool(pull.auto_merge),
         )
 
 

@@ -300,6 +300,8 @@ def _act(pull: PullRequest, config: ForgeRepository, view: PullView) -> str:
         change_reject(change_id=review.pk, reason=reason, by=_by(config, feedback, failed))
         acted |= {str(r.id) for r in feedback} | {f"{c.name}@{view.head_sha}" for c in failed}
         outcome = f"change #{review.pk} sent back: {len(feedback)} reviews, {len(failed)} checks"
+    elif view.handed:
+        outcome = "in the forge's merge queue"
     elif review.status == ChangeStatus.PENDING:
         approvers = _approvers(view)
         if approvers and _green(considered, config.required_checks):

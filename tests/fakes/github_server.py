@@ -50,6 +50,9 @@ class FakeGitHub:
     check_runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     served_s: float = 0.0  # the time spent answering (latency included), all requests
+    # The base branch requires GitHub's merge queue: the REST merge is refused, auto-merge
+    # (GraphQL) enqueues, and `queue_merge` is the queue merging.
+    merge_queue: bool = False
     faults: list[tuple[str, str, int, Any, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: iter(range(1000, 10**9)))
@@ -195,6 +198,20 @@ class FakeGitHub:
                 "sender": self._user(user),
             }
 
+    def queue_merge(self, number: int | None) -> dict[str, Any]:
+        """GitHub's merge queue merges the pull request; returns the `pull_request` delivery."""
+        assert number is not None
+        with self.lock:
+            status, _ = self._merge(number, None, "merge", queued=True)
+            assert status == 200, status
+            return {
+                "action": "closed",
+                "number": number,
+                "pull_request": self._pull(number),
+                "repository": self._repository(),
+                "sender": self._user("github-merge-queue[bot]"),
+            }
+
     def open_pulls(self) -> list[dict[str, Any]]:
         with self.lock:
             return [self._pull(n) for n, p in self.pulls.items() if p["state"] == "open"]
@@ -268,7 +285,7 @@ class FakeGitHub:
         self.pulls[number] = {
             "url": f"{self._api}/pulls/{number}",
             "id": next(self._ids),
-            "node_id": "PR_fake",
+            "node_id": f"PR_fake{number}",
             "html_url": html,
             "diff_url": f"{html}.diff",
             "patch_url": f"{html}.patch",
@@ -316,12 +333,16 @@ class FakeGitHub:
         }
         return self._pull(number)
 
-    def _merge(self, number: int | None, sha: str | None, method: str) -> tuple[int, Any]:
+    def _merge(
+        self, number: int | None, sha: str | None, method: str, *, queued: bool = False
+    ) -> tuple[int, Any]:
         assert number is not None
         pull = self.pulls[number]
         head = self._head(pull)
         if pull["state"] != "open":
             return 405, {"message": "Pull Request is not mergeable"}
+        if self.merge_queue and not queued:
+            return 405, {"message": "Changes must be made through the merge queue"}
         if sha and sha != head:
             return 409, {"message": "Head branch was modified. Review and try the merge again."}
         base = pull["base"]["ref"]
@@ -345,6 +366,22 @@ class FakeGitHub:
         pull["head"]["sha"] = head
         return 200, {"sha": commit, "merged": True, "message": "Pull Request successfully merged"}
 
+    def _graphql(self, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
+        """The one mutation the client sends: enablePullRequestAutoMerge."""
+        given = body.get("variables", {}).get("input", {})
+        found = [n for n, p in self.pulls.items() if p["node_id"] == given.get("pullRequestId")]
+        if "enablePullRequestAutoMerge" not in body.get("query", "") or not found:
+            error = {"type": "NOT_FOUND", "message": "Could not resolve to a node"}
+            return 200, {"data": None, "errors": [error]}, {}
+        self.pulls[found[0]]["auto_merge"] = {
+            "enabled_by": self._user(BOT),
+            "merge_method": str(given.get("mergeMethod", "MERGE")).lower(),
+            "commit_title": None,
+            "commit_message": None,
+        }
+        answer = {"actor": {"login": BOT}, "clientMutationId": None}
+        return 200, {"data": {"enablePullRequestAutoMerge": answer}}, {}
+
     def handle(self, method: str, target: str, body: Any) -> tuple[int, Any, dict[str, str]]:
         with self.lock:
             self.requests.append((method, urlsplit(target).path))
@@ -367,6 +404,8 @@ class FakeGitHub:
     def _answer(self, method: str, target: str, body: Any) -> tuple[int, Any, dict[str, str]]:
         parts = urlsplit(target)
         path, query = parts.path, parse_qs(parts.query)
+        if path == "/graphql" and method == "POST":
+            return self._graphql(body)
         prefix = f"/repos/{self.slug}"
         if not path.startswith(prefix):
             return 404, {"message": "Not Found"}, {}

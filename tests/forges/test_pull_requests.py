@@ -160,6 +160,31 @@ def test_a_green_approved_pull_request_is_merged_by_the_queue_through_the_forge(
     assert PullRequest.objects.get(pk=pull.pk).state == PullState.MERGED
 
 
+def test_a_base_that_requires_the_forges_merge_queue_gets_the_pull_request_handed_to_it(
+    github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
+):
+    github.merge_queue = True
+    pull = published(make_quantum(), {"hello.py": "print('hi')\n"})
+    github.check(pull.head_sha, "tests", "success")
+    github.review(pull.number, "APPROVED")
+    pull_request_sync(pull_id=pull.pk)
+
+    report = merge_queue_run(repository_id=repository_default().pk)
+
+    review = ChangeReview.objects.get(pk=pull.change_id)
+    assert report.returned == [review.pk] and review.status == ChangeStatus.PENDING
+    assert "merge queue" in review.comment
+    assert pull.number is not None and github.pulls[pull.number]["auto_merge"]
+    assert "in the forge's merge queue" in pull_request_sync(pull_id=pull.pk).outcome
+
+    github.queue_merge(pull.number)
+    pull_request_sync(pull_id=pull.pk)
+
+    review.refresh_from_db()
+    assert review.status == ChangeStatus.MERGED
+    assert review.merge_sha == github.pulls[pull.number]["merge_commit_sha"]
+
+
 def test_a_pull_request_waits_for_every_required_check(
     github: FakeGitHub, forge: Any, make_quantum: MakeQuantum
 ):
