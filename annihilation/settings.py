@@ -55,6 +55,7 @@ PROJECT_APPS = [
     "tether",
     "reflection",
     "autopilot",
+    "forges",
     "operations",
     "hooks",
     "api",
@@ -725,6 +726,23 @@ HOOKS_GITHUB_ISSUE_LABEL = env_str("ANNIHILATION_GITHUB_ISSUE_LABEL", "annihilat
 HOOKS_OUTBOX_EVERY_S = env_float("ANNIHILATION_HOOKS_OUTBOX_S", 2.0, minimum=0.1)
 HOOKS_OUTBOX_BATCH = env_int("ANNIHILATION_HOOKS_OUTBOX_BATCH", 10000, minimum=1)
 HOOKS_OUTBOX_GAP_S = env_float("ANNIHILATION_HOOKS_OUTBOX_GAP_S", 300.0, minimum=1)
+
+# --- forges (pull requests; docs/pull-requests.md) ---
+# The client's retries of a forge call (5xx, connection errors, rate-limit 403s) and the first
+# backoff (doubled each time); its timeout; the longest wait for a rate limit's reset.
+FORGES_RETRIES = env_int("ANNIHILATION_FORGES_RETRIES", 4, minimum=0)
+FORGES_BACKOFF_S = env_float("ANNIHILATION_FORGES_BACKOFF_S", 0.5, minimum=0)
+FORGES_TIMEOUT_S = env_float("ANNIHILATION_FORGES_TIMEOUT_S", 15.0, minimum=1)
+FORGES_MAX_RATE_WAIT_S = env_float("ANNIHILATION_FORGES_MAX_RATE_WAIT_S", 60.0, minimum=0)
+# Our own pace per forge repository, shared by every worker: CAPACITY calls per PERIOD_S.
+FORGES_RATE_CAPACITY = env_int("ANNIHILATION_FORGES_RATE_CAPACITY", 80, minimum=1)
+FORGES_RATE_PERIOD_S = env_float("ANNIHILATION_FORGES_RATE_PERIOD_S", 60.0, minimum=0.001)
+# The poll of open pull requests where no deliveries come (seconds between looks at one).
+FORGES_POLL_S = env_float("ANNIHILATION_FORGES_POLL_S", 60.0, minimum=1)
+# The same look where deliveries come, as a safety net for one GitHub failed to make.
+FORGES_WEBHOOK_POLL_S = env_float("ANNIHILATION_FORGES_WEBHOOK_POLL_S", 900.0, minimum=1)
+# Where the pull request's links to quanta, goals and drifts point (blank: relative paths).
+FORGES_LINK_BASE = env_str("ANNIHILATION_PUBLIC_URL", "")
 # A delivery's attempts: the POST's timeout, the backoff after the n-th failure
 # (base * 2^(n-1), at most max), the attempts before it is failed, and how late a retry may be
 # before the outbox's sweep sends it again (its task was lost).
@@ -778,6 +796,7 @@ CELERY_BEAT_SCHEDULE = {
         ("psychonauts-rate-limited-resume", "psychonauts.rate_limited_resume", 15.0),
         ("operations-tick", "operations.tick", OPERATIONS_TICK_S),
         ("api-idempotency-purge", "api.idempotency_purge", API_IDEMPOTENCY_PURGE_EVERY_S),
+        ("forges-poll", "forges.poll", FORGES_POLL_S / 2),
     )
 }
 

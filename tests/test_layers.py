@@ -1,7 +1,7 @@
 """The apps are floors: each imports only the apps below it, never one above.
 
 core (ground floor) < repos < quanta < bursts < psychonauts < tether < reflection < autopilot <
-operations < hooks < api < annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
+forges < operations < hooks < api < annihilation (the project shell: settings, urls, routing, dashboard, demo). Tests, benchmarks and
 migrations are outside the house and may import anything.
 """
 
@@ -20,6 +20,7 @@ FLOORS = [
     "tether",
     "reflection",
     "autopilot",
+    "forges",
     "operations",
     "hooks",
     "api",

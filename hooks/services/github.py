@@ -5,6 +5,9 @@
   quantum, one open at a time per check or workflow;
 - `issues` opened, reopened or labelled with HOOKS_GITHUB_ISSUE_LABEL becomes a quantum, once
   per issue;
+- `pull_request`, `pull_request_review`, `pull_request_review_comment`, `check_suite` and
+  `check_run` about one of our pull requests send its sync (forges: the forge is read again
+  and the change sent back, approved, merged or closed);
 - `ping` is answered.
 
 The delivery's row (its id unique) and what it filed are one transaction: a replay fails on
@@ -28,6 +31,7 @@ from autopilot.labels import filed_labels
 from core.celery import app
 from core.redaction import redact
 from core.safetext import text_problem
+from forges.services import github_delivery
 from hooks.errors import WebhookRefused
 from hooks.models import GithubDelivery, GithubLink
 from quanta.errors import QuantaError
@@ -36,7 +40,8 @@ from quanta.services import quantum_create
 
 logger = logging.getLogger(__name__)
 
-EVENTS = ("ping", "push", "check_run", "workflow_run", "issues")
+PULL_EVENTS = ("pull_request", "pull_request_review", "pull_request_review_comment", "check_suite")
+EVENTS = ("ping", "push", "check_run", "workflow_run", "issues", *PULL_EVENTS)
 FAILED = frozenset({"failure", "timed_out", "startup_failure"})
 ISSUE_ACTIONS = frozenset({"opened", "reopened", "labeled"})
 WAKE_TASK = "autopilot.tick"
@@ -193,6 +198,12 @@ def _object(payload: dict[str, Any], key: str) -> dict[str, Any]:
 def _act(event: str, payload: dict[str, Any], delivery_id: str) -> Received:
     if event == "ping":
         return Received(delivery_id, event, "pong")
+    if event in PULL_EVENTS or event == "check_run":
+        outcome = github_delivery(event, payload)
+        if outcome is not None:
+            return Received(delivery_id, event, outcome)
+        if event in PULL_EVENTS:
+            return Received(delivery_id, event, "ignored: not about one of our pull requests")
     if event == "push":
         return _push(payload, delivery_id)
     if event == "issues":

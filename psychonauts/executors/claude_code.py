@@ -67,6 +67,7 @@ from psychonauts.executors.mcp import (
 )
 from psychonauts.models import AgentTurn, ToolCall
 from psychonauts.routing import registry
+from psychonauts.runtime.checkpoint import turn_answered, turn_open_waiting
 from psychonauts.runtime.prompt import agent_prompt
 from psychonauts.runtime.runner import Runner
 from psychonauts.runtime.runs import run_outcome
@@ -349,20 +350,14 @@ class ClaudeCodeRunner(Runner):
     def suspend(self, suspension: Suspension) -> None:
         """The CLI stopped on a question: the call is kept as an open turn (what wakes and
         resumes a waiting agent looks for one), and the run waits holding no worker."""
-        index = AgentTurn.objects.filter(agent_run=self.run).count()
-        AgentTurn.objects.create(
-            agent_run=self.run,
-            index=index,
-            assistant=[
-                {
-                    "type": "tool_use",
-                    "id": suspension.tool_use_id,
-                    "name": suspension.name,
-                    "input": suspension.input,
-                }
-            ],
-            stop_reason="tool_use",
-            complete=False,
+        turn_open_waiting(
+            agent_run_id=self.run.pk,
+            tool_use={
+                "type": "tool_use",
+                "id": suspension.tool_use_id,
+                "name": suspension.name,
+                "input": suspension.input,
+            },
         )
         self.flush_events()
         raise SuspendRun(suspension.reason)
@@ -405,7 +400,7 @@ class ClaudeCodeRunner(Runner):
                 )  # fmt: skip
                 self.emit("tool_result", id=use["id"], name=use["name"], output=output[:2000],
                           is_error=is_error)  # fmt: skip
-            AgentTurn.objects.filter(pk=turn.pk).update(tool_results=results, complete=True)
+            turn_answered(turn_id=turn.pk, tool_results=results)
         self.answered = "\n\n".join(texts)
         return self.answered
 

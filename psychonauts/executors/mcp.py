@@ -44,9 +44,10 @@ from mcp.shared.message import SessionMessage
 
 from core.redaction import redact, redact_data
 from psychonauts.errors import SuspendRun, ToolFailure
+from psychonauts.executors.permission import PERMISSION_PROMPT, PERMISSION_TOOL
 from psychonauts.runtime.checkpoint import tool_call_done, tool_call_open
 from psychonauts.runtime.schema import schema_errors
-from psychonauts.runtime.tools import TOOLS, Tool, ToolContext, ToolResult, tool_execute
+from psychonauts.runtime.tools import TOOLS, ToolContext, ToolResult, tool_execute
 
 logger = logging.getLogger(__name__)
 
@@ -87,77 +88,6 @@ while True:
         break
     os.write(1, data)
 """
-
-
-# Claude Code's permission prompts (`--permission-prompt-tool`): the Tether decides, never an
-# automatic yes. The answer `yes` (or `allow`) allows that exact use for the rest of the run.
-PERMISSION_TOOL = "permission_prompt"
-_PERMISSION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "tool_name": {"type": "string", "minLength": 1},
-        "input": {"type": "object"},
-        "tool_use_id": {"type": "string"},
-    },
-    "required": ["tool_name"],
-}
-DENIED = "denied: go on without it"
-
-
-def permission_question(tool: str, given: dict[str, Any]) -> str:
-    shown = json.dumps(redact_data(given), ensure_ascii=False, sort_keys=True)
-    if len(shown) > 1500:
-        shown = shown[:1500] + " ..."
-    return f"The agent's CLI asks permission to use {tool} with {shown}. Allow it (yes/no)?"
-
-
-def _permission(ctx: ToolContext, args: dict[str, Any]) -> str:
-    """A permission prompt as a question to the Tether: suspends the run until it is answered;
-    an earlier answer to the same question decides at once."""
-    from tether.errors import TetherError
-    from tether.models import Reaching, ReachingStatus
-    from tether.services import answer_agrees, reaching_ask, reaching_expire
-
-    tool, given = str(args["tool_name"]), dict(args.get("input") or {})
-    question = permission_question(tool, given)
-    decided = (
-        Reaching.objects.filter(
-            agent_run_id=ctx.agent_run_id,
-            question=redact(question),
-            status__in=[ReachingStatus.ANSWERED, ReachingStatus.TIMED_OUT],
-        )
-        .order_by("-id")
-        .first()
-    )
-    if decided is None:
-        try:
-            decided = reaching_ask(
-                agent_run_id=ctx.agent_run_id, quantum_id=ctx.quantum_id,
-                tool_use_id=ctx.tool_use_id, question=question, assumption=DENIED,
-                priority="normal", timeout_s=None, context="a permission prompt of the CLI",
-                turn_index=ctx.turn_index,
-            )  # fmt: skip
-        except TetherError as exc:
-            raise ToolFailure(str(exc)) from None
-        if ctx.depth > 0 and decided.status == ReachingStatus.PENDING:
-            # A sub-agent cannot wait alone (as with ask_tether): denied at once, answerable late.
-            reaching_expire(reaching_id=decided.pk, now=decided.deadline)
-            decided.refresh_from_db()
-        if decided.status == ReachingStatus.PENDING:
-            raise SuspendRun(f"waiting on the Tether for a permission (reaching #{decided.pk})")
-    if decided.status == ReachingStatus.ANSWERED and answer_agrees(decided.answer, "allow"):
-        return json.dumps({"behavior": "allow", "updatedInput": given})
-    why = f"the Tether answered: {decided.answer}" if decided.answer else "no answer in time"
-    return json.dumps({"behavior": "deny", "message": f"not allowed ({why})"})
-
-
-PERMISSION = Tool(
-    PERMISSION_TOOL,
-    "Asks the operator whether the agent's CLI may use a tool (Claude Code's permission prompt).",
-    _PERMISSION_SCHEMA,
-    _permission,
-    changes_workspace=False,
-)
 
 
 def mcp_tool_names(allowed: list[str]) -> list[str]:
@@ -279,12 +209,12 @@ class McpTools(AbstractContextManager["McpTools"]):
             for name in self.names
             if (tool := TOOLS.get(name)) is not None
         ]
-        if self.permissions:
+        if self.permissions and (permission := PERMISSION_PROMPT.get(PERMISSION_TOOL)):
             tools.append(
                 types.Tool(
-                    name=PERMISSION.name,
-                    description=PERMISSION.description,
-                    input_schema=PERMISSION.schema,
+                    name=permission.name,
+                    description=permission.description,
+                    input_schema=permission.schema,
                 )
             )
         return types.ListToolsResult(tools=tools)
@@ -362,11 +292,14 @@ class McpTools(AbstractContextManager["McpTools"]):
 
 
 def permission_execute(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    errors = schema_errors(args, PERMISSION.schema)
+    permission = PERMISSION_PROMPT.get(PERMISSION_TOOL)
+    if permission is None:
+        return ToolResult(f"{PERMISSION_TOOL} is not available here", True)
+    errors = schema_errors(args, permission.schema)
     if errors:
         return ToolResult(f"invalid arguments for {PERMISSION_TOOL}: " + "; ".join(errors), True)
     try:
-        return ToolResult(_permission(ctx, args), False)
+        return ToolResult(permission.handler(ctx, args), False)
     except ToolFailure as exc:
         return ToolResult(redact(f"{PERMISSION_TOOL} refused: {exc}"), True)
 

@@ -504,3 +504,21 @@ def run_finish(
     finished, event_ids = row
     events.sent(event_ids)
     return bool(finished)
+
+
+def turn_open_waiting(*, agent_run_id: int, tool_use: dict[str, Any]) -> None:
+    """An agent CLI's call its run waits on (a question to the Tether), kept as an open turn:
+    what wakes and resumes a waiting agent looks for one."""
+    index = AgentTurn.objects.filter(agent_run_id=agent_run_id).count()
+    AgentTurn.objects.create(
+        agent_run_id=agent_run_id,
+        index=index,
+        assistant=[tool_use],
+        stop_reason="tool_use",
+        complete=False,
+    )
+
+
+def turn_answered(*, turn_id: int, tool_results: list[dict[str, Any]]) -> None:
+    """An open turn's calls answered: the turn is complete with their results."""
+    AgentTurn.objects.filter(pk=turn_id).update(tool_results=tool_results, complete=True)

@@ -49,6 +49,9 @@ REVIEW_TASK = "tether.change_review_create"
 # each gets the changed quantum's labels (the autopilot registers one for its own quanta).
 AutoMergePolicy = Callable[[Sequence[str]], bool]
 AUTO_MERGE_POLICIES: Hook[AutoMergePolicy] = Hook("tether.auto_merge_policies")
+# f(review): called with each new review in its transaction (the forges app publishes it as a
+# pull request). One returning True leaves the decision to the forge's reviewers: no auto-merge.
+ON_REVIEW_CREATED: Hook[Callable[[ChangeReview], bool]] = Hook("tether.on_review_created")
 
 
 def _auto_merge(review: ChangeReview) -> bool:
@@ -257,7 +260,8 @@ def _review_make(quantum_run_id: int) -> ChangeReview | None:
         return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
     _record_built_on(review)
     publish("tether:drifts", "change_review_created", change_payload(review))
-    if _auto_merge(review):
+    on_forge = [hook(review) for hook in ON_REVIEW_CREATED]
+    if not any(on_forge) and _auto_merge(review):
         try:
             return change_approve(change_id=review.pk, by=AUTO)
         except TetherError as exc:
@@ -543,4 +547,29 @@ def change_reject(*, change_id: int, reason: str, by: str = "operator") -> Chang
         quantum_id=review.quantum_id, reason=f"change #{change_id} rejected: {reason.strip()}"
     )
     publish("tether:drifts", "change_rejected", {**change_payload(review), "by": by})
+    return review
+
+
+@transaction.atomic
+def change_forge_closed(*, change_id: int, merged: bool, merge_sha: str, by: str) -> ChangeReview:
+    """The change's pull request was merged or closed on its forge: pending or queued -> merged
+    (the forge's merge sha) or rejected. A closed pull request is the team's "no": the quantum is
+    not reopened. A merging change is left to the queue's consumer (its merge through the forge
+    finds the pull request merged and records that)."""
+    now = timezone.now()
+    fields: dict[str, object] = (
+        {"status": ChangeStatus.MERGED, "merge_sha": merge_sha[:40]}
+        if merged
+        else {"status": ChangeStatus.REJECTED, "comment": f"closed on the forge by {by}"}
+    )
+    updated = ChangeReview.objects.filter(
+        pk=change_id, status__in=(ChangeStatus.PENDING, ChangeStatus.QUEUED)
+    ).update(decided_by=by, decided_at=now, **fields)
+    review = ChangeReview.objects.filter(pk=change_id).first()
+    if review is None:
+        raise NotFound(f"no change review #{change_id}")
+    if updated != 1:
+        raise AlreadyDecided(f"change #{change_id} is {review.status}; nothing changed")
+    verb = "change_merged" if merged else "change_rejected"
+    publish("tether:drifts", verb, {**change_payload(review), "by": by})
     return review

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
+from core.hooks import Hook
 from psychonauts.containment.sandbox import workspace_own
 from psychonauts.containment.verify import VerifyReport, verify_commands_run
 from psychonauts.errors import WorkspaceError
@@ -70,6 +72,17 @@ RACE_RETRIES = 3
 class QueueBlocked(TetherError):
     """The target branch cannot move for a reason of its own (its checkout has local changes in
     the way): the entry stays at the head of the queue and the consumer stops until next kick."""
+
+
+class ForgeDeclined(TetherError):
+    """The change's forge would not merge it (not approved there, head moved, handed to the
+    forge's own merge queue): the change goes back to pending, nothing moved here."""
+
+
+# f(review) -> the forge's merge sha once the change merged through its pull request, None for
+# a repository that merges locally; ForgeDeclined, or TetherError (the queue is blocked and
+# tried again on the next kick). Filled by the forges app.
+FORGE_MERGERS: Hook[Callable[[ChangeReview], str | None]] = Hook("tether.forge_mergers")
 
 
 @dataclass
@@ -204,6 +217,8 @@ def _process(review: ChangeReview, report: QueueReport) -> None:
             change_merge_failed(change_id=change_id, report=verified)
             report.failed.append(change_id)
             return
+        if _forge_merged(review, verified, report):
+            return
         change_merge_intent(change_id=change_id, merge_sha=merge_sha)
         with merge_lock():
             moved = _target_move(review.base, old, merge_sha)
@@ -215,6 +230,24 @@ def _process(review: ChangeReview, report: QueueReport) -> None:
         logger.info("merge queue: %s moved under change %s; merging again", review.base, change_id)
         review.merge_sha = ""
     raise QueueBlocked(f"{review.base} kept moving under change #{change_id}")
+
+
+def _forge_merged(review: ChangeReview, verified: VerifyReport, report: QueueReport) -> bool:
+    """Verified: a forge repository's change merges through its pull request instead of moving
+    the target here (the forge moves its base). False for a repository that merges locally."""
+    for merger in FORGE_MERGERS:
+        try:
+            sha = merger(review)
+        except ForgeDeclined as exc:
+            change_merge_moved(change_id=review.pk, reason=str(exc))
+            report.returned.append(review.pk)
+            return True
+        if sha is not None:
+            checks = [dict(c) for c in verified.as_data()]
+            change_merge_done(change_id=review.pk, merge_sha=sha, checks=checks)
+            report.merged.append(review.pk)
+            return True
+    return False
 
 
 def merge_queue_run(*, limit: int | None = None, repository_id: int | None = None) -> QueueReport:
