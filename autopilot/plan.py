@@ -22,7 +22,6 @@ from autopilot.errors import InvalidPlan
 from bursts.models import AgentRun, AgentStatus
 from core.safetext import quoted, text_problem
 from psychonauts.models import ToolCall
-from psychonauts.verify import verify_command_problem
 from quanta.errors import InvalidQuantum
 from quanta.fields import (
     PROBLEM_MAX,
@@ -178,6 +177,8 @@ def verify_commands_problems(where: str, commands: Sequence[Any]) -> list[str]:
         if len(command) > VERIFY_COMMAND_MAX:
             problems.append(f"{here}: {quoted(command)}: at most {VERIFY_COMMAND_MAX} characters")
             continue
+        from psychonauts.verify import verify_command_problem  # the guard: loaded when used
+
         refusal = verify_command_problem(command)
         if refusal:
             if len(refusal) > PROBLEM_MAX:

@@ -13,12 +13,11 @@ class PsychonautsConfig(AppConfig):
         from psychonauts.hooks import on_runs_drained
         from psychonauts.preflight import wave_problems
         from psychonauts.selectors import role_names
-        from psychonauts.verify import verify_command_problem
         from quanta.fields import verify_command_check_source
         from quanta.pipelines.services import role_names_source
 
         role_names_source(role_names)
-        verify_command_check_source(verify_command_problem)
+        verify_command_check_source(_verify_command_problem)
         worker_warmup_register(_agents_warm_up)
         if on_runs_drained not in ON_RUNS_DRAINED:
             ON_RUNS_DRAINED.append(on_runs_drained)
@@ -39,3 +38,11 @@ def _agents_warm_up(concurrency: int) -> None:
     from psychonauts.warmup import agents_warm_up
 
     agents_warm_up(concurrency)
+
+
+def _verify_command_problem(command: str) -> str:
+    """psychonauts.verify's judgement, loaded when a verify command is first judged (with the
+    sandbox and the environments beneath it), not when the apps load."""
+    from psychonauts.verify import verify_command_problem
+
+    return verify_command_problem(command)

@@ -1,5 +1,6 @@
-"""Sections that apps above psychonauts add to the Focus page, registered from their
-AppConfig.ready(): the page renders them without importing those apps."""
+"""Sections that apps above psychonauts add to the Focus page and to every agent's prompt,
+registered from their AppConfig.ready(): the page and the prompt render them without importing
+those apps. This module imports no service, so that registering costs a process nothing."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ class FocusSection:
 
 
 FOCUS_SECTIONS: list[FocusSection] = []
+
+# Sections added to every prompt, in order, after the context: f(agent_run) -> text, or "" to
+# add nothing to this run's prompt (psychonauts.services.prompt puts its own first).
+PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = []
 
 
 def focus_section_register(section: FocusSection) -> None:

@@ -15,8 +15,8 @@ class ReflectionConfig(AppConfig):
 
     def ready(self) -> None:
         from bursts.hooks import ON_RUNS_DRAINED
-        from psychonauts.services.prompt import PROMPT_SECTIONS
-        from reflection.services.injection import on_runs_drained, playbook_section
+        from psychonauts.sections import PROMPT_SECTIONS
+        from reflection.hooks import on_runs_drained, playbook_section
 
         if playbook_section not in PROMPT_SECTIONS:
             PROMPT_SECTIONS.append(playbook_section)
@@ -28,7 +28,7 @@ class ReflectionConfig(AppConfig):
             ON_BURST_CLOSED.append(_on_burst_closed)
 
         from reflection.views import grounding_deltas_context
-        from tether.views.sections import GroundingSection, grounding_section_register
+        from tether.sections import GroundingSection, grounding_section_register
 
         grounding_section_register(
             GroundingSection("reflection/_grounding_deltas.html", grounding_deltas_context)

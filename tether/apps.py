@@ -11,8 +11,7 @@ class TetherConfig(AppConfig):
         from bursts.hooks import ON_RUNS_DRAINED
         from psychonauts.tools import tool_register
         from quanta.hooks import ON_STATUS_CHANGED
-        from tether.hooks import on_runs_drained
-        from tether.services.reachings import reachings_withdraw_for_status
+        from tether.hooks import on_runs_drained, reachings_withdraw_for_status
         from tether.tools import ASK_TETHER, PROPOSE_PIPELINE_CHANGE
 
         tool_register(ASK_TETHER)

@@ -1,21 +1,39 @@
-"""What the tether does when the burst manager drains runs (bursts.hooks.ON_RUNS_DRAINED).
+"""What the tether does when the burst manager drains runs (bursts.hooks.ON_RUNS_DRAINED) and
+when quanta change status (quanta.hooks.ON_STATUS_CHANGED), and the auto-merge policies apps
+above tether register (AUTO_MERGE_POLICIES).
 
 Called inside the manager's transaction with the wave locked: a few rows at most. Each done
 run's review is due in that transaction (its quantum closed with it); the git work of the review
 goes to a Celery task after commit.
+
+The services are imported when a hook is first called, not when the apps load: every process
+registers these hooks, and a command that never drains a run (`tether questions`) then loads
+none of the services (the bursts, psychonauts and git layers beneath them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bursts.models import QuantumRun, RunStatus
-from tether.services import reaching_quarantine, reviews_due
+
+# Policies that auto-merge more low-risk changes than settings.TETHER_AUTO_MERGE_LOW_RISK does:
+# each gets the changed quantum's labels (the autopilot registers one for its own quanta).
+AUTO_MERGE_POLICIES: list[Callable[[Sequence[str]], bool]] = []
+
+
+def reachings_withdraw_for_status(quantum_ids: Sequence[int], to: str) -> list[int]:
+    """tether.services.reachings.reachings_withdraw_for_status, loaded on first call."""
+    from tether.services.reachings import reachings_withdraw_for_status as withdraw
+
+    return withdraw(quantum_ids, to)
 
 
 def on_runs_drained(drained: Sequence[tuple[QuantumRun, str]]) -> None:
     """A review of each done run's branch due; a quarantine question for each blocked
     quantum."""
+    from tether.services import reviews_due
+
     reviews_due(runs=[(run.pk, run.quantum_id) for run, outcome in drained if outcome == "done"])
     for run, outcome in drained:
         if outcome == "blocked":
@@ -24,6 +42,8 @@ def on_runs_drained(drained: Sequence[tuple[QuantumRun, str]]) -> None:
 
 def _quarantine(run: QuantumRun) -> None:
     """The quantum was blocked after its failed runs: ask the Tether, with its recent runs."""
+    from tether.services import reaching_quarantine
+
     recent = list(
         QuantumRun.objects.filter(quantum_id=run.quantum_id)
         .order_by("-created_at")

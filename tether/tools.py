@@ -1,5 +1,9 @@
 """The psychonauts' tools of the Tether: ask_tether (suspends the run) and
-propose_pipeline_change (does not: the proposal waits for the operator, the agent goes on)."""
+propose_pipeline_change (does not: the proposal waits for the operator, the agent goes on).
+
+Registered when the apps load (every process); the services they call are loaded by the first
+call, in the worker that runs an agent.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from psychonauts.errors import SuspendRun, ToolFailure
 from psychonauts.tools import Tool, ToolContext
 from tether.errors import TetherError
 from tether.models import Priority, ReachingStatus
-from tether.services import mutation_propose, reaching_ask, reaching_expire
 
 
 def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
+    from tether.services import reaching_ask, reaching_expire
+
     try:
         reaching = reaching_ask(
             agent_run_id=ctx.agent_run_id,
@@ -46,6 +51,8 @@ def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _propose_pipeline_change(ctx: ToolContext, args: dict[str, Any]) -> str:
+    from tether.services import mutation_propose
+
     try:
         mutation = mutation_propose(
             pipeline=args["pipeline"],

@@ -2,18 +2,42 @@
 
 Apps above psychonauts take part through two hooks they register from their AppConfig.ready():
 gates, asked before every provider call (after the quantum run's and the wave's budgets), and
-recorders, told what every call cost once its turn is durable.
+recorders, told what every call cost once its turn is durable (psychonauts.budget_hooks holds
+them, apart from this module's imports).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
 
 from bursts.models import AgentRun
+from psychonauts.budget_hooks import (
+    SPEND_GATES as SPEND_GATES,
+)
+from psychonauts.budget_hooks import (
+    SPEND_RECORDERS as SPEND_RECORDERS,
+)
+from psychonauts.budget_hooks import (
+    CallCheck as CallCheck,
+)
+from psychonauts.budget_hooks import (
+    CallSpend as CallSpend,
+)
+from psychonauts.budget_hooks import (
+    SpendGate as SpendGate,
+)
+from psychonauts.budget_hooks import (
+    SpendRecorder as SpendRecorder,
+)
+from psychonauts.budget_hooks import (
+    spend_gate_register as spend_gate_register,
+)
+from psychonauts.budget_hooks import (
+    spend_recorder_register as spend_recorder_register,
+)
 from psychonauts.endpoints import registry_price
 from psychonauts.errors import BudgetExceeded
 
@@ -73,53 +97,6 @@ class Spend:
 
     run: Decimal
     wave: Decimal | None = None
-
-
-@dataclass(frozen=True)
-class CallCheck:
-    """The model call about to be made, as a gate sees it: whose it is and about what it costs
-    (its input, estimated from the prompt's length)."""
-
-    agent_run_id: int
-    quantum_id: int
-    labels: tuple[str, ...]
-    model: str
-    estimate_usd: Decimal
-
-
-@dataclass(frozen=True)
-class CallSpend:
-    """A model call made, as a recorder sees it: whose it was and what it cost."""
-
-    agent_run_id: int
-    quantum_id: int
-    labels: tuple[str, ...]
-    provider: str
-    model: str
-    tokens_in: int
-    tokens_out: int
-    usd: Decimal  # 0 when the model's price is unknown (priced False)
-    cache_read: int = 0
-    cache_write: int = 0  # five minutes and one hour together
-    priced: bool = True
-
-
-# A gate refuses a call by raising: SuspendRun pauses the run (it waits, holding no worker,
-# until someone resumes it; the call is made then), BudgetExceeded ends it in error.
-SpendGate = Callable[[CallCheck], None]
-SpendRecorder = Callable[[CallSpend], None]
-SPEND_GATES: list[SpendGate] = []
-SPEND_RECORDERS: list[SpendRecorder] = []
-
-
-def spend_gate_register(gate: SpendGate) -> None:
-    if gate not in SPEND_GATES:
-        SPEND_GATES.append(gate)
-
-
-def spend_recorder_register(recorder: SpendRecorder) -> None:
-    if recorder not in SPEND_RECORDERS:
-        SPEND_RECORDERS.append(recorder)
 
 
 def spend_recorded(spend: CallSpend) -> None:

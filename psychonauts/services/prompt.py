@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from bursts.models import AgentRun
 from psychonauts.loops import loop_section
+from psychonauts.sections import PROMPT_SECTIONS
 
 
 def _loops(run: AgentRun) -> str:
     return loop_section(run.quantum_id)
 
 
-# Sections added to every prompt, in order, after the context: f(agent_run) -> text, or "" to
-# add nothing to this run's prompt. Other apps append theirs.
-PROMPT_SECTIONS: list[Callable[[AgentRun], str]] = [_loops]
+# The loops' section comes first; other apps append theirs (psychonauts.sections).
+if _loops not in PROMPT_SECTIONS:
+    PROMPT_SECTIONS.insert(0, _loops)
+
+__all__ = ["PROMPT_SECTIONS", "agent_prompt"]
 
 
 def agent_prompt(run: AgentRun) -> str:

@@ -17,9 +17,10 @@ from psychonauts.roles import roles_sync_defaults
 from psychonauts.services import agent_run_create, agent_run_execute
 from psychonauts.services.prompt import PROMPT_SECTIONS, agent_prompt
 from quanta.services import quantum_create
+from reflection import hooks
 from reflection.injection import AGENTS_MD_MAX_BYTES, agents_md, rules_for
 from reflection.models import PlaybookRule, RuleMaturity, RuleUse, Skill, SkillUse
-from reflection.services.injection import on_runs_drained, playbook_section
+from reflection.services.injection import on_runs_drained
 from reflection.services.playbook import rule_create
 from reflection.services.skills import skill_choose, skill_create
 
@@ -47,8 +48,8 @@ def no_agents_md(tmp_path: Path, settings: Any) -> Path:
 
 
 def test_the_hooks_are_registered() -> None:
-    assert playbook_section in PROMPT_SECTIONS
-    assert on_runs_drained in ON_RUNS_DRAINED
+    assert hooks.playbook_section in PROMPT_SECTIONS
+    assert hooks.on_runs_drained in ON_RUNS_DRAINED
 
 
 def test_a_later_agents_provider_request_carries_the_injected_rule(repo: Path, monkeypatch):

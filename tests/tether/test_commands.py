@@ -125,3 +125,32 @@ def test_a_command_loads_no_web_server_and_runserver_is_daphnes(db) -> None:
     runserver = run("manage.py", "runserver", "--help")
     assert runserver.returncode == 0, runserver.stderr[-2000:]
     assert "--websocket_handshake_timeout" in runserver.stdout
+
+
+def test_tether_questions_loads_no_service_layer_no_admin_and_no_api(db) -> None:
+    """The apps register their hooks at start-up without loading what the hooks call: `tether
+    questions` reads through the selectors and imports none of the service packages (bursts,
+    psychonauts, tether, the autopilot's budgets), no admin module and not the API's pydantic;
+    `tether answer` loads the services it writes through."""
+    import subprocess
+    import sys
+
+    from tests.bursts.conftest import ROOT, worker_env
+
+    def modules(*argv: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "manage.py", *argv],
+            cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+        assert "django.core.management" in names, proc.stderr[-2000:]  # the log was read
+        return names
+
+    questions = modules("tether", "questions")
+    loaded = {
+        "bursts.services", "psychonauts.services", "tether.services", "tether.views",
+        "autopilot.services.budgets", "reflection.services.injection", "psychonauts.verify",
+        "quanta.admin", "psychonauts.admin", "pydantic", "ninja",
+    } & questions  # fmt: skip
+    assert not loaded
+    assert "tether.services" in modules("tether", "answer", "999999999", "yes")

@@ -6,7 +6,7 @@ transitions are here, each a compare-and-set on the status."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +36,7 @@ from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
 from repos.context import current, working_on_id, working_on_quantum
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
+from tether.hooks import AUTO_MERGE_POLICIES as AUTO_MERGE_POLICIES
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
@@ -45,9 +46,8 @@ logger = logging.getLogger(__name__)
 
 AUTO = "auto (low risk)"
 REVIEW_TASK = "tether.change_review_create"
-# Policies that auto-merge more low-risk changes than settings.TETHER_AUTO_MERGE_LOW_RISK does:
-# each gets the changed quantum's labels (the autopilot registers one for its own quanta).
-AUTO_MERGE_POLICIES: list[Callable[[Sequence[str]], bool]] = []
+# AUTO_MERGE_POLICIES: policies that auto-merge more low-risk changes than
+# settings.TETHER_AUTO_MERGE_LOW_RISK does, registered in tether.hooks.
 
 
 def _auto_merge(review: ChangeReview) -> bool:
