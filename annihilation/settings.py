@@ -6,6 +6,7 @@ needs no configuration at all.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import socket
 import sys
@@ -67,9 +68,20 @@ PROJECT_APPS = [
 # Twisted's server into every process (commands, workers) for nothing.
 _RUNSERVER = sys.argv[1:2] == ["runserver"]
 
+# django-ninja's API docs page is served from its own template and static files (its CDN page's
+# inline script breaks the CSP), found here without importing the package: listed as an app it
+# would be imported, with pydantic, by every process at start-up (api.api.Docs renders it).
+_NINJA_SPEC = importlib.util.find_spec("ninja")
+if _NINJA_SPEC is None or _NINJA_SPEC.origin is None:
+    raise ImproperlyConfigured("django-ninja is not installed")
+_NINJA_DIR = Path(_NINJA_SPEC.origin).parent
+
 INSTALLED_APPS = [
     *(["daphne"] if _RUNSERVER else []),
-    "django.contrib.admin",
+    # The admin without its autodiscovery at start-up: annihilation.urls registers the apps'
+    # admin modules (and what they import) when the URLs load, so a command or a worker, which
+    # serves no page, does not load them.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -80,7 +92,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "axes",
-    "ninja",  # the API docs page from its own static files (the CDN page's inline script: CSP)
     *PROJECT_APPS,
 ]
 
@@ -170,7 +181,7 @@ ASGI_APPLICATION = "annihilation.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", _NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -475,7 +486,7 @@ TEMPLATES[0]["OPTIONS"]["context_processors"].append("annihilation.views.dashboa
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", _NINJA_DIR / "static"]
 FLOWER_URL = env_str("ANNIHILATION_FLOWER_URL", "http://127.0.0.1:5555")
 UI_PAGE_SIZE = env_int("ANNIHILATION_UI_PAGE_SIZE", 50, minimum=1)
 # Seconds the dashboard's whole-table totals (quanta by status, all-time spend) are shared

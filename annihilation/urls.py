@@ -7,6 +7,9 @@ from django.urls import include, path
 from annihilation.views import dashboard, pipelines, quantum, repositories, sessions
 from core.ratelimit import posts_limited
 
+# The apps' admin modules, registered here rather than at start-up (settings: SimpleAdminConfig).
+admin.autodiscover()
+
 # Login attempts per client address (django-axes still locks out a username on failures).
 login_limited = posts_limited("login", per_min_setting="LOGIN_ATTEMPTS_PER_MIN")
 

@@ -11,5 +11,5 @@ from autopilot.labels import AUTOPILOT
 
 def autopilot_auto_merge(labels: Sequence[str]) -> bool:
     """A low-risk change of a quantum the autopilot filed merges on its own when the setting
-    allows (tether.services.changes.AUTO_MERGE_POLICIES)."""
+    allows (tether.hooks.AUTO_MERGE_POLICIES)."""
     return bool(settings.AUTOPILOT_AUTO_MERGE_LOW_RISK) and AUTOPILOT in labels

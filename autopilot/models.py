@@ -259,9 +259,16 @@ class Finding(models.Model):
 
 
 class BaseCheck(models.Model):
-    """The integration branch's checks at one commit (healing files a quantum after repeated
-    failures)."""
+    """A repository's integration branch's checks at one commit (healing files a quantum in that
+    repository after repeated failures of its own checks)."""
 
+    # Made without one: the default repository.
+    repository = models.ForeignKey(
+        "repos.Repository",
+        on_delete=models.PROTECT,
+        related_name="base_checks",
+        default=default_repository_id,
+    )
     sha = models.CharField(max_length=64)
     ok = models.BooleanField()
     summary = models.TextField(blank=True)
@@ -272,7 +279,10 @@ class BaseCheck(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["created_at"], name="basecheck_time")]
+        indexes = [
+            # The hub's snapshot: each repository's latest checks, newest first.
+            models.Index(fields=["repository", "created_at"], name="basecheck_repository_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.sha[:10]} {'ok' if self.ok else 'failing'}"

@@ -178,6 +178,7 @@ def verify_commands_problems(where: str, commands: Sequence[Any]) -> list[str]:
         if len(command) > VERIFY_COMMAND_MAX:
             problems.append(f"{here}: {quoted(command)}: at most {VERIFY_COMMAND_MAX} characters")
             continue
+
         refusal = verify_command_problem(command)
         if refusal:
             if len(refusal) > PROBLEM_MAX:

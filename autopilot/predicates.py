@@ -1,15 +1,15 @@
 """The hub's rules: pure functions of a snapshot, and `decide`, which applies them in order.
 
-    healing        something needs healing (stuck agents, failing endpoints, the integration
-                   branch failing its checks with no healing quantum yet) and the healing budget
-                   has money left;
+    healing        something needs healing (stuck agents, failing endpoints, a repository's
+                   integration branch failing its checks with no healing quantum yet) and the
+                   healing budget has money left;
     executing      approved goals await decomposition (or a planner runs), autopilot quanta are
                    ready or in progress, and the executing budget has money left;
     improving      nothing to execute, the improving budget has money left and the last scan is
                    older than AUTOPILOT_SCAN_EVERY_S;
     contemplating  nothing to execute, the contemplating budget has money left, the last
-                   contemplation is older than AUTOPILOT_CONTEMPLATE_EVERY_S and fewer than
-                   AUTOPILOT_PROPOSALS_MAX proposals wait for the Tether;
+                   contemplation is older than AUTOPILOT_CONTEMPLATE_EVERY_S and some repository
+                   has fewer than AUTOPILOT_PROPOSALS_MAX proposals waiting for the Tether;
     resting        otherwise: nothing to do, or the day's budget is spent.
 
 Every reason is a sentence for the operator, with the figures that decided it.
@@ -22,7 +22,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from autopilot.models import HubState
-from autopilot.snapshot import READY_CAP, WORK_STATES, Snapshot
+from autopilot.snapshot import READY_CAP, WORK_STATES, RepositoryState, Snapshot
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,18 @@ def has_failing_endpoints(s: Snapshot) -> bool:
     return bool(s.endpoints)
 
 
+def bases_to_heal(s: Snapshot) -> tuple[RepositoryState, ...]:
+    """The repositories whose integration branch failed its checks often enough in a row, with
+    no healing quantum filed for it open."""
+    return tuple(
+        r
+        for r in s.repositories
+        if r.base_failures >= s.limits.base_failures and r.base_healing_id is None
+    )
+
+
 def base_needs_healing(s: Snapshot) -> bool:
-    """The integration branch failed its checks often enough in a row, and no healing quantum
-    filed for it is open."""
-    return s.base_failures >= s.limits.base_failures and s.base_healing_id is None
+    return bool(bases_to_heal(s))
 
 
 def needs_healing(s: Snapshot) -> bool:
@@ -129,11 +137,11 @@ def healing_words(s: Snapshot) -> str:
         )
     if len(s.endpoints) > 5:
         parts.append(f"{len(s.endpoints) - 5} more endpoints failing")
-    if base_needs_healing(s):
+    for r in bases_to_heal(s):
         parts.append(
-            f"the integration branch failed its checks {_n(s.base_failures, 'time')} in a row "
-            f"(at {s.base_sha[:10] or 'an unknown commit'}; the limit is "
-            f"{s.limits.base_failures})"
+            f"the integration branch of {r.name} failed its checks "
+            f"{_n(r.base_failures, 'time')} in a row (at {r.base_sha[:10] or 'an unknown commit'}; "
+            f"the limit is {s.limits.base_failures})"
         )
     return "; ".join(parts)
 
@@ -190,8 +198,19 @@ def contemplation_due(s: Snapshot) -> bool:
     return since is None or since >= s.limits.contemplate_every_s
 
 
+def proposals_room(s: Snapshot) -> tuple[RepositoryState, ...]:
+    """The repositories with fewer than AUTOPILOT_PROPOSALS_MAX contemplation proposals waiting
+    (contemplation proposes in each of them)."""
+    return tuple(r for r in s.repositories if r.proposals < s.limits.proposals_max)
+
+
+def proposals_waiting(s: Snapshot) -> int:
+    """Contemplation's proposals waiting in every repository."""
+    return sum(r.proposals for r in s.repositories)
+
+
 def proposals_full(s: Snapshot) -> bool:
-    return s.goals_proposed >= s.limits.proposals_max
+    return not proposals_room(s)
 
 
 def may_improve(s: Snapshot) -> bool:
@@ -241,7 +260,8 @@ def decide(s: Snapshot) -> Decision:
             HubState.CONTEMPLATING,
             f"nothing to execute and a contemplation is due: "
             f"{_last(s, s.contemplated_at, 'contemplation', s.limits.contemplate_every_s)}, "
-            f"{_n(s.goals_proposed, 'proposal')} waiting (at most {s.limits.proposals_max}); "
+            f"{_n(proposals_waiting(s), 'proposal')} waiting (at most "
+            f"{s.limits.proposals_max} per repository); "
             f"{_budget_words(s, HubState.CONTEMPLATING)}",
         )
     return Decision(HubState.RESTING, _rest_reason(s))
@@ -271,8 +291,8 @@ def _rest_reason(s: Snapshot) -> str:
         parts.append(_last(s, s.scanned_at, "scan", s.limits.scan_every_s))
     if proposals_full(s):
         parts.append(
-            f"no contemplation: {_n(s.goals_proposed, 'proposal')} wait for approval "
-            f"(at most {s.limits.proposals_max})"
+            f"no contemplation: {_n(proposals_waiting(s), 'proposal')} wait for approval "
+            f"(at most {s.limits.proposals_max} per repository)"
         )
     elif not budget_allows(s, HubState.CONTEMPLATING):
         parts.append(f"no contemplation: {_budget_words(s, HubState.CONTEMPLATING)}")
@@ -284,6 +304,7 @@ def _rest_reason(s: Snapshot) -> str:
 __all__ = [
     "Decision",
     "base_needs_healing",
+    "bases_to_heal",
     "budget_allows",
     "cap_reached",
     "contemplation_due",
@@ -299,5 +320,7 @@ __all__ = [
     "needs_healing",
     "needs_wave",
     "proposals_full",
+    "proposals_room",
+    "proposals_waiting",
     "scan_due",
 ]

@@ -1,8 +1,8 @@
 """What the hub decides on: one snapshot of the system, as plain values.
 
 `snapshot_take` reads everything the predicates need in a few statements: one SQL statement for
-the hub row, the ready autopilot quanta, the autopilot's wave, goals by status, the integration
-branch's latest checks and stuck agents; the budgets and holds (autopilot.spend, one statement)
+the hub row, the ready autopilot quanta, the autopilot's wave, goals by status, each
+repository's integration branch's latest checks and waiting proposals, and stuck agents; the budgets and holds (autopilot.spend, one statement)
 and the failing endpoints (psychonauts.routing.endpoints) through their own selectors. The predicates
 (autopilot.predicates) are pure functions of it, so they are tested as tables of snapshots.
 """
@@ -30,6 +30,8 @@ from core.sql import sql_names
 from psychonauts.models import AgentTurn
 from psychonauts.routing.endpoints import endpoints_failing
 from quanta.models import Quantum
+from repos.context import DEFAULT_NAME
+from repos.models import Repository
 
 # Counting the ready (and the in-progress) autopilot quanta stops here: the hub needs "is there
 # work, and roughly how much", not an exact count of a large backlog: an uncapped count fetches
@@ -61,6 +63,21 @@ class FailingEndpoint:
     provider: str
     model: str
     failures: int  # in a row
+
+
+@dataclass(frozen=True)
+class RepositoryState:
+    """What the hub reads of one registered repository: its integration branch's checks (healing
+    and the base checks are per repository) and the contemplation proposals waiting in it."""
+
+    repository_id: int | None  # None: the default repository, which has no row yet
+    name: str
+    has_checks: bool = True  # verify commands (or the scanners' test command) are configured
+    base_failures: int = 0  # failed checks in a row, latest first
+    base_sha: str = ""  # the latest check's commit
+    base_checked_at: datetime | None = None
+    base_healing_id: int | None = None  # the healing quantum filed for them, while open
+    proposals: int = 0  # goals contemplation proposed in it that wait for the operator
 
 
 @dataclass(frozen=True)
@@ -124,10 +141,7 @@ class Snapshot:
     # Healing.
     stuck: tuple[StuckAgent, ...] = ()
     endpoints: tuple[FailingEndpoint, ...] = ()
-    base_failures: int = 0  # failed checks of the integration branch in a row, latest first
-    base_sha: str = ""  # the latest check's commit
-    base_checked_at: datetime | None = None
-    base_healing_id: int | None = None  # the healing quantum filed for them, while open
+    repositories: tuple[RepositoryState, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """As JSON (the transition's record of why)."""
@@ -144,6 +158,7 @@ _Q = sql_names(Quantum, "q_")
 _W = sql_names(Wave, "w_")
 _G = sql_names(Goal, "g_")
 _B = sql_names(BaseCheck, "b_")
+_R = sql_names(Repository, "r_")
 _A = sql_names(AgentRun, "a_")
 _T = sql_names(AgentTurn, "t_")
 _E = sql_names(Event, "e_")
@@ -178,11 +193,25 @@ SELECT h.{h_state}, h.{h_reason}, h.{h_paused}, h.{h_paused_reason}, h.{h_forced
   (SELECT json_object_agg(s, n) FROM (
       SELECT g.{g_status} AS s, count(*) AS n FROM {g_table} g
       WHERE g.{g_status} = ANY(%(goal_statuses)s) GROUP BY g.{g_status}) c) AS goals,
-  (SELECT json_agg(json_build_array(b.{b_ok}, b.{b_sha}, b.{b_created_at})) FROM (
-      SELECT {b_ok}, {b_sha}, {b_created_at} FROM {b_table}
-      ORDER BY {b_created_at} DESC, {b_id} DESC LIMIT %(base_n)s) b) AS checks,
-  (SELECT b.{b_quantum_id} FROM {b_table} b JOIN {q_table} q ON q.{q_id} = b.{b_quantum_id}
-    WHERE q.{q_status} <> 'closed' ORDER BY b.{b_created_at} DESC LIMIT 1) AS healing,
+  (SELECT json_agg(json_build_array(r.{r_id}, r.{r_name}, r.{r_is_default},
+                                    cardinality(r.{r_verify_commands}), c.checks, hq.healing,
+                                    gp.n) ORDER BY r.{r_id})
+   FROM {r_table} r
+   LEFT JOIN LATERAL (
+      SELECT json_agg(json_build_array(b.{b_ok}, b.{b_sha}, b.{b_created_at})) AS checks FROM (
+          SELECT {b_ok}, {b_sha}, {b_created_at} FROM {b_table}
+          WHERE {b_repository_id} = r.{r_id}
+          ORDER BY {b_created_at} DESC, {b_id} DESC LIMIT %(base_n)s) b) c ON true
+   LEFT JOIN LATERAL (
+      SELECT b.{b_quantum_id} AS healing FROM {b_table} b
+      JOIN {q_table} q ON q.{q_id} = b.{b_quantum_id}
+      WHERE b.{b_repository_id} = r.{r_id} AND q.{q_status} <> 'closed'
+      ORDER BY b.{b_created_at} DESC LIMIT 1) hq ON true
+   LEFT JOIN LATERAL (
+      SELECT count(*) AS n FROM {g_table} g
+      WHERE g.{g_repository_id} = r.{r_id} AND g.{g_status} = 'proposed'
+        AND g.{g_source} = 'contemplation') gp ON true
+   WHERE r.{r_removed_at} IS NULL) AS repositories,
   (SELECT json_agg(json_build_array(p.id, p.agent_id, p.quantum_run_id, p.parent_id,
                                     EXTRACT(EPOCH FROM %(now)s - p.progress_at)))
    FROM (
@@ -201,7 +230,7 @@ SELECT h.{h_state}, h.{h_reason}, h.{h_paused}, h.{h_paused_reason}, h.{h_forced
                         WHERE c.{a_parent_id} = a.{a_id} AND c.{a_status} = ANY(%(live)s))
    ) p
    WHERE p.progress_at < %(stuck_before)s) AS stuck
-""".format(**_H, **_Q, **_W, **_G, **_B, **_A, **_T, **_E)
+""".format(**_H, **_Q, **_W, **_G, **_B, **_R, **_A, **_T, **_E)
 # Read alone: the hub's row if there is one.
 _READ = _SNAPSHOT + "FROM (SELECT 1) one LEFT JOIN {h_table} h ON h.{h_id} = 1".format(**_H)
 
@@ -222,6 +251,49 @@ _GOAL_STATUSES = [
 
 def _aware(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
+
+
+def _has_checks(*, is_default: bool, commands: int) -> bool:
+    """Whether a repository has checks to run: its verify commands (the default repository's
+    include TETHER_VERIFY_COMMANDS) or the scanners' test command (every repository's)."""
+    if commands or str(getattr(settings, "AUTOPILOT_SCAN_TEST_COMMAND", "") or "").strip():
+        return True
+    return is_default and bool(settings.TETHER_VERIFY_COMMANDS)
+
+
+def _repositories(rows: list[list[Any]]) -> tuple[RepositoryState, ...]:
+    states: list[RepositoryState] = []
+    for repository_id, name, is_default, commands, checks, healing, proposals in rows:
+        checks = checks or []
+        streak = 0
+        for ok, _sha, _at in checks:
+            if ok:
+                break
+            streak += 1
+        states.append(
+            RepositoryState(
+                repository_id=int(repository_id),
+                name=str(name),
+                has_checks=_has_checks(is_default=bool(is_default), commands=int(commands or 0)),
+                base_failures=streak,
+                base_sha=str(checks[0][1]) if checks else "",
+                base_checked_at=_aware(checks[0][2]) if checks else None,
+                base_healing_id=healing,
+                proposals=int(proposals or 0),
+            )
+        )
+    if not any(is_default for _, _, is_default, *_ in rows):
+        # A fresh installation's default repository (ANNIHILATION_REPO) before its row is made:
+        # its checks are due all the same (the check makes the row).
+        states.insert(
+            0,
+            RepositoryState(
+                repository_id=None,
+                name=DEFAULT_NAME,
+                has_checks=_has_checks(is_default=True, commands=0),
+            ),
+        )
+    return tuple(states)
 
 
 def snapshot_take(*, now: datetime | None = None) -> Snapshot:
@@ -260,14 +332,8 @@ def _take(sql: str, *, now: datetime, params: Mapping[str, Any]) -> Snapshot | N
     if row is None:
         return None
     (state, reason, paused, paused_reason, forced, scanned_at, contemplated_at) = row[:7]
-    ready, in_progress, wave_id, goals, checks, healing, stuck_rows = row[7:]
+    ready, in_progress, wave_id, goals, repository_rows, stuck_rows = row[7:]
     goals = goals or {}
-    checks = checks or []
-    streak = 0
-    for ok, _sha, _at in checks:
-        if ok:
-            break
-        streak += 1
     budgets = budget_status()
     cap = budgets.cap
     # One marked down already waits out its time: nothing more to do for it.
@@ -305,10 +371,7 @@ def _take(sql: str, *, now: datetime, params: Mapping[str, Any]) -> Snapshot | N
             for i, aid, run, parent, quiet in (stuck_rows or [])
         ),
         endpoints=failing,
-        base_failures=streak,
-        base_sha=str(checks[0][1]) if checks else "",
-        base_checked_at=_aware(checks[0][2]) if checks else None,
-        base_healing_id=healing,
+        repositories=_repositories(repository_rows or []),
     )
 
 
@@ -317,6 +380,7 @@ __all__ = [
     "WORK_STATES",
     "FailingEndpoint",
     "Limits",
+    "RepositoryState",
     "Snapshot",
     "StuckAgent",
     "snapshot_take",

@@ -45,12 +45,14 @@ def scan() -> dict[str, object]:
 
 
 @shared_task(name="autopilot.contemplate", ignore_result=True)
-def contemplate() -> int | None:
-    """Start a contemplator run unless one is live or enough proposals wait (idempotent)."""
-    from autopilot.services.contemplation import contemplate_start
+def contemplate() -> dict[str, int | None]:
+    """Start a contemplator run in each repository, unless one is live there or enough
+    proposals wait there (idempotent); each repository's run id, by name."""
+    from autopilot.services.contemplation import contemplations_start
 
-    run = contemplate_start()
-    return run.pk if run is not None else None
+    return {
+        name: run.pk if run is not None else None for name, run in contemplations_start().items()
+    }
 
 
 # --- the hub ------------------------------------------------------------------------------------
@@ -86,9 +88,10 @@ def goals(decompose: bool = False) -> int:
 
 
 @shared_task(name="autopilot.base_check", acks_late=True, ignore_result=True)
-def base_check() -> int | None:
-    """Run the target's checks on the integration branch (one at a time; sent when due)."""
+def base_check(repository_id: int | None = None) -> int | None:
+    """Run a repository's checks on its integration branch (None: the default repository's;
+    one at a time per repository; sent when due)."""
     from autopilot.services.healing import base_check_run
 
-    check = base_check_run()
+    check = base_check_run(repository_id=repository_id)
     return check.pk if check is not None else None

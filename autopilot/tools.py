@@ -13,9 +13,10 @@ from django.conf import settings
 from autopilot.errors import AutopilotError
 from autopilot.models import Goal, GoalSource, GoalStatus
 from autopilot.plan import SUBMIT_PLAN_TOOL, plan_check, plan_problems_message
-from autopilot.services.goals import goal_create
 from psychonauts.errors import ToolFailure
 from psychonauts.runtime.tools import Tool, ToolContext
+from repos.context import current
+from repos.services import default_repository_id
 
 
 def _submit_plan(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -34,8 +35,13 @@ def _submit_plan(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _propose_goal(ctx: ToolContext, args: dict[str, Any]) -> str:
+    # The agent runs in its anchor quantum's repository: the goal is that repository's, and
+    # the limit counts that repository's proposals.
+    from autopilot.services.goals import goal_create
+
+    repository_id = current().repository_id or default_repository_id()
     waiting = Goal.objects.filter(
-        status=GoalStatus.PROPOSED, source=GoalSource.CONTEMPLATION
+        status=GoalStatus.PROPOSED, source=GoalSource.CONTEMPLATION, repository_id=repository_id
     ).count()
     if waiting >= settings.AUTOPILOT_PROPOSALS_MAX:
         raise ToolFailure(
@@ -52,6 +58,7 @@ def _propose_goal(ctx: ToolContext, args: dict[str, Any]) -> str:
             labels=args.get("labels", []),
             source=GoalSource.CONTEMPLATION,
             by=ctx.agent_id,
+            repository_id=repository_id,
         )
     except AutopilotError as exc:
         raise ToolFailure(str(exc)) from None

@@ -1,5 +1,9 @@
 """The psychonauts' tools of the Tether: ask_tether (suspends the run) and
-propose_pipeline_change (does not: the proposal waits for the operator, the agent goes on)."""
+propose_pipeline_change (does not: the proposal waits for the operator, the agent goes on).
+
+Registered when the apps load (every process); the services they call are loaded by the first
+call, in the worker that runs an agent.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from tether.services import answer_agrees, mutation_propose, reaching_ask, reach
 
 
 def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
+    from tether.services import reaching_ask, reaching_expire
+
     try:
         reaching = reaching_ask(
             agent_run_id=ctx.agent_run_id,
@@ -49,6 +55,7 @@ def _ask_tether(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def _propose_pipeline_change(ctx: ToolContext, args: dict[str, Any]) -> str:
+
     try:
         mutation = mutation_propose(
             pipeline=args["pipeline"],

@@ -11,6 +11,7 @@ from django.shortcuts import render
 from bursts.selectors import quantum_runs
 from core.events import EventMessage
 from core.live import LivePageError, live_attrs, live_page
+from psychonauts.environments.selectors import quantum_environment
 from psychonauts.selectors import quantum_spend, quantum_verifications, role_names
 from quanta.errors import QuantumNotFound
 from quanta.forms import (
@@ -90,6 +91,9 @@ def _detail_context(quantum_id: int) -> dict[str, Any]:
         "runs": quantum_runs(quantum_id=quantum_id),
         "verifications": quantum_verifications(quantum_id=quantum_id),
         "spend": quantum_spend(quantum_id=quantum_id),
+        "environment": quantum_environment(
+            quantum_id=quantum_id, repository_id=quantum.repository_id
+        ),
     }
 
 

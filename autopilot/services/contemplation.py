@@ -1,14 +1,17 @@
-"""Contemplating: a `contemplator` agent reads the project and proposes goals.
+"""Contemplating: a `contemplator` agent reads a repository and proposes goals for it.
 
-The agent runs on an anchor quantum (kind chore, status deferred so no wave ever runs it,
-labels `autopilot`, `autopilot:contemplating`: its spend counts under contemplating), one anchor
-reused while it stays open. Its context summarises the repository and the recent work, and
+Each registered repository is contemplated on its own. The agent runs on the repository's
+anchor quantum (kind chore, status deferred so no wave ever runs it, labels `autopilot`,
+`autopilot:contemplating`: its spend counts under contemplating), one anchor per repository
+reused while it stays open. Its context summarises that repository and its recent work, and
 tells it how many goals it may propose: settings.AUTOPILOT_PROPOSALS_MAX minus the proposals
-already waiting. It proposes through the `propose_goal` tool; what it proposes is a goal in
-status `proposed` (source contemplation), which only the operator approves.
+already waiting in that repository. It proposes through the `propose_goal` tool; what it
+proposes is a goal of that repository in status `proposed` (source contemplation), which only
+the operator approves.
 
-One contemplation at a time: starting one while a contemplator run is live does nothing, and
-two starts at once are serialised by a transaction-level advisory lock.
+One contemplation at a time per repository: starting one while the repository's contemplator
+run is live does nothing, and two starts at once are serialised by a transaction-level
+advisory lock on the repository.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from psychonauts.workspaces.git import git
 from psychonauts.workspaces.repository import repo_local
 from quanta.models import Quantum, QuantumKind, QuantumStatus
 from quanta.services import quantum_create, quantum_defer
+from repos.context import working_on_id
+from repos.models import Repository
+from repos.services import default_repository_id
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -37,7 +43,8 @@ logger = logging.getLogger(__name__)
 TOPIC = "autopilot:contemplation"
 ROLE = "contemplator"
 ANCHOR_TITLE = "Contemplation: propose goals for the project"
-# A constant advisory-lock key: contemplation starts one at a time.
+# An advisory-lock key, with the repository's id: contemplation starts one at a time per
+# repository.
 _START_LOCK = 0x434F4E54  # "CONT"
 RECENT = 10  # goals, findings and commits the context lists
 FILES_LISTED = 60
@@ -47,27 +54,32 @@ def contemplation_labels() -> list[str]:
     return filed_labels(HubState.CONTEMPLATING)
 
 
-def contemplation_running() -> AgentRun | None:
-    """The live contemplator run, if any."""
+def contemplation_running(*, repository_id: int) -> AgentRun | None:
+    """The live contemplator run of a repository, if any."""
     return (
         AgentRun.objects.filter(
-            role=ROLE, status__in=AGENT_LIVE, quantum__labels__contains=contemplation_labels()
+            role=ROLE,
+            status__in=AGENT_LIVE,
+            quantum__labels__contains=contemplation_labels(),
+            quantum__repository_id=repository_id,
         )
         .order_by("-pk")
         .first()
     )
 
 
-def proposals_waiting() -> int:
-    """Goals contemplation proposed that wait for the operator."""
-    return Goal.objects.filter(status=GoalStatus.PROPOSED, source=GoalSource.CONTEMPLATION).count()
+def proposals_waiting(*, repository_id: int) -> int:
+    """Goals contemplation proposed in a repository that wait for the operator."""
+    return Goal.objects.filter(
+        status=GoalStatus.PROPOSED, source=GoalSource.CONTEMPLATION, repository_id=repository_id
+    ).count()
 
 
-def _anchor() -> Quantum:
-    """The open anchor quantum, or a new one (created deferred, in the caller's transaction: no
-    wave ever sees it open)."""
+def _anchor(repository_id: int) -> Quantum:
+    """The repository's open anchor quantum, or a new one (created deferred, in the caller's
+    transaction: no wave ever sees it open)."""
     found = (
-        Quantum.objects.filter(labels__contains=contemplation_labels())
+        Quantum.objects.filter(labels__contains=contemplation_labels(), repository_id=repository_id)
         .exclude(status=QuantumStatus.CLOSED)
         .order_by("pk")
         .first()
@@ -87,6 +99,7 @@ def _anchor() -> Quantum:
         kind=QuantumKind.CHORE,
         priority=4,
         labels=contemplation_labels(),
+        repository_id=repository_id,
     )
     return quantum_defer(quantum_id=quantum.pk)
 
@@ -110,21 +123,33 @@ def _repository_summary() -> str:
     )
 
 
-def contemplation_context(*, room: int) -> str:
-    """What the contemplator starts from: the repository, the work, the goals, the findings,
-    and how many goals it may propose."""
+def contemplation_context(*, room: int, repository_id: int | None = None) -> str:
+    """What the contemplator starts from: the repository (None: the default one), its work,
+    goals and findings, and how many goals it may propose."""
+    if repository_id is None:
+        repository_id = default_repository_id()
+    with working_on_id(repository_id):
+        return _context(room, repository_id)
+
+
+def _context(room: int, repository_id: int) -> str:
     counts = dict(
-        Quantum.objects.values_list("status").annotate(n=Count("pk")).values_list("status", "n")
+        Quantum.objects.filter(repository_id=repository_id)
+        .values_list("status")
+        .annotate(n=Count("pk"))
+        .values_list("status", "n")
     )
     quanta = ", ".join(f"{status}: {counts.get(status, 0)}" for status in QuantumStatus.values)
     goals = list(
-        Goal.objects.order_by("-created_at").values_list("pk", "title", "status", "source")[:RECENT]
+        Goal.objects.filter(repository_id=repository_id)
+        .order_by("-created_at")
+        .values_list("pk", "title", "status", "source")[:RECENT]
     )
     goal_lines = "\n".join(
         f"- goal #{pk} [{status}, {source}] {title}" for pk, title, status, source in goals
     )
     findings = list(
-        Finding.objects.filter(filed_at__isnull=False)
+        Finding.objects.filter(filed_at__isnull=False, quantum__repository_id=repository_id)
         .order_by("-filed_at")
         .values_list("scanner", "path", "line", "message")[:RECENT]
     )
@@ -147,22 +172,42 @@ def contemplation_context(*, room: int) -> str:
     )
 
 
-def contemplate_start() -> AgentRun | None:
-    """Start a contemplator run on the anchor quantum, sent to a worker once committed. None
-    when one is already live, or when AUTOPILOT_PROPOSALS_MAX proposals already wait."""
+def contemplations_start() -> dict[str, AgentRun | None]:
+    """A contemplation in every registered repository (the default one made from
+    ANNIHILATION_REPO when it has no row), by name: each repository's run, or None where one is
+    live already or enough proposals wait there."""
+    default_repository_id()
+    started: dict[str, AgentRun | None] = {}
+    for pk, name in (
+        Repository.objects.filter(removed_at__isnull=True).order_by("pk").values_list("pk", "name")
+    ):
+        try:
+            started[name] = contemplate_start(repository_id=pk)
+        except Exception:  # one repository's failure leaves the others' contemplation
+            logger.exception("contemplation of repository %s failed to start", name)
+            started[name] = None
+    return started
+
+
+def contemplate_start(*, repository_id: int | None = None) -> AgentRun | None:
+    """Start a contemplator run on a repository's anchor quantum (None: the default
+    repository's), sent to a worker once committed. None when one is already live there, or
+    when AUTOPILOT_PROPOSALS_MAX proposals already wait there."""
+    if repository_id is None:
+        repository_id = default_repository_id()
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_START_LOCK])
-        if contemplation_running() is not None:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_START_LOCK, repository_id])
+        if contemplation_running(repository_id=repository_id) is not None:
             return None
-        room = settings.AUTOPILOT_PROPOSALS_MAX - proposals_waiting()
+        room = settings.AUTOPILOT_PROPOSALS_MAX - proposals_waiting(repository_id=repository_id)
         if room <= 0:
             return None
-        anchor = _anchor()
+        anchor = _anchor(repository_id)
         run = agent_run_create(
             quantum_id=anchor.pk,
             role=ROLE,
-            context=contemplation_context(room=room),
+            context=contemplation_context(room=room, repository_id=repository_id),
             agent_id=f"{anchor.pk}_autopilot_{ROLE}",
         )
         run_id = run.pk
@@ -173,6 +218,7 @@ def contemplate_start() -> AgentRun | None:
                 "agent_run_id": run_id,
                 "agent_id": run.agent_id,
                 "quantum_id": anchor.pk,
+                "repository_id": repository_id,
                 "room": room,
             },
         )

@@ -1,11 +1,13 @@
-"""Healing: stuck agents cancelled and requeued, failing provider endpoints marked down, and the
-integration branch's checks (the one writer of BaseCheck), with a healing quantum filed after
-repeated failures.
+"""Healing: stuck agents cancelled and requeued, failing provider endpoints marked down, and
+each repository's integration branch's checks (the one writer of BaseCheck), with a healing
+quantum filed in that repository after repeated failures of its own checks.
 
 The hub's tick calls `healing_act` when its snapshot shows something to heal; each action is
 guarded, so a second tick (or the burst manager finishing the same agent) finds nothing to do.
-The branch's checks run in a Celery task (`autopilot.base_check`, sent by the tick when due) in a
-scratch worktree detached at the branch's tip, through the command guard and the sandbox.
+A repository's checks run in a Celery task (`autopilot.base_check` with the repository's id,
+sent by the tick when that repository's are due) in a scratch worktree of that repository
+detached at its branch's tip, through the command guard and the sandbox. A repository whose
+branch fails is healed alone: the others' checks, streaks and healing quanta are their own.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from django.utils import timezone
 
 from autopilot.labels import filed_labels
 from autopilot.models import BaseCheck
-from autopilot.predicates import base_needs_healing, duration
-from autopilot.snapshot import FailingEndpoint, Snapshot, StuckAgent
+from autopilot.predicates import bases_to_heal, duration
+from autopilot.snapshot import FailingEndpoint, RepositoryState, Snapshot, StuckAgent
 from bursts.canvas import StageDispatch, stages_send
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_run_next_attempt, agent_run_time_out
@@ -34,12 +36,13 @@ from psychonauts.containment.identities import BASE_CHECK
 from psychonauts.containment.sandbox import workspace_own
 from psychonauts.containment.verify import verify_commands_run
 from psychonauts.routing.endpoints import endpoint_mark_down
-from psychonauts.workspaces.repository import file_lock_try, repo_key, repo_local
+from psychonauts.workspaces.repository import file_lock_try, repo_key
 from psychonauts.workspaces.worktrees import scratch_worktree
 from quanta.models import Quantum
 from quanta.pipeline_models import StageMode
 from quanta.services import quantum_create
-from repos.context import current
+from repos.context import current, working_on_id
+from repos.services import default_repository_id
 from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
@@ -175,7 +178,7 @@ def endpoints_heal(endpoints: tuple[FailingEndpoint, ...]) -> list[str]:
 
 
 def base_check_commands() -> list[str]:
-    """The target's checks: the repository's verify commands (the default repository's hold
+    """The checks of the repository at hand: its verify commands (the default repository's hold
     TETHER_VERIFY_COMMANDS) and the scanners' test command."""
     commands = list(current().verify_commands)
     test = str(getattr(settings, "AUTOPILOT_SCAN_TEST_COMMAND", "") or "").strip()
@@ -184,27 +187,28 @@ def base_check_commands() -> list[str]:
     return commands
 
 
+def bases_due(s: Snapshot) -> tuple[RepositoryState, ...]:
+    """The repositories with checks configured whose last check is older than
+    AUTOPILOT_BASE_CHECK_S (or that have none yet)."""
+    every = timedelta(seconds=s.limits.base_check_every_s)
+    return tuple(
+        r
+        for r in s.repositories
+        if r.has_checks and (r.base_checked_at is None or s.at - r.base_checked_at >= every)
+    )
+
+
 def base_check_due(s: Snapshot) -> bool:
-    """Checks are configured and the last one is older than AUTOPILOT_BASE_CHECK_S."""
-    if not base_check_commands():
-        return False
-    last = s.base_checked_at
-    return last is None or s.at - last >= timedelta(seconds=s.limits.base_check_every_s)
+    """Some repository's checks are due."""
+    return bool(bases_due(s))
 
 
-def _claim_key() -> str:
-    return f"autopilot:base_check:{repo_key()}"
-
-
-def base_check_claim(s: Snapshot) -> bool:
-    """Claim this period's check (one send per period, whatever the ticks; a check that never
-    ran is sent again once the claim lapses)."""
+def base_check_claim(s: Snapshot, *, repository_id: int) -> bool:
+    """Claim this period's check of a repository (one send per period, whatever the ticks; a
+    check that never ran is sent again once the claim lapses)."""
     ttl_ms = max(1000, int(s.limits.base_check_every_s * 1000))
-    return bool(get_redis().set(_claim_key(), s.at.isoformat(), nx=True, px=ttl_ms))
-
-
-def _repo() -> Path:
-    return repo_local()
+    key = f"autopilot:base_check:r{repository_id}"
+    return bool(get_redis().set(key, s.at.isoformat(), nx=True, px=ttl_ms))
 
 
 def _scratch_at(sha: str) -> Path:
@@ -212,9 +216,19 @@ def _scratch_at(sha: str) -> Path:
     return scratch_worktree(Path(settings.ANNIHILATION_HOME) / "checks" / f"base-{repo_key()}", sha)
 
 
-def base_check_run() -> BaseCheck | None:
-    """Run the target's checks on the integration branch's tip and record the result. None
-    when no check is configured, the branch has no commit, or another check is running."""
+def base_check_run(*, repository_id: int | None = None) -> BaseCheck | None:
+    """Run a repository's checks (None: the default repository's) on its integration branch's
+    tip and record the result. None when it has no check configured, its branch has no
+    commit, or another check of it is running."""
+    if repository_id is None:
+        repository_id = default_repository_id()
+    with working_on_id(repository_id) as target:
+        if target.repository_id is None:  # removed since the check was sent
+            return None
+        return _base_check_run(target.repository_id)
+
+
+def _base_check_run(repository_id: int) -> BaseCheck | None:
     commands = base_check_commands()
     if not commands:
         return None
@@ -234,36 +248,56 @@ def base_check_run() -> BaseCheck | None:
     if len(summary) > SUMMARY_LIMIT:
         summary = summary[:SUMMARY_LIMIT] + "\n[... cut ...]"
     with transaction.atomic():
-        check = BaseCheck.objects.create(sha=sha, ok=report.passed, summary=summary)
+        check = BaseCheck.objects.create(
+            repository_id=repository_id, sha=sha, ok=report.passed, summary=summary
+        )
         publish(
             TOPIC,
             "base_check",
-            {"id": check.pk, "sha": sha, "branch": target, "ok": check.ok,
-             "failed": [c.command for c in report.failed]},
+            {"id": check.pk, "repository_id": repository_id, "sha": sha, "branch": target,
+             "ok": check.ok, "failed": [c.command for c in report.failed]},
         )  # fmt: skip
     return check
 
 
-def base_healing_file(s: Snapshot) -> Quantum | None:
-    """File the healing quantum for the branch's failing checks (priority 0), linked from the
-    latest of them; None when they no longer fail enough in a row or one is open already.
-    Called under the hub's lock (the tick), so two ticks never file two."""
-    if not base_needs_healing(s):
+def base_healing_file(s: Snapshot) -> list[Quantum]:
+    """File a healing quantum (priority 0) in each repository whose branch failed its checks
+    often enough in a row with none open, linked from the latest of its checks. Called under
+    the hub's lock (the tick), so two ticks never file two."""
+    filed: list[Quantum] = []
+    for state in bases_to_heal(s):
+        repository_id = state.repository_id or default_repository_id()
+        try:  # in a savepoint of its own: one repository's failure leaves the others' filing
+            with transaction.atomic(), working_on_id(repository_id):
+                quantum = _healing_file(repository_id, s.limits.base_failures)
+        except Exception:
+            logger.exception("autopilot healing: the healing quantum of repository %s", state.name)
+            continue
+        if quantum is not None:
+            filed.append(quantum)
+    return filed
+
+
+def _healing_file(repository_id: int, failures: int) -> Quantum | None:
+    """The healing quantum of the repository at hand, None when its checks no longer fail
+    `failures` times in a row or one is open already."""
+    checks_of = BaseCheck.objects.filter(repository_id=repository_id)
+    checks = list(checks_of.order_by("-created_at", "-id")[:failures])
+    if len(checks) < failures or any(c.ok for c in checks):
         return None
-    checks = list(BaseCheck.objects.order_by("-created_at", "-id")[: s.limits.base_failures])
-    if len(checks) < s.limits.base_failures or any(c.ok for c in checks):
-        return None
-    if BaseCheck.objects.filter(quantum__isnull=False).exclude(quantum__status="closed").exists():
+    if checks_of.filter(quantum__isnull=False).exclude(quantum__status="closed").exists():
         return None
     latest = checks[0]
     target = target_branch()
     summary = latest.summary
     if len(summary) > BODY_LIMIT:
         summary = summary[:BODY_LIMIT] + "\n[... cut ...]"
+    name = current().name
     body = (
-        f"The integration branch `{target}` failed its checks {len(checks)} times in a row "
-        f"(the latest at {latest.sha[:12]}, {latest.created_at:%Y-%m-%d %H:%M} UTC). Make them "
-        f"pass again without weakening them.\n\n## The latest result\n{summary}"
+        f"The integration branch `{target}` of repository {name} failed its checks "
+        f"{len(checks)} times in a row (the latest at {latest.sha[:12]}, "
+        f"{latest.created_at:%Y-%m-%d %H:%M} UTC). Make them pass again without weakening "
+        f"them.\n\n## The latest result\n{summary}"
     )
     quantum = quantum_create(
         title=f"Heal {target}: its checks failed {len(checks)} times in a row"[:500],
@@ -272,13 +306,15 @@ def base_healing_file(s: Snapshot) -> Quantum | None:
         priority=0,
         labels=filed_labels("healing", "healing"),
         acceptance=f"Every check passes on {target}: {', '.join(base_check_commands())}"[:5000],
+        repository_id=repository_id,
     )
     BaseCheck.objects.filter(pk=latest.pk).update(quantum=quantum)
     publish(
         TOPIC,
         "healing_quantum",
-        {"quantum_id": quantum.pk, "sha": latest.sha, "failures": len(checks), "branch": target},
-    )
+        {"quantum_id": quantum.pk, "repository_id": repository_id, "sha": latest.sha,
+         "failures": len(checks), "branch": target},
+    )  # fmt: skip
     return quantum
 
 
@@ -286,10 +322,10 @@ def base_healing_file(s: Snapshot) -> Quantum | None:
 
 
 def _base_heal(s: Snapshot) -> list[str]:
-    quantum = base_healing_file(s)
-    if quantum is None:
-        return []
-    return [f"healing quantum #{quantum.pk} filed for the integration branch"]
+    return [
+        f"healing quantum #{quantum.pk} filed for the integration branch"
+        for quantum in base_healing_file(s)
+    ]
 
 
 def healing_act(s: Snapshot) -> list[str]:
@@ -317,6 +353,7 @@ __all__ = [
     "base_check_due",
     "base_check_run",
     "base_healing_file",
+    "bases_due",
     "endpoints_heal",
     "healing_act",
     "stuck_agents_heal",

@@ -42,6 +42,7 @@ from core.celery import app
 from core.events import publish
 from core.sql import sql_names
 from quanta.selectors import quanta_ready
+from repos.services import default_repository_id
 
 logger = logging.getLogger(__name__)
 
@@ -323,8 +324,11 @@ def hub_tick() -> Tick:
         decompose = state == HubState.EXECUTING and snap.goals_approved > 0
         if decompose or snap.goals_decomposing or snap.goals_active or snap.goals_verifying:
             _send(GOALS_TASK, sent, decompose=decompose)
-        if healing.base_check_due(snap) and healing.base_check_claim(snap):
-            _send(BASE_CHECK_TASK, sent)
+        # Each repository's checks on their own rhythm, one task per repository.
+        for base in healing.bases_due(snap):
+            repository_id = base.repository_id or default_repository_id()
+            if healing.base_check_claim(snap, repository_id=repository_id):
+                _send(BASE_CHECK_TASK, sent, repository_id=repository_id)
         # Runs a budget held: resumed by the budgets' task once their budget allows again.
         if snap.holds:
             _send(HOLDS_TASK, sent)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -103,16 +105,34 @@ def _git_bytes(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+# A full commit id (SHA-1 or SHA-256): what is read at it never changes, so it is read once per
+# process (a verify round, an agent's start and a merge-queue check each look the declaration
+# up at the target branch's commit; reading it costs a git process each time).
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_CACHED_COMMITS = 256
+
+
+@functools.lru_cache(maxsize=_CACHED_COMMITS)
+def _declaration_blob(repo: str, sha: str) -> bytes | None:
+    """The declaration file's bytes at commit `sha` (a full commit id), None when it has none."""
+    proc = _git_bytes(Path(repo), "cat-file", "blob", f"{sha}:{DECLARATION_PATH}")
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def spec_read(repo: Path, sha: str) -> EnvironmentSpec | None:
     """The repository's own declaration at commit `sha` (None when it has none)."""
     source = f"{DECLARATION_PATH}@{sha[:12]}"
-    proc = _git_bytes(repo, "cat-file", "blob", f"{sha}:{DECLARATION_PATH}")
-    if proc.returncode != 0:
+    if _COMMIT_ID.fullmatch(sha):
+        blob = _declaration_blob(str(repo), sha)
+    else:  # a name that may move: read it now
+        proc = _git_bytes(repo, "cat-file", "blob", f"{sha}:{DECLARATION_PATH}")
+        blob = proc.stdout if proc.returncode == 0 else None
+    if blob is None:
         return None
-    if len(proc.stdout) > settings.IMPORT_MAX_BYTES:
+    if len(blob) > settings.IMPORT_MAX_BYTES:
         raise EnvironmentInvalid(f"{source}: larger than {settings.IMPORT_MAX_BYTES} bytes")
     try:
-        text = proc.stdout.decode("utf-8")
+        text = blob.decode("utf-8")
     except UnicodeDecodeError:
         raise EnvironmentInvalid(f"{source}: not UTF-8 text") from None
     return spec_parse(text, source=source)
@@ -141,13 +161,25 @@ def environment_key(repo: Path, sha: str, spec: EnvironmentSpec) -> str:
     counts as missing: adding it changes the key)."""
     digest = hashlib.sha256(spec.digest().encode())
     if spec.key_files:
-        proc = _git_bytes(repo, "ls-tree", "-z", sha, "--", *spec.key_files)
-        if proc.returncode != 0:
-            raise EnvironmentProblem(
-                f"cannot read the key files at {sha[:12]}: {proc.stderr.decode(errors='replace')}"
-            )
-        digest.update(b"\0" + proc.stdout)
+        if _COMMIT_ID.fullmatch(sha):
+            listing = _key_files_listing(str(repo), sha, tuple(spec.key_files))
+        else:
+            listing = _key_files_read(str(repo), sha, tuple(spec.key_files))
+        digest.update(b"\0" + listing)
     return digest.hexdigest()
+
+
+def _key_files_read(repo: str, sha: str, key_files: tuple[str, ...]) -> bytes:
+    proc = _git_bytes(Path(repo), "ls-tree", "-z", sha, "--", *key_files)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(
+            f"cannot read the key files at {sha[:12]}: {proc.stderr.decode(errors='replace')}"
+        )
+    return proc.stdout
+
+
+# The key files' entries at a full commit id never change (a failure is not cached).
+_key_files_listing = functools.lru_cache(maxsize=_CACHED_COMMITS)(_key_files_read)
 
 
 def _commit_of(repo: Path, rev: str) -> str:
@@ -225,7 +257,10 @@ def environment_ensure(
     first when it is not (this call waits for a build another process is running). None when
     the repository declares none. EnvironmentBuildFailed when its build failed."""
     repo = Path(repo)
-    sha = _commit_of(repo, sha) if sha else _target(repo)
+    if not sha:
+        sha = _target(repo)
+    elif not _COMMIT_ID.fullmatch(sha):  # a name: the commit it names now
+        sha = _commit_of(repo, sha)
     resolved = environment_resolve(repo, sha=sha, spec=spec, declared_at=declared_at)
     if resolved is None:
         return None

@@ -20,13 +20,18 @@ from autopilot.services.contemplation import (
     ANCHOR_TITLE,
     contemplate_start,
     contemplation_context,
+    contemplations_start,
 )
 from autopilot.services.goals import goal_create
 from bursts.models import AGENT_TERMINAL, AgentRun
 from core.celery import app
 from core.models import Event
+from psychonauts.workspaces.git import git
+from psychonauts.workspaces.registration import repository_inspect
+from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum
-from quanta.services import quantum_reopen
+from quanta.services import quantum_create, quantum_reopen
+from repos.services import repository_create, repository_default
 from tests.bursts.conftest import ROOT, Worker, worker_env
 
 SCRIPT = ROOT / "psychonauts" / "scripts" / "contemplate-demo.yaml"
@@ -152,3 +157,44 @@ def test_the_hub_s_tasks_scan_and_contemplate_on_a_worker(worker: Worker) -> Non
         time.sleep(0.2)
     assert Quantum.objects.filter(labels__contains=["scan:todo"]).count() == 1
     assert Goal.objects.filter(status=GoalStatus.PROPOSED).count() == 2, worker.log.read_text()
+
+
+@pytest.mark.django_db
+def test_each_repository_is_contemplated_on_its_own(
+    contemplation_settings: Any, tmp_path: Path
+) -> None:
+    contemplation_settings.AUTOPILOT_PROPOSALS_MAX = 2
+    default = repository_default()
+    second_repo = demo_repo_ensure(tmp_path / "second")
+    (second_repo / "only_in_second.py").write_text("x = 1\n")
+    git("add", "only_in_second.py", cwd=second_repo)
+    git("commit", "-q", "-m", "second: its own file", cwd=second_repo, author="op")
+    second = repository_create(name="second", location=str(second_repo), inspect=repository_inspect)
+    # The default repository's proposals are full; the second's are not.
+    for title in ("one", "two"):
+        goal_create(title=title, success_criteria="done", source=GoalSource.CONTEMPLATION)
+    goal_create(
+        title="Second's goal", success_criteria="done", repository_id=second.pk,
+    )  # fmt: skip
+    quantum_create(title="work in second", repository_id=second.pk)
+
+    started = contemplations_start()
+
+    assert started["default"] is None  # two proposals wait there already
+    run = started["second"]
+    assert run is not None
+    anchor = Quantum.objects.get(pk=run.quantum_id)
+    assert anchor.repository_id == second.pk and anchor.labels == filed_labels("contemplating")
+    # Its context is the second repository's: its files, its goals, its quanta.
+    assert "- only_in_second.py" in run.context and "Second's goal" in run.context
+    assert "[proposed, contemplation] one" not in run.context
+    assert "open: 1," in run.context
+    assert "Propose at most 2 goals" in run.context
+    # One live run per repository: the second's again does nothing; the default's, with room
+    # again, gets a run and an anchor of its own.
+    Goal.objects.filter(title="one").update(status=GoalStatus.ABANDONED)
+    again = contemplations_start()
+    assert again["second"] is None
+    assert again["default"] is not None
+    default_anchor = Quantum.objects.get(pk=again["default"].quantum_id)
+    assert default_anchor.repository_id == default.pk and default_anchor.pk != anchor.pk

@@ -21,9 +21,11 @@ from bursts.services import wave_start
 from core.models import Event
 from psychonauts.routing.endpoints import endpoint_down, endpoint_failure, endpoints_failing
 from psychonauts.workspaces.git import git
+from psychonauts.workspaces.registration import repository_inspect
 from psychonauts.workspaces.worktrees import demo_repo_ensure
 from quanta.models import Quantum, QuantumStatus
 from quanta.services import quantum_create
+from repos.services import repository_create, repository_default, repository_update
 from tests.bursts.conftest import Worker, fast_settings, make_worker, pipeline, step_log, wait_wave
 
 __all__ = ["fast_settings", "make_worker", "step_log"]
@@ -142,7 +144,7 @@ def test_the_base_branchs_failures_file_one_healing_quantum(
     tick = hub_tick()
 
     assert tick.state == "healing", tick.reason
-    assert "the integration branch failed its checks 2 times in a row" in tick.reason
+    assert "the integration branch of default failed its checks 2 times in a row" in tick.reason
     [healing] = Quantum.objects.filter(labels__contains=["healing"])
     assert healing.labels == ["autopilot", "autopilot:healing", "healing"]
     assert healing.priority == 0 and healing.status == QuantumStatus.OPEN
@@ -163,6 +165,59 @@ def test_the_base_branchs_failures_file_one_healing_quantum(
     git("commit", "-q", "-m", "a changelog", cwd=repo, author="op")
     check = base_check_run()
     assert check is not None and check.ok and "PASSED: `test -f CHANGELOG.md`" in check.summary
+
+
+@pytest.mark.django_db
+def test_each_repository_is_checked_and_healed_on_its_own(
+    repo: Path, tmp_path: Path, settings: Any, redis_client: redis.Redis
+) -> None:
+    settings.TETHER_VERIFY_COMMANDS = ["test -f CHANGELOG.md"]  # the default's branch fails
+    settings.AUTOPILOT_SCAN_TEST_COMMAND = ""
+    settings.AUTOPILOT_BASE_FAILURES = 2
+    settings.SPEND_CAP_DAY_USD = 0.0
+    default = repository_default()
+    other = repository_create(
+        name="second",
+        location=str(demo_repo_ensure(tmp_path / "second")),
+        inspect=repository_inspect,
+        verify_commands=["python3 calc.py"],
+    )
+    hub_running()
+
+    # Each repository's check is due and sent on its own.
+    tick = hub_tick()
+    assert tick.sent.count("autopilot.base_check") == 2
+    assert "autopilot.base_check" not in hub_tick().sent
+    for _ in range(2):
+        assert base_check_run(repository_id=default.pk) is not None
+        assert base_check_run(repository_id=other.pk) is not None
+    assert [c.ok for c in BaseCheck.objects.filter(repository=default)] == [False, False]
+    assert [c.ok for c in BaseCheck.objects.filter(repository=other)] == [True, True]
+    assert BaseCheck.objects.filter(repository=other).first().sha == git(  # type: ignore[union-attr]
+        "rev-parse", "HEAD", cwd=tmp_path / "second"
+    )
+
+    tick = hub_tick()
+
+    # The broken one is healed in its own repository; the other is left as it is.
+    assert tick.state == "healing", tick.reason
+    assert "the integration branch of default failed its checks 2 times" in tick.reason
+    assert "second" not in tick.reason
+    [healing] = Quantum.objects.filter(labels__contains=["healing"])
+    assert healing.repository_id == default.pk and "repository default" in healing.body
+    assert not BaseCheck.objects.filter(repository=other, quantum__isnull=False).exists()
+
+    # The second one breaks too: its own healing quantum, though the default's is still open.
+    repository_update(name="second", inspect=repository_inspect, verify_commands=["false"])
+    for _ in range(2):
+        base_check_run(repository_id=other.pk)
+    tick = hub_tick()
+    assert "the integration branch of second failed its checks 2 times" in tick.reason
+    assert "of default" not in tick.reason  # its healing quantum is open: nothing to file
+    healings = Quantum.objects.filter(labels__contains=["healing"]).order_by("pk")
+    assert [q.repository_id for q in healings] == [default.pk, other.pk]
+    assert "`false` (exit status 1)" in healings[1].body
+    assert BaseCheck.objects.filter(repository=default).latest("id").quantum_id == healing.pk
 
 
 @pytest.mark.django_db

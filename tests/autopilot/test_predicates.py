@@ -18,7 +18,14 @@ from autopilot.predicates import (
     needs_healing,
     needs_wave,
 )
-from autopilot.snapshot import READY_CAP, FailingEndpoint, Limits, Snapshot, StuckAgent
+from autopilot.snapshot import (
+    READY_CAP,
+    FailingEndpoint,
+    Limits,
+    RepositoryState,
+    Snapshot,
+    StuckAgent,
+)
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 LIMITS = Limits(
@@ -49,8 +56,19 @@ ENDPOINT = (FailingEndpoint("anthropic", "claude-x", 4),)
 
 
 def snap(**fields: Any) -> Snapshot:
-    """An idle, unpaused hub with full budgets, scanned and contemplated recently."""
+    """An idle, unpaused hub with full budgets, scanned and contemplated recently, over one
+    repository (`default`) whose base check and proposals are the `base_*` and `proposals`
+    fields; `repositories` replaces it."""
     left = {**FULL, **fields.pop("left", {})}
+    default = RepositoryState(
+        repository_id=1,
+        name="default",
+        base_failures=fields.pop("base_failures", 0),
+        base_sha=fields.pop("base_sha", ""),
+        base_healing_id=fields.pop("base_healing_id", None),
+        proposals=fields.pop("proposals", 0),
+    )
+    fields.setdefault("repositories", (default,))
     base: dict[str, Any] = {
         "at": NOW,
         "limits": LIMITS,
@@ -109,7 +127,7 @@ TABLE: list[tuple[str, Snapshot, str, str]] = [
         "idle and a contemplation due",
         snap(contemplated_at=NOW - timedelta(days=2)),
         "contemplating",
-        "0 proposals waiting (at most 5)",
+        "0 proposals waiting (at most 5 per repository)",
     ),
     (
         "a scan due beats a contemplation due",
@@ -119,9 +137,9 @@ TABLE: list[tuple[str, Snapshot, str, str]] = [
     ),
     (
         "too many proposals wait",
-        snap(contemplated_at=None, goals_proposed=5),
+        snap(contemplated_at=None, proposals=5),
         "resting",
-        "5 proposals wait for approval (at most 5)",
+        "5 proposals wait for approval (at most 5 per repository)",
     ),
     (
         "contemplation due, no contemplating budget",
@@ -147,7 +165,18 @@ TABLE: list[tuple[str, Snapshot, str, str]] = [
         "the base branch failing",
         snap(base_failures=2, base_sha="abcdef1234567"),
         "healing",
-        "failed its checks 2 times in a row (at abcdef1234",
+        "the integration branch of default failed its checks 2 times in a row (at abcdef1234",
+    ),
+    (
+        "one repository's branch failing, another's healing quantum open",
+        snap(
+            repositories=(
+                RepositoryState(1, "default", base_failures=3, base_healing_id=44),
+                RepositoryState(2, "second", base_failures=2, base_sha="0123456789ab"),
+            )
+        ),
+        "healing",
+        "the integration branch of second failed its checks 2 times in a row (at 0123456789",
     ),
     (
         "the base branch failed once only",
@@ -220,7 +249,9 @@ PREDICATES: list[tuple[str, Any, Snapshot, bool]] = [
     ("may_improve: busy", may_improve, snap(scanned_at=None, ready=1), False),
     ("may_improve: just scanned", may_improve, snap(scanned_at=NOW), False),
     ("may_improve: due", may_improve, snap(scanned_at=NOW - timedelta(seconds=3600)), True),
-    ("may_contemplate: 4 of 5 proposals", may_contemplate, snap(contemplated_at=None, goals_proposed=4), True),
+    ("may_contemplate: 4 of 5 proposals", may_contemplate, snap(contemplated_at=None, proposals=4), True),
+    ("may_contemplate: one repository full, another has room", may_contemplate, snap(contemplated_at=None, repositories=(RepositoryState(1, "default", proposals=5), RepositoryState(2, "second", proposals=1))), True),
+    ("may_contemplate: every repository full", may_contemplate, snap(contemplated_at=None, repositories=(RepositoryState(1, "default", proposals=5), RepositoryState(2, "second", proposals=7))), False),
     ("may_contemplate: no budget", may_contemplate, snap(contemplated_at=None, left={"contemplating": Decimal("0")}), False),
     ("day_budget_spent: one state left", day_budget_spent, snap(left={**dict.fromkeys(FULL, Decimal(0)), "healing": Decimal("0.5")}), False),
     ("day_budget_spent: none left", day_budget_spent, snap(left=dict.fromkeys(FULL, Decimal(0))), True),

@@ -546,3 +546,57 @@ def test_a_registered_repositorys_own_declaration_is_the_operators(
     assert spec.source == f"repository {repository.name}"
     outside = operator_spec()
     assert outside is not None and outside.setup == ("echo from-settings",)
+
+
+class GitCount:
+    """Counts the git processes started (every git process goes through subprocess.Popen)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.argvs: list[list[str]] = []
+        counter = self
+
+        class Counting(subprocess.Popen):
+            def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+                if isinstance(args, list | tuple) and args and args[0] == "git":
+                    counter.argvs.append([str(a) for a in args])
+                super().__init__(args, *rest, **kwargs)
+
+        monkeypatch.setattr(subprocess, "Popen", Counting)
+
+    def take(self) -> list[list[str]]:
+        taken, self.argvs = self.argvs, []
+        return taken
+
+
+def reads_of_the_declaration(argvs: list[list[str]]) -> int:
+    return sum(1 for argv in argvs if "cat-file" in argv)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_verify_round_reads_the_declaration_once_per_target_commit(
+    repo: Path, env_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit_files(
+        repo,
+        {DECLARATION_PATH: "setup: [mkdir -p /run/env/bin]\nkey_files: [requirements.txt]\n",
+         "requirements.txt": "nothing\n"},
+        "an environment",
+    )  # fmt: skip
+    workspace = workspace_ensure(quantum_id=6)
+    assert verify_commands_run(["true"], workspace=workspace, quantum_id=6).passed
+    count = GitCount(monkeypatch)
+
+    for _ in range(3):
+        report = verify_commands_run(["true"], workspace=workspace, quantum_id=6)
+        assert report.passed, report.summary()
+        # The workspace's commit and the target branch's: the declaration and the key files
+        # at a commit already read are not read again.
+        assert len(count.take()) == 2
+
+    # The target branch moves: its new commit's declaration is read once, then no more.
+    commit_files(repo, {"README.md": "moved\n"}, "the target moves")
+    count.take()
+    verify_commands_run(["true"], workspace=workspace, quantum_id=6)
+    assert reads_of_the_declaration(count.take()) == 1
+    verify_commands_run(["true"], workspace=workspace, quantum_id=6)
+    assert reads_of_the_declaration(count.take()) == 0

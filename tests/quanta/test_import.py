@@ -308,6 +308,53 @@ def test_a_changed_record_updates_its_quantum_and_a_new_one_is_created(tmp_path)
     assert Quantum.objects.get(pk=schema).status == "open"
 
 
+def test_a_re_import_costs_a_few_statements_whatever_the_number_of_records(
+    tmp_path, django_assert_max_num_queries
+):
+    from quanta.importer import quanta_import_report
+
+    lines = [
+        json.dumps(
+            {
+                "ref": f"r{n}",
+                "title": f"task {n}",
+                "depends_on": [f"r{n - 1}"] if n else [],
+                "comments": [f"note {n}"],
+            }
+        )
+        for n in range(200)
+    ]
+    path = tmp_path / "backlog.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    first = quanta_import_report(path=path)
+    lines[7] = json.dumps({"ref": "r7", "title": "task 7", "depends_on": ["r6"],
+                           "comments": ["note 7", "one more"]})  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+
+    # Read what the quanta hold in bulk, then write only what changed (one record's comment).
+    with django_assert_max_num_queries(20):
+        again = quanta_import_report(path=path)
+
+    assert again.updated == [first.ids[7]] and len(again.unchanged) == 199
+    assert Comment.objects.filter(quantum_id=first.ids[7]).count() == 2
+    assert Dependency.objects.count() == 199
+
+
+def test_a_file_of_more_keyed_records_than_a_statement_has_parameters_imports(tmp_path, settings):
+    settings.IMPORT_MAX_BYTES = 64 * 2**20
+    count = 66_000  # one more parameter per key than the 65,535 a statement may carry
+    path = tmp_path / "big.jsonl"
+    path.write_text(
+        "".join(json.dumps({"ref": f"r{n}", "title": f"t{n}"}) + "\n" for n in range(count))
+    )
+
+    ids = quanta_import(path=path)
+
+    assert len(ids) == count and Quantum.objects.count() == count
+    assert quanta_import(path=path) == ids  # found again by their keys: nothing duplicated
+    assert Quantum.objects.count() == count
+
+
 def test_a_re_import_keeps_the_status_the_work_gave_it(tmp_path):
     from quanta import services
 

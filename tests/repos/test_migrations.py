@@ -1,4 +1,4 @@
-"""The migrations give every existing quantum, wave and goal the default repository
+"""The migrations give every existing quantum, wave, goal and base check the default repository
 (ANNIHILATION_REPO), losing none."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from autopilot.models import Goal
+from autopilot.models import BaseCheck, Goal
 from bursts.models import Wave
 from quanta.models import Quantum
 from repos.models import Repository
@@ -63,6 +63,12 @@ def test_existing_rows_move_to_the_default_repository(settings, tmp_path: Path) 
                 " created_by, approved_by, created_at, updated_at) VALUES ('old goal', '', 'x',"
                 " '{}', 2, '{}', 'operator', 'proposed', '', 0, '', '', now(), now())"
             )
+            for ok in (False, True):
+                cursor.execute(
+                    "INSERT INTO autopilot_basecheck (sha, ok, summary, created_at)"
+                    " VALUES ('abc123', %s, 'old check', now())",
+                    [ok],
+                )
     finally:
         _migrate(latest)
 
@@ -73,3 +79,6 @@ def test_existing_rows_move_to_the_default_repository(settings, tmp_path: Path) 
     assert set(old.values_list("repository_id", flat=True)) == {default.pk}
     assert Wave.objects.get(started_by="old").repository_id == default.pk
     assert Goal.objects.get(title="old goal").repository_id == default.pk
+    checks = BaseCheck.objects.filter(summary="old check")
+    assert sorted(checks.values_list("ok", flat=True)) == [False, True]
+    assert set(checks.values_list("repository_id", flat=True)) == {default.pk}

@@ -125,3 +125,25 @@ def test_a_command_loads_no_web_server_and_runserver_is_daphnes(db) -> None:
     runserver = run("manage.py", "runserver", "--help")
     assert runserver.returncode == 0, runserver.stderr[-2000:]
     assert "--websocket_handshake_timeout" in runserver.stdout
+
+
+def test_tether_questions_loads_no_admin_and_no_api(db) -> None:
+    """A command loads no admin module (the admin is discovered by the URLconf) and not the
+    API's framework."""
+    import subprocess
+    import sys
+
+    from tests.bursts.conftest import ROOT, worker_env
+
+    def modules(*argv: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "manage.py", *argv],
+            cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+        assert "django.core.management" in names, proc.stderr[-2000:]  # the log was read
+        return names
+
+    questions = modules("tether", "questions")
+    loaded = {"quanta.admin", "psychonauts.admin", "tether.admin", "ninja"} & questions
+    assert not loaded

@@ -67,3 +67,47 @@ def test_a_failure_followed_by_a_ready_build_is_no_longer_shown(viewer_client, r
     build(repo, "d" * 64, BuildStatus.READY)
     assert environments_failed() == []
     assert 'id="environment-failures"' not in viewer_client.get("/").content.decode()
+
+
+def test_the_quantum_page_says_its_agents_do_not_run_for_their_environment(
+    viewer_client, repo: Path, tmp_path: Path
+) -> None:
+    from bursts.models import AgentRun, AgentStatus
+    from psychonauts.environments.models import EnvironmentWaiter
+    from psychonauts.roles import roles_sync_defaults
+    from psychonauts.runtime.runs import agent_run_create
+    from quanta.services import quantum_create
+
+    roles_sync_defaults()
+    repository_default()
+    other = demo_repo_ensure(tmp_path / "second")
+    second = repository_create(name="second", location=str(other), inspect=repository_inspect)
+    here = quantum_create(title="in the default repository")
+    there = quantum_create(title="in the second", repository_id=second.pk)
+    assert (
+        'id="quantum-environment"' not in viewer_client.get(f"/quanta/{here.pk}/").content.decode()
+    )
+
+    failed = build(repo, "e" * 64, BuildStatus.FAILED, error="setup command 1 exited with exit status 2",
+                   log="$ npm ci\nnpm ERR! missing lockfile\n")  # fmt: skip
+    page = viewer_client.get(f"/quanta/{here.pk}/").content.decode()
+    state = page.split('id="quantum-environment"')[1].split("</div>")[0]
+    assert "Not running: its repository's environment failed to build" in state
+    assert "exit status 2" in state and "npm ERR! missing lockfile" in state
+    assert f"repos env build {failed.pk}" in state
+    assert f"/repositories/environments/{failed.pk}/log/" in state
+    # The other repository's quantum is not held by it.
+    assert (
+        'id="quantum-environment"' not in viewer_client.get(f"/quanta/{there.pk}/").content.decode()
+    )
+
+    # An agent of the second's quantum waits on a build in progress: the page says so.
+    building = build(other, "f" * 64, BuildStatus.BUILDING)
+    run = agent_run_create(quantum_id=there.pk, role="coder")
+    AgentRun.objects.filter(pk=run.pk).update(status=AgentStatus.WAITING)
+    EnvironmentWaiter.objects.create(build=building, agent_run_id=run.pk)
+    page = viewer_client.get(f"/quanta/{there.pk}/").content.decode()
+    state = page.split('id="quantum-environment"')[1].split("</div>")[0]
+    assert "Waiting: its repository's environment is being built" in state
+    assert run.agent_id in state and "1 agent wait" in state
+    assert "failed to build" not in state

@@ -5,6 +5,10 @@
     reject-change ID --reason TEXT | mutations | approve-mutation ID | reject-mutation ID [--reason TEXT]
 
 Exit status: 0 done, 1 refused (unknown id, already decided, branch moved ...), 2 bad usage.
+
+The subcommands that write import tether.services when they run: `questions` and the other lists
+read through the selectors alone, without loading the services (and the bursts, psychonauts and
+git layers beneath them).
 """
 
 from __future__ import annotations
@@ -27,17 +31,6 @@ from tether.selectors import (
     merge_queue_list,
     mutations_list,
     reachings_pending,
-)
-from tether.services import (
-    change_reject,
-    changes_approve,
-    changes_approve_low_risk,
-    drift_ground,
-    drift_note,
-    drift_reject,
-    mutation_approve,
-    mutation_reject,
-    reaching_answer,
 )
 
 
@@ -200,6 +193,8 @@ class Command(SafeCommand):
         )
 
     def do_answer(self, options: dict[str, Any]) -> None:
+        from tether.services import reaching_answer
+
         result = reaching_answer(
             reaching_id=options["reaching_id"], text=options["text"], by=self.by
         )
@@ -241,14 +236,20 @@ class Command(SafeCommand):
         self.say(drift_data(drift), f"drift {drift.pk} {drift.status}{extra}")
 
     def do_ground(self, options: dict[str, Any]) -> None:
+        from tether.services import drift_ground
+
         self._drift_done(drift_ground(drift_id=options["drift_id"], by=self.by))
 
     def do_reject(self, options: dict[str, Any]) -> None:
+        from tether.services import drift_reject
+
         self._drift_done(
             drift_reject(drift_id=options["drift_id"], reason=options["reason"], by=self.by)
         )
 
     def do_note(self, options: dict[str, Any]) -> None:
+        from tether.services import drift_note
+
         drift = drift_note(drift_id=options["drift_id"], text=options["text"], by=self.by)
         self.say(drift_data(drift), f"drift {drift.pk} noted; it stays {drift.status}")
 
@@ -314,6 +315,8 @@ class Command(SafeCommand):
             w(f.diff)
 
     def do_approve(self, options: dict[str, Any]) -> None:
+        from tether.services import changes_approve, changes_approve_low_risk
+
         ids: list[int] = options["change_ids"]
         if options["all_low_risk"] == bool(ids):
             raise CommandError("name the changes to approve, or --all-low-risk (not both)")
@@ -370,6 +373,8 @@ class Command(SafeCommand):
         )
 
     def do_reject_change(self, options: dict[str, Any]) -> None:
+        from tether.services import change_reject
+
         c = change_reject(change_id=options["change_id"], reason=options["reason"], by=self.by)
         self.say(change_data(c), f"change {c.pk} rejected; quantum #{c.quantum_id} reopened")
 
@@ -405,12 +410,16 @@ class Command(SafeCommand):
         )
 
     def do_approve_mutation(self, options: dict[str, Any]) -> None:
+        from tether.services import mutation_approve
+
         m = mutation_approve(mutation_id=options["mutation_id"], by=self.by)
         self.say(
             mutation_data(m), f"mutation {m.pk} approved: {m.pipeline_name} v{m.resulting_version}"
         )
 
     def do_reject_mutation(self, options: dict[str, Any]) -> None:
+        from tether.services import mutation_reject
+
         m = mutation_reject(
             mutation_id=options["mutation_id"], by=self.by, reason=options["reason"]
         )
