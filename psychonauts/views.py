@@ -19,6 +19,7 @@ from psychonauts.focus import (
     agent_stream,
     agent_tool_calls,
     agent_turns,
+    focus_fetch_due,
     worktree_diff,
 )
 from psychonauts.sections import focus_sections
@@ -31,7 +32,7 @@ from psychonauts.selectors import (
 )
 from psychonauts.services import agent_run_create
 from psychonauts.services.verification import verdict_find
-from psychonauts.tasks import execute_agent_run
+from psychonauts.tasks import execute_agent_run, focus_fetch
 from psychonauts.tools import VERDICT_TOOL
 from quanta.errors import QuantumNotFound
 from quanta.forms import AgentRunForm
@@ -76,6 +77,7 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
     run = agent_run_find(agent_run_id=agent_run_id)
     if run is None:
         raise Http404(f"no agent run {agent_run_id}")
+    _fetch_if_due(run.quantum_id)
     return render(
         request,
         "psychonauts/focus.html",
@@ -92,6 +94,13 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
             **live_attrs([f"agent:{run.agent_id}"], "focus", after=after, agent_run_id=run.pk),
         },
     )
+
+
+def _fetch_if_due(quantum_id: int) -> None:
+    """In remote mode the diff is the branch as this host last fetched it; a worker fetches it
+    (never the request), and the page's next draw shows it."""
+    if focus_fetch_due(quantum_id=quantum_id):
+        focus_fetch.delay(quantum_id)
 
 
 def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
@@ -130,6 +139,7 @@ def focus_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]
         context["diary"] = agent_diary(agent_run_id=run.pk)
         context["panels"] = True
     if kind in _DIFF_EVENTS:
+        _fetch_if_due(run.quantum_id)
         context["diff_files"] = diff_parse(worktree_diff(quantum_id=run.quantum_id))
         context["redraw_diff"] = True
     if kind in ("verification", "verdict"):  # their fragments redraw those sections

@@ -377,3 +377,29 @@ def test_a_delivery_being_sent_is_not_taken_twice(receiver, signing):
     assert delivery_attempt(delivery_id=pk).status == "skipped"
     assert deliveries_resend_due() == []
     assert receiver.requests == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("answer", [200, 500])
+def test_an_attempt_that_lost_the_delivery_meanwhile_records_nothing(receiver, signing, answer):
+    """An attempt that outlives its deadline while the sweep gives the delivery to a later one:
+    its answer is not written over the later attempt's, and it schedules no retry of its own."""
+    endpoint(receiver.url, ["wave.complete"])
+    start_outbox()
+    publish("burst:events", "wave_complete", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+
+    def taken_by_a_later_attempt(_: Any) -> None:
+        WebhookDelivery.objects.filter(pk=pk).update(attempts=2)
+
+    receiver.during = taken_by_a_later_attempt
+    receiver.statuses = [answer]
+    result = delivery_attempt(delivery_id=pk)
+    assert (result.status, result.retry_in_s) == ("superseded", None)
+    row = WebhookDelivery.objects.get()
+    assert (row.status, row.attempts, row.status_code, row.delivered_at) == (
+        "sending",
+        2,
+        None,
+        None,
+    )
