@@ -11,12 +11,15 @@ from core.models import Event
 from core.redaction import redact
 from core.redis import get_redis
 from psychonauts.central import base_branch, fetch_or_last, tracking
+from psychonauts.events import AgentEventType
 from psychonauts.git import git_run
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
 from psychonauts.workspaces import branch_for, repo_local, repo_url
 from repos.context import working_on_quantum
 
-STREAM_TYPES = ("started", "text", "tool_call", "tool_result", "phase", "commit", "waiting")
+STREAM_TYPES: tuple[AgentEventType, ...] = (
+    "started", "text", "tool_call", "tool_result", "phase", "committed", "waiting"
+)  # fmt: skip
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
 
 

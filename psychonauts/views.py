@@ -14,6 +14,7 @@ from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, events_settled_id, live_attrs, live_page
 from psychonauts.diffs import diff_parse
+from psychonauts.events import AgentEventType
 from psychonauts.focus import (
     agent_diary,
     agent_stream,
@@ -113,8 +114,10 @@ def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
 
 
 # Events after which the side panels are redrawn (the header is redrawn after every event).
-_TOOL_EVENTS = frozenset({"tool_call", "tool_result"})
-_DIFF_EVENTS = frozenset({"commit", "restored", "set_aside", "done", "error", "cancelled"})
+_TOOL_EVENTS: frozenset[AgentEventType] = frozenset({"tool_call", "tool_result"})
+_DIFF_EVENTS: frozenset[AgentEventType] = frozenset(
+    {"committed", "restored", "set_aside", "done", "error", "cancelled"}
+)
 
 
 @live_page("focus")

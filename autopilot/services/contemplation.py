@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
 
+from autopilot.events import contemplation_event
 from autopilot.labels import filed_labels
 from autopilot.models import Finding, Goal, GoalSource, GoalStatus, HubState
 from bursts.models import AGENT_LIVE, AgentRun
 from core.celery import app
-from core.events import publish
 from psychonauts.errors import WorkspaceError
 from psychonauts.git import git
 from psychonauts.services.runs import agent_run_create
@@ -34,7 +34,6 @@ from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:contemplation"
 ROLE = "contemplator"
 EXECUTE_TASK = "psychonauts.tasks.execute_agent_run"
 ANCHOR_TITLE = "Contemplation: propose goals for the project"
@@ -167,8 +166,7 @@ def contemplate_start() -> AgentRun | None:
             agent_id=f"{anchor.pk}_autopilot_{ROLE}",
         )
         run_id = run.pk
-        publish(
-            TOPIC,
+        contemplation_event(
             "started",
             {
                 "agent_run_id": run_id,

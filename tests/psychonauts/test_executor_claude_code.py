@@ -131,7 +131,7 @@ def test_an_agent_fixes_a_bug_and_its_commit_is_verified(
     topic = f"agent:{run.agent_id}"
     calls = [e.payload["name"] for e in Event.objects.filter(topic=topic, type="tool_call")]
     assert calls == ["Write", "Bash"]
-    assert Event.objects.filter(topic=topic, type="cli_session").exists()
+    assert Event.objects.filter(topic=topic, type="cli_session_started").exists()
     # Every model call went through the gateway and is in the ledger at our prices.
     usage = list(Usage.objects.filter(agent_run=run))
     assert len(usage) == len(fake.requests) >= 3
@@ -179,9 +179,9 @@ def test_a_killed_worker_resumes_the_cli_session(
     assert outcome.status == "done", outcome.error
     sessions = [
         e.payload
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session").order_by(
-            "id"
-        )
+        for e in Event.objects.filter(
+            topic=f"agent:{run.agent_id}", type="cli_session_started"
+        ).order_by("id")
     ]
     assert [s["resume"] for s in sessions] == [False, True]
     assert sessions[0]["session_id"] == sessions[1]["session_id"]
