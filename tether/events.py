@@ -4,6 +4,7 @@ Tether's pages and their scripts, the webhooks, the CLI)."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypedDict
 
 REACHINGS_TOPIC = "tether:reaching"  # questions to the operator and their answers
 CHANGES_TOPIC = "tether:drifts"  # the grounding queue: drifts and change reviews
@@ -38,3 +39,45 @@ class TetherEventType(StrEnum):
     # QUESTIONS_TOPIC
     PIPELINE_MUTATION_SUBMITTED = "pipeline_mutation_submitted"
     PIPELINE_MUTATION_RESPONDED = "pipeline_mutation_responded"
+
+
+class ReachingPayload(TypedDict):
+    """What the question events say about a reaching (the UI's question card, the webhook
+    `reaching.created`); an answer's events add `answer`."""
+
+    reaching_id: int
+    quantum_id: int
+    agent_run_id: int | None
+    question: str
+    priority: str
+    assumption: str
+    deadline: str
+    status: str
+
+
+class ChangePayload(TypedDict):
+    """What the change review events say (the webhook `change.submitted`): never the diff (it
+    could hold what the redaction missed); a decision's events add `by`."""
+
+    change_id: int
+    quantum_id: int
+    branch: str
+    base: str
+    risk: str
+    reasons: list[str]
+    additions: int
+    deletions: int
+    files: int
+    status: str
+
+
+class MutationPayload(TypedDict):
+    mutation_id: int
+    pipeline: str
+    base_version: int
+    status: str
+    agent_run_id: int | None
+    quantum_id: int | None
+    rationale: str
+    deadline: str
+    resulting_version: int | None

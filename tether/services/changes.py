@@ -36,7 +36,7 @@ from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
 from repos.context import current, working_on_id, working_on_quantum
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
-from tether.events import CHANGES_TOPIC, TetherEventType
+from tether.events import CHANGES_TOPIC, ChangePayload, TetherEventType
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
@@ -115,7 +115,7 @@ def _files(base: str, head: str) -> list[FileChange]:
     return files
 
 
-def change_payload(review: ChangeReview) -> dict[str, object]:
+def change_payload(review: ChangeReview) -> ChangePayload:
     """What events carry: never the diff (it could hold what the redaction missed)."""
     return {
         "change_id": review.pk,

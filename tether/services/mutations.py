@@ -17,7 +17,7 @@ from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import known_roles, pipelines_save
 from quanta.pipelines.spec import PipelineSpec
 from tether.errors import AlreadyDecided, InvalidProposal, NotFound
-from tether.events import QUESTIONS_TOPIC, TetherEventType
+from tether.events import QUESTIONS_TOPIC, MutationPayload, TetherEventType
 from tether.models import MutationStatus, PipelineMutation
 from tether.services.drifts import drift_open_for_mutation
 
@@ -55,7 +55,7 @@ def proposal_check(*, pipeline: str, text: str) -> PipelineSpec:
     return spec
 
 
-def mutation_payload(m: PipelineMutation) -> dict[str, object]:
+def mutation_payload(m: PipelineMutation) -> MutationPayload:
     return {
         "mutation_id": m.pk,
         "pipeline": m.pipeline_name,

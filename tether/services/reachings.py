@@ -27,7 +27,7 @@ from psychonauts.services import tool_call_complete
 from quanta.models import AuthorKind, QuantumStatus
 from quanta.services import comment_add, quantum_reopen
 from tether.errors import AlreadyDecided, InvalidInput, NotFound, QuestionWithdrawn, TetherError
-from tether.events import REACHINGS_TOPIC, TetherEventType
+from tether.events import REACHINGS_TOPIC, ReachingPayload, TetherEventType
 from tether.models import Drift, DriftStatus, Priority, Reaching, ReachingStatus
 from tether.queue import queue_push_unsafe, queue_remove_unsafe
 from tether.services.drifts import drift_decide, drift_open_for_reaching
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 EXPIRE_TASK = "tether.reaching_expire"
 
 
-def reaching_payload(r: Reaching) -> dict[str, object]:
+def reaching_payload(r: Reaching) -> ReachingPayload:
     """What events say about a reaching (the UI's question card)."""
     return {
         "reaching_id": r.pk,
