@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from core.errors import FieldError, NotFoundError
+
 
 class AutopilotError(Exception):
     """Base of the autopilot's refusals."""
 
 
-class GoalNotFound(AutopilotError):
+class GoalNotFound(AutopilotError, NotFoundError):
     pass
 
 
-class InvalidGoal(AutopilotError):
+class InvalidGoal(AutopilotError, FieldError):
     """A goal's fields are not acceptable (the message names the field)."""
 
 

@@ -1,5 +1,5 @@
 """Forms of the Goals page and the autopilot card. The services check the same things again
-(`InvalidGoal` names the field it is about), so a refusal lands next to its field."""
+(`InvalidGoal` carries the field it is about), so a refusal lands next to its field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from decimal import Decimal
 
 from django import forms
 
-from autopilot.errors import AutopilotError
 from autopilot.models import Goal, GoalStatus, HubState
 from quanta.errors import InvalidQuantum
 from quanta.fields import clean_commands
@@ -19,16 +18,6 @@ BUDGET_MAX = Decimal("99999999")  # the column holds 12 digits, 4 after the poin
 
 def _words(value: str) -> list[str]:
     return [part.strip() for part in value.replace(",", " ").split() if part.strip()]
-
-
-def service_error_to_form(form: forms.Form, exc: AutopilotError) -> None:
-    """Attach a service refusal to the field it names (`verify_commands: ...`), else the form."""
-    message = str(exc)
-    name, _, rest = message.partition(": ")
-    if rest and name in form.fields:
-        form.add_error(name, rest)
-    else:
-        form.add_error(None, message)
 
 
 class GoalCreateForm(forms.Form):
@@ -72,7 +61,7 @@ class GoalCreateForm(forms.Form):
         try:
             return clean_commands([line for line in lines if line])
         except InvalidQuantum as exc:
-            raise forms.ValidationError(str(exc).removeprefix("verify_commands: ")) from None
+            raise forms.ValidationError(exc.problem) from None
 
 
 class GoalFilterForm(forms.Form):

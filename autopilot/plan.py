@@ -195,7 +195,7 @@ def labels_problems(where: str, labels: Sequence[Any], *, reserved: bool) -> lis
         try:
             label = clean_label(raw)
         except InvalidQuantum as exc:
-            problems.append(f"{where}[{i}]: {str(exc).removeprefix('labels: ')}")
+            problems.append(f"{where}[{i}]: {exc.problem}")
             continue
         if reserved and label.startswith(RESERVED_LABEL_PREFIXES):
             problems.append(f"{where}[{i}]: {label!r} is reserved for the autopilot")

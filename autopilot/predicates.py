@@ -23,6 +23,7 @@ from decimal import Decimal
 
 from autopilot.models import HubState
 from autopilot.snapshot import READY_CAP, WORK_STATES, RepositoryState, Snapshot
+from autopilot.spend import usd_text
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,6 @@ class Decision:
 
 def _n(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
-
-
-def _usd(value: Decimal) -> str:
-    return f"${value:,.2f}"
 
 
 def duration(seconds: float) -> str:
@@ -87,9 +84,9 @@ def _budget_words(s: Snapshot, state: str) -> str:
     left = s.budget_left.get(state)
     if left is None:
         return f"no limit on the {state} budget"
-    total = s.limits.state_budgets_usd.get(state)
-    whose = f"the {state} budget's {_usd(total)}" if total is not None else "the day's budget"
-    return f"{_usd(max(left, Decimal(0)))} of {whose} left today"
+    total = s.limits.budgets.states.get(state)
+    whose = f"the {state} budget's {usd_text(total)}" if total is not None else "the day's budget"
+    return f"{usd_text(max(left, Decimal(0)))} of {whose} left today"
 
 
 # --- healing ------------------------------------------------------------------------------------
@@ -270,8 +267,8 @@ def decide(s: Snapshot) -> Decision:
 def _rest_reason(s: Snapshot) -> str:
     if day_budget_spent(s):
         return (
-            f"resting: the day's budget is spent ({_usd(day_spent_usd(s))} spent today of "
-            f"{_usd(s.limits.day_budget_usd)})"
+            f"resting: the day's budget is spent ({usd_text(day_spent_usd(s))} spent today of "
+            f"{usd_text(s.limits.budgets.day)})"
         )
     waits: list[str] = []
     if needs_healing(s):

@@ -30,7 +30,14 @@ from autopilot.models import (
     Hub,
     HubTransition,
 )
-from autopilot.spend import BudgetStatus, CapStatus, budget_status, goals_spent, spend_by_day
+from autopilot.spend import (
+    BudgetStatus,
+    CapStatus,
+    budget_status,
+    goals_spent,
+    spend_by_day,
+    usd,
+)
 from bursts.models import AgentRun
 from psychonauts.selectors import AgentSpend, quanta_spend
 from quanta.models import Quantum, QuantumStatus
@@ -59,10 +66,6 @@ def hub_get() -> Hub:
     """The hub's row, or (before its first tick or operator action) the row it starts as:
     resting and paused."""
     return Hub.objects.filter(pk=1).first() or Hub(pk=1)
-
-
-def _money(value: float | Decimal | None) -> Decimal | None:
-    return None if value is None else Decimal(str(value))
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def hub_spend_today(status: BudgetStatus | None = None) -> list[StateSpend]:
         StateSpend(
             scope=scope,
             spent_usd=status.spent.get(scope, ZERO),
-            budget_usd=_money(budgets.get(scope)),
+            budget_usd=None if (budget := budgets.get(scope)) is None else usd(budget),
             left_usd=status.left.get(scope) if scope != OPERATOR_SCOPE else None,
         )
         for scope in SPEND_SCOPES
@@ -117,7 +120,7 @@ def hub_status(*, transitions: int = 5) -> HubStatus:
         cap=budgets.cap,
         spend=spend,
         spent_autopilot_usd=sum((s.spent_usd for s in spend if s.scope != OPERATOR_SCOPE), ZERO),
-        day_budget_usd=_money(settings.AUTOPILOT_BUDGET_DAY_USD) or ZERO,
+        day_budget_usd=usd(settings.AUTOPILOT_BUDGET_DAY_USD),
         transitions=hub_transitions_recent(limit=transitions) if transitions else [],
     )
 

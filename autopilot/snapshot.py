@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from autopilot import spend
 from autopilot.labels import AUTOPILOT
 from autopilot.models import BaseCheck, Goal, GoalStatus, Hub, HubState
 from autopilot.spend import budget_status
@@ -81,8 +82,9 @@ class RepositoryState:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """The settings the predicates compare against, taken with the snapshot."""
+class TickSettings:
+    """The settings the predicates compare against, taken with the snapshot: the schedule's,
+    healing's, and the budgets (as the spending gate reads them)."""
 
     scan_every_s: float
     contemplate_every_s: float
@@ -90,11 +92,10 @@ class Limits:
     base_failures: int
     base_check_every_s: float
     stuck_s: float
-    day_budget_usd: Decimal
-    state_budgets_usd: dict[str, Decimal]
+    budgets: spend.Limits
 
     @classmethod
-    def from_settings(cls) -> Limits:
+    def from_settings(cls) -> TickSettings:
         return cls(
             scan_every_s=float(settings.AUTOPILOT_SCAN_EVERY_S),
             contemplate_every_s=float(settings.AUTOPILOT_CONTEMPLATE_EVERY_S),
@@ -102,17 +103,14 @@ class Limits:
             base_failures=int(settings.AUTOPILOT_BASE_FAILURES),
             base_check_every_s=float(settings.AUTOPILOT_BASE_CHECK_S),
             stuck_s=float(settings.AUTOPILOT_STUCK_S),
-            day_budget_usd=_usd(settings.AUTOPILOT_BUDGET_DAY_USD),
-            state_budgets_usd={
-                state: _usd(usd) for state, usd in settings.AUTOPILOT_BUDGET_STATE_USD.items()
-            },
+            budgets=spend.Limits.now(),
         )
 
 
 @dataclass(frozen=True)
 class Snapshot:
     at: datetime
-    limits: Limits
+    limits: TickSettings
     # The hub row.
     state: str = HubState.RESTING
     reason: str = ""
@@ -147,10 +145,6 @@ class Snapshot:
         """As JSON (the transition's record of why)."""
         data: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))
         return data
-
-
-def _usd(value: float | Decimal) -> Decimal:
-    return Decimal(str(value)).quantize(Decimal("0.01"))
 
 
 _H = sql_names(Hub, "h_")
@@ -313,7 +307,7 @@ def snapshot_with(
 
 
 def _take(sql: str, *, now: datetime, params: Mapping[str, Any]) -> Snapshot | None:
-    limits = Limits.from_settings()
+    limits = TickSettings.from_settings()
     with connection.cursor() as cursor:
         cursor.execute(
             sql,
@@ -379,10 +373,10 @@ __all__ = [
     "READY_CAP",
     "WORK_STATES",
     "FailingEndpoint",
-    "Limits",
     "RepositoryState",
     "Snapshot",
     "StuckAgent",
+    "TickSettings",
     "snapshot_take",
     "snapshot_with",
 ]

@@ -39,14 +39,22 @@ def spend_day() -> date:
     return timezone.localdate()
 
 
-def _usd(value: float | Decimal) -> Decimal:
+def usd(value: float | Decimal | str) -> Decimal:
+    """An amount of dollars as the ledger counts them: a Decimal, exact for a setting's float
+    as written (`0.1` is 0.1, not its binary neighbour)."""
     return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def usd_text(value: float | Decimal | None) -> str:
+    """An amount for a person: `$1,234.50` (None: `$0.00`)."""
+    return f"${usd(value or 0):,.2f}"
 
 
 @dataclass(frozen=True)
 class Limits:
     """The budgets as configured now (settings are read on each call: tests and the operator
-    change them at run time)."""
+    change them at run time): the global cap (None: no cap), the autopilot's day budget and
+    each hub state's own."""
 
     cap: Decimal | None
     day: Decimal
@@ -54,12 +62,12 @@ class Limits:
 
     @classmethod
     def now(cls) -> Limits:
-        cap = _usd(settings.SPEND_CAP_DAY_USD)
+        cap = usd(settings.SPEND_CAP_DAY_USD)
         states: dict[str, float] = settings.AUTOPILOT_BUDGET_STATE_USD
         return cls(
             cap=cap if cap > 0 else None,
-            day=_usd(settings.AUTOPILOT_BUDGET_DAY_USD),
-            states={state: _usd(usd) for state, usd in states.items()},
+            day=usd(settings.AUTOPILOT_BUDGET_DAY_USD),
+            states={state: usd(amount) for state, amount in states.items()},
         )
 
 

@@ -78,7 +78,7 @@ def stream_ms_per_mb(text: str, delta: int = 40, runs: int = 3) -> float:
 
 
 def us_per_short(runs: int = 20_000) -> float:
-    fields = ["wave_complete", "burst:events", "10_s0_coder", "running", "Add a greeting to the "
+    fields = ["wave_completed", "burst:events", "10_s0_coder", "running", "Add a greeting to the "
               "README and keep the tests green", "done", "/api/quanta/12"]  # fmt: skip
     started = time.process_time()
     for n in range(runs):

@@ -167,13 +167,13 @@ def outbox(events: int) -> dict[str, object]:
     for name in ("a", "b"):
         endpoint_save(endpoint=WebhookEndpoint(
             name=f"bench-{name}", url="http://127.0.0.1:9/", secret_env="BENCH_HOOK_SECRET",
-            events=["wave.complete"]))  # fmt: skip
+            events=["wave.completed"]))  # fmt: skip
     outgoing.outbox_scan()  # the cursor starts at the end of the stream
     chunk = 1000
     for start in range(0, events, chunk):
         n = min(chunk, events - start)
         publish_many(
-            "burst:events", [("wave_complete", {"wave_id": start + i}) for i in range(0, n, 50)]
+            "burst:events", [("wave_completed", {"wave_id": start + i}) for i in range(0, n, 50)]
         )
         publish_many(
             "agent:bench_s0_coder",

@@ -33,7 +33,7 @@ class WaveStartForm(forms.Form):
         try:
             return clean_labels(split_labels(self.cleaned_data["labels"]))
         except InvalidQuantum as exc:
-            raise forms.ValidationError(str(exc).removeprefix("labels: ")) from None
+            raise forms.ValidationError(exc.problem) from None
 
 
 class WaveCancelForm(forms.Form):

@@ -1,17 +1,16 @@
 """Agent leases in Redis: who is executing an agent run right now, kept alive by a heartbeat.
 
 A stage task takes the lease (SET NX) before it executes an agent run, so a redelivered or
-re-dispatched task never runs the same agent twice at once. One thread per process renews the
-leases it holds every third of the TTL and also stamps AgentRun.heartbeat_at (through the
-AgentRun writer), so that losing Redis (a restart empties it) is not mistaken for a dead
-worker: the safety net needs both signs gone before it takes over.
+re-dispatched task never runs the same agent twice at once. The process's keeper of agent leases
+(core.locks.KeyKeeper, as for every Redis lock) renews the leases it holds every third of the
+TTL and also stamps AgentRun.heartbeat_at (through the AgentRun writer), so that losing Redis (a
+restart empties it) is not mistaken for a dead worker: the safety net needs both signs gone
+before it takes over.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 import uuid
 from types import TracebackType
@@ -21,6 +20,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from core.locks import KeyKeeper
 from core.redis import get_redis
 
 logger = logging.getLogger(__name__)
@@ -48,74 +48,26 @@ def lease_alive(agent_run_ids: list[int]) -> set[int]:
     return {i for i, v in zip(agent_run_ids, values, strict=True) if v is not None}
 
 
-class _Heartbeat:
-    """One thread per process renews every lease the process holds (a thread per lease cost
-    more to start and join than a no-op agent). Each beat reads the keys in one MGET,
-    renews each, and stamps heartbeat_at for all of them in one UPDATE."""
+def _stamp(agent_run_ids: list[object]) -> None:
+    """After each renewal pass: stamp heartbeat_at of every attempt this process holds a lease
+    on, in one UPDATE (Redis reachable or not)."""
+    # Imported here: bursts.services imports this module (a slot takes a lease).
+    from bursts.services.agent_runs import agent_runs_heartbeat
 
-    _lock = threading.Lock()
-    current: _Heartbeat | None = None
+    try:
+        agent_runs_heartbeat(
+            agent_run_ids=[i for i in agent_run_ids if isinstance(i, int)], now=timezone.now()
+        )
+    except Exception:
+        logger.warning("lease heartbeat: database unavailable", exc_info=True)
+        connections.close_all()  # the keeper thread's own connection: reopen next beat
 
-    def __init__(self, ttl_ms: int) -> None:
-        self.pid = os.getpid()
-        self.ttl_ms = ttl_ms
-        self.held: dict[str, tuple[str, int]] = {}  # key -> (token, agent_run_id)
-        # Held during a renewal pass and while a lease is dropped, so a pass never takes back
-        # (SET NX) a key its holder has just released.
-        self.renewing = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="agent-leases", daemon=True)
-        self.thread.start()
 
-    @classmethod
-    def get(cls, ttl_ms: int) -> _Heartbeat:
-        beat = cls.current
-        if beat is not None and beat.pid == os.getpid() and beat.ttl_ms == ttl_ms:
-            return beat
-        with cls._lock:
-            # A forked child inherits the object but not its thread: start anew.
-            if (
-                cls.current is None
-                or cls.current.pid != os.getpid()
-                or cls.current.ttl_ms != ttl_ms
-            ):
-                cls.current = _Heartbeat(ttl_ms)
-            return cls.current
-
-    def _run(self) -> None:
-        # Imported here: bursts.services imports this module (a slot takes a lease).
-        from bursts.services.agent_runs import agent_runs_heartbeat
-
-        interval = max(self.ttl_ms / 3000, 0.1)
-        while True:
-            time.sleep(interval)
-            held = dict(self.held)
-            if not held:
-                continue
-            try:
-                with self.renewing:
-                    self._renew(held)
-            except redis.RedisError:
-                logger.warning("lease heartbeat: Redis unavailable")
-            try:
-                agent_runs_heartbeat(
-                    agent_run_ids=[i for _, i in held.values()], now=timezone.now()
-                )
-            except Exception:
-                logger.warning("lease heartbeat: database unavailable", exc_info=True)
-                connections.close_all()  # this thread's own connection: reopen next beat
-
-    def _renew(self, held: dict[str, tuple[str, int]]) -> None:
-        client = get_redis()
-        keys = list(held)
-        for key, current in zip(keys, client.mget(keys), strict=True):
-            token = held[key][0]
-            if key not in self.held:
-                continue  # released meanwhile
-            if current == token:
-                client.pexpire(key, self.ttl_ms)
-            elif current is None:
-                # Redis lost it (restart): take it back unless someone else already has.
-                client.set(key, token, nx=True, px=self.ttl_ms)
+def _keeper(ttl_ms: int) -> KeyKeeper:
+    """The process's keeper of agent leases: one thread renews every lease it holds each third
+    of the TTL, in one pipelined round trip, then stamps their heartbeats (a thread per lease
+    would cost more than a short agent)."""
+    return KeyKeeper.get("agent-leases", ttl_ms, beat=_stamp)
 
 
 class AgentLease:
@@ -153,7 +105,7 @@ class AgentLease:
         # The caller stamps heartbeat_at in the same UPDATE that marks the agent running.
         if self.claimed:
             self.held = True
-            _Heartbeat.get(self.ttl_ms).held[self.key] = (self.token, self.agent_run_id)
+            _keeper(self.ttl_ms).hold(self.key, self.token, tag=self.agent_run_id)
             return self
         client, deadline = get_redis(), time.monotonic() + self.wait_s
         while True:
@@ -162,7 +114,7 @@ class AgentLease:
                 break
             time.sleep(0.02)
         if self.held:
-            _Heartbeat.get(self.ttl_ms).held[self.key] = (self.token, self.agent_run_id)
+            _keeper(self.ttl_ms).hold(self.key, self.token, tag=self.agent_run_id)
         return self
 
     def __exit__(
@@ -173,9 +125,7 @@ class AgentLease:
     ) -> None:
         if not self.held:
             return
-        beat = _Heartbeat.get(self.ttl_ms)
-        with beat.renewing:
-            beat.held.pop(self.key, None)
+        _keeper(self.ttl_ms).drop(self.key)
         if self.expire:
             return
         try:

@@ -3,6 +3,9 @@
 The row is the truth; the live message is a courtesy, sent in order by a background thread. If
 the channel layer is down, the send is logged and dropped, and clients catch up from the event
 sequence when they reconnect.
+
+Core knows topics, not event names: each app declares the names of its topics' events in its
+own `events.py` and publishes through them (tests/test_event_names.py).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from core.redaction import redact
 from forges.base import CheckNote, Forge, PullView, ReviewNote
 from forges.body import pull_body, pull_title, risk_labels
 from forges.errors import ForgeError, ForgeNotConfigured, ForgeRefused, ForgeUnavailable
+from forges.events import TOPIC, ForgeEventType
 from forges.models import CREDENTIAL_PATTERN, SLUG_PATTERN, ForgeRepository, PullRequest, PullState
 from psychonauts.workspaces.repository import repo_local, repo_url
 from quanta.models import Quantum
@@ -201,7 +202,7 @@ def pull_request_publish(*, pull_id: int) -> PullRequest | None:
         synced_at=timezone.now(),  # read just now: the poll's clock starts here
     )
     pull.refresh_from_db()
-    publish("tether:drifts", "pull_request_published", _payload(pull))
+    publish(TOPIC, ForgeEventType.PULL_REQUEST_PUBLISHED, _payload(pull))
     return pull
 
 
@@ -212,7 +213,7 @@ def _publish_failed(pull: PullRequest, exc: ForgeError) -> PullRequest:
     )
     logger.warning("forges: pull request of %s not published: %s", pull.branch, error)
     pull.refresh_from_db()
-    publish("tether:drifts", "pull_request_failed", {**_payload(pull), "error": error})
+    publish(TOPIC, ForgeEventType.PULL_REQUEST_FAILED, {**_payload(pull), "error": error})
     return pull
 
 
@@ -280,7 +281,12 @@ def _act(pull: PullRequest, config: ForgeRepository, view: PullView) -> str:
         PullRequest.objects.filter(pk=pull.pk, state=PullState.OPEN).update(
             state=state, synced_at=now
         )
-        publish("tether:drifts", f"pull_request_{state}", {**_payload(pull), "state": state})
+        event = (
+            ForgeEventType.PULL_REQUEST_MERGED
+            if view.merged
+            else ForgeEventType.PULL_REQUEST_CLOSED
+        )
+        publish(TOPIC, event, {**_payload(pull), "state": state})
         return f"{state} on the forge"
     if view.head_sha != review.head_sha:
         PullRequest.objects.filter(pk=pull.pk).update(synced_at=now)

@@ -15,12 +15,13 @@ from quanta.models import Quantum
 
 
 class HookEvent(models.TextChoices):
-    """The events an endpoint may subscribe to (hooks.events maps the event stream onto them)."""
+    """The events an endpoint may subscribe to (hooks.events maps the event stream onto them):
+    `<subject>.<what happened>`, in the past tense."""
 
-    WAVE_COMPLETE = "wave.complete", "wave complete"
+    WAVE_COMPLETED = "wave.completed", "wave completed"
     REACHING_CREATED = "reaching.created", "reaching created"
-    CHANGE_PENDING = "change.pending", "change pending"
-    ALERT_FIRING = "alert.firing", "alert firing"
+    CHANGE_SUBMITTED = "change.submitted", "change submitted"
+    ALERT_FIRED = "alert.fired", "alert fired"
 
 
 # An environment variable's name: the secret itself never enters the database.

@@ -1,7 +1,7 @@
 """Writes: the alerter's tick (samples, alert transitions) and its pruning.
 
 Every alert transition is a compare-and-set on the alert's status; a transition recorded is
-also a row of history and an event on the `alerts` topic (`alert_firing`, `alert_resolved`),
+also a row of history and an event on the `alerts` topic (`alert_fired`, `alert_resolved`),
 which outgoing webhooks deliver from the events table.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TypedDict, cast
+from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -18,24 +18,12 @@ from django.utils import timezone
 
 from core import metrics
 from core.events import publish
+from operations.events import ALERTS_TOPIC, AlertEventType, AlertPayload
 from operations.models import Alert, AlertStatus, AlertTransition, MetricSample
 from operations.rules import Reading, no_worker_reading, readings
 from operations.selectors import figures_now, idle_queues, queue_depths, sample_at_or_after
 
 logger = logging.getLogger(__name__)
-
-ALERTS_TOPIC = "alerts"
-
-
-class AlertPayload(TypedDict):
-    rule: str
-    status: str
-    value: float
-    threshold: float
-    message: str
-    fired_at: str
-    resolved_at: str | None
-    fire_count: int
 
 
 def alert_payload(alert: Alert) -> AlertPayload:
@@ -55,8 +43,12 @@ def _record(alert: Alert, now: datetime) -> None:
     AlertTransition.objects.create(
         alert=alert, status=alert.status, value=alert.value, message=alert.message, created_at=now
     )
-    event = "alert_firing" if alert.status == AlertStatus.FIRING else "alert_resolved"
-    publish(ALERTS_TOPIC, event, dict(alert_payload(alert)))
+    event = (
+        AlertEventType.ALERT_FIRED
+        if alert.status == AlertStatus.FIRING
+        else AlertEventType.ALERT_RESOLVED
+    )
+    publish(ALERTS_TOPIC, event, alert_payload(alert))
     logger.warning(
         "alert %s %s: %s",
         alert.rule,

@@ -12,6 +12,7 @@ from psychonauts.environments.services import (
     environment_waiters_sweep,
 )
 from psychonauts.errors import AgentRunNotFound
+from psychonauts.focus import focus_branches_fetch
 from psychonauts.routing.endpoints import endpoints_health_check
 from psychonauts.routing.ratelimits import rate_limit_resume_due
 from psychonauts.runtime.execute import agent_run_execute
@@ -42,6 +43,12 @@ def execute_agent_run(agent_run_id: int) -> OutcomeDict:
 def sweep_workspaces() -> int:
     """Beat: remove the worktrees of closed quanta (see `workspaces_sweep`)."""
     return len(workspaces_sweep())
+
+
+@shared_task(name="psychonauts.focus_fetch", ignore_result=True)
+def focus_fetch(quantum_id: int) -> None:
+    """Fetch a quantum's branch and its base for the Focus page's diff (remote mode)."""
+    focus_branches_fetch(quantum_id=quantum_id)
 
 
 @shared_task(name="psychonauts.endpoints_health", ignore_result=True)

@@ -13,11 +13,13 @@ from bursts.selectors import agent_run_find
 from core.access import operator_required
 from core.events import EventMessage
 from core.live import LivePageError, events_settled_id, live_attrs, live_page
+from psychonauts.events import AgentEventType
 from psychonauts.focus import (
     agent_diary,
     agent_stream,
     agent_tool_calls,
     agent_turns,
+    focus_fetch_due,
     worktree_diff,
 )
 from psychonauts.runtime.runs import agent_run_create
@@ -31,7 +33,7 @@ from psychonauts.selectors import (
     role_tools,
     roles_spend,
 )
-from psychonauts.tasks import execute_agent_run
+from psychonauts.tasks import execute_agent_run, focus_fetch
 from psychonauts.workspaces.diffs import diff_parse
 from quanta.errors import QuantumNotFound
 from quanta.forms import AgentRunForm
@@ -76,6 +78,7 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
     run = agent_run_find(agent_run_id=agent_run_id)
     if run is None:
         raise Http404(f"no agent run {agent_run_id}")
+    _fetch_if_due(run.quantum_id)
     return render(
         request,
         "psychonauts/focus.html",
@@ -94,6 +97,13 @@ def focus(request: HttpRequest, agent_run_id: int) -> HttpResponse:
     )
 
 
+def _fetch_if_due(quantum_id: int) -> None:
+    """In remote mode the diff is the branch as this host last fetched it; a worker fetches it
+    (never the request), and the page's next draw shows it."""
+    if focus_fetch_due(quantum_id=quantum_id):
+        focus_fetch.delay(quantum_id)
+
+
 def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
     """What decided the run's end besides its answer: verification rounds and its verdict."""
     return {
@@ -104,8 +114,10 @@ def _checks_context(agent_run_id: int, role: str) -> dict[str, Any]:
 
 
 # Events after which the side panels are redrawn (the header is redrawn after every event).
-_TOOL_EVENTS = frozenset({"tool_call", "tool_result"})
-_DIFF_EVENTS = frozenset({"commit", "restored", "set_aside", "done", "error", "cancelled"})
+_TOOL_EVENTS: frozenset[AgentEventType] = frozenset({"tool_call", "tool_result"})
+_DIFF_EVENTS: frozenset[AgentEventType] = frozenset(
+    {"committed", "restored", "set_aside", "done", "error", "cancelled"}
+)
 
 
 @live_page("focus")
@@ -130,6 +142,7 @@ def focus_live(event: EventMessage, params: Mapping[str, str]) -> dict[str, Any]
         context["diary"] = agent_diary(agent_run_id=run.pk)
         context["panels"] = True
     if kind in _DIFF_EVENTS:
+        _fetch_if_due(run.quantum_id)
         context["diff_files"] = diff_parse(worktree_diff(quantum_id=run.quantum_id))
         context["redraw_diff"] = True
     if kind in ("verification", "verdict"):  # their fragments redraw those sections

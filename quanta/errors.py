@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from core.errors import BadSearchQuery as CoreBadSearchQuery
+from core.errors import FieldError
 
 
 class QuantaError(Exception):
@@ -11,7 +12,7 @@ class QuantumNotFound(QuantaError):
     """No quantum has that id."""
 
 
-class InvalidQuantum(QuantaError):
+class InvalidQuantum(QuantaError, FieldError):
     """A field value is not acceptable (empty title, priority out of range, unknown kind ...)."""
 
 

@@ -31,16 +31,16 @@ def check_text(field: str, value: str) -> str:
     """`value`, or InvalidQuantum naming `field` when the database could not store it."""
     problem = text_problem(value)
     if problem is not None:
-        raise InvalidQuantum(f"{field}: {problem}")
+        raise InvalidQuantum(problem, field=field)
     return value
 
 
 def clean_title(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidQuantum("title: must not be empty")
+        raise InvalidQuantum("must not be empty", field="title")
     title = check_text("title", value.strip())
     if len(title) > TITLE_MAX:
-        raise InvalidQuantum(f"title: at most {TITLE_MAX} characters (got {len(title)})")
+        raise InvalidQuantum(f"at most {TITLE_MAX} characters (got {len(title)})", field="title")
     return title
 
 
@@ -49,7 +49,7 @@ def clean_text(field: str) -> Callable[[Any], str]:
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise InvalidQuantum(f"{field}: must be text")
+            raise InvalidQuantum("must be text", field=field)
         return check_text(field, value)
 
     return check
@@ -57,19 +57,21 @@ def clean_text(field: str) -> Callable[[Any], str]:
 
 def clean_priority(value: Any) -> int:
     if isinstance(value, bool):
-        raise InvalidQuantum("priority: must be an integer 0..4")
+        raise InvalidQuantum("must be an integer 0..4", field="priority")
     try:
         priority = int(value)
     except (TypeError, ValueError):
-        raise InvalidQuantum(f"priority: must be an integer 0..4, got {quoted(value)}") from None
+        raise InvalidQuantum(
+            f"must be an integer 0..4, got {quoted(value)}", field="priority"
+        ) from None
     except OverflowError:  # float("inf")
         raise InvalidQuantum(
-            f"priority: must be 0..4 (0 = critical), got {quoted(value)}"
+            f"must be 0..4 (0 = critical), got {quoted(value)}", field="priority"
         ) from None
     if isinstance(value, float) and value != priority:
-        raise InvalidQuantum(f"priority: must be an integer 0..4, got {quoted(value)}")
+        raise InvalidQuantum(f"must be an integer 0..4, got {quoted(value)}", field="priority")
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise InvalidQuantum(f"priority: must be 0..4 (0 = critical), got {priority}")
+        raise InvalidQuantum(f"must be 0..4 (0 = critical), got {priority}", field="priority")
     return priority
 
 
@@ -77,7 +79,7 @@ def clean_choice(field: str, choices: list[str]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
             raise InvalidQuantum(
-                f"{field}: must be one of {', '.join(choices)}; got {quoted(value)}"
+                f"must be one of {', '.join(choices)}; got {quoted(value)}", field=field
             )
         return str(value)
 
@@ -90,7 +92,7 @@ def clean_labels(value: Any) -> list[str]:
     if isinstance(value, str):
         value = [part for part in value.split(",") if part.strip()]
     if not isinstance(value, list | tuple):
-        raise InvalidQuantum("labels: must be a list of labels")
+        raise InvalidQuantum("must be a list of labels", field="labels")
     labels: list[str] = []
     for raw in value:
         label = clean_label(raw)
@@ -105,7 +107,7 @@ def clean_label(value: Any) -> str:
         str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
     )
     if not label or not _LABEL.fullmatch(label):
-        raise InvalidQuantum(f"labels: {quoted(value)} is not a label ({LABEL_RULE})")
+        raise InvalidQuantum(f"{quoted(value)} is not a label ({LABEL_RULE})", field="labels")
     return label
 
 
@@ -123,18 +125,19 @@ VERIFY_COMMAND_CHECK: Hook[CommandCheck] = Hook("quanta.verify_command_check", s
 def clean_command(value: Any) -> str:
     """One verify command: text a shell runs, that the command guard (when registered) allows."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidQuantum("verify_commands: a command must be non-empty text")
+        raise InvalidQuantum("a command must be non-empty text", field="verify_commands")
     command = check_text("verify_commands", value)
     if len(command) > VERIFY_COMMAND_MAX:
         raise InvalidQuantum(
-            f"verify_commands: {quoted(command, 60)}: at most {VERIFY_COMMAND_MAX} characters"
+            f"{quoted(command, 60)}: at most {VERIFY_COMMAND_MAX} characters",
+            field="verify_commands",
         )
     problem = next((check(command) for check in VERIFY_COMMAND_CHECK), "")
     if len(problem) > PROBLEM_MAX:  # the guard's reason may repeat a long command
         problem = problem[:PROBLEM_MAX] + "…"
     if problem:
         raise InvalidQuantum(
-            f"verify_commands: {quoted(command)} is refused by the command guard: {problem}"
+            f"{quoted(command)} is refused by the command guard: {problem}", field="verify_commands"
         )
     return command
 
@@ -145,10 +148,10 @@ def clean_commands(value: Any) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple):
-        raise InvalidQuantum("verify_commands: must be a list of commands")
+        raise InvalidQuantum("must be a list of commands", field="verify_commands")
     if len(value) > VERIFY_COMMANDS_MAX:
         raise InvalidQuantum(
-            f"verify_commands: at most {VERIFY_COMMANDS_MAX} commands (got {len(value)})"
+            f"at most {VERIFY_COMMANDS_MAX} commands (got {len(value)})", field="verify_commands"
         )
     return [clean_command(v) for v in value]
 
@@ -157,7 +160,7 @@ def clean_pipeline(value: Any) -> str:
     if value is None:
         return ""
     if not isinstance(value, str) or len(value) > 100:
-        raise InvalidQuantum("pipeline: must be a pipeline name (up to 100 characters)")
+        raise InvalidQuantum("must be a pipeline name (up to 100 characters)", field="pipeline")
     return check_text("pipeline", value.strip())
 
 
@@ -170,7 +173,7 @@ def clean_complexity(value: Any) -> str | None:
         return None
     if value not in Complexity.values:
         choices = ", ".join([*Complexity.values, COMPLEXITY_AUTO])
-        raise InvalidQuantum(f"complexity: must be one of {choices}; got {quoted(value)}")
+        raise InvalidQuantum(f"must be one of {choices}; got {quoted(value)}", field="complexity")
     return str(value)
 
 
@@ -200,7 +203,7 @@ def clean_fields(values: dict[str, Any]) -> dict[str, Any]:
     for name, value in values.items():
         check = FIELD_CHECKS.get(name)
         if check is None:
-            raise InvalidQuantum(f"{name}: not a field of a quantum")
+            raise InvalidQuantum("not a field of a quantum", field=name)
         if name in _REDACTED_FIELDS and isinstance(value, str):
             value = redact(value)
         cleaned[name] = check(value)

@@ -1,5 +1,5 @@
 """Forms of the quanta pages. Fields are checked again by the services (quanta.fields), whose
-messages name the field they are about (`title: must not be empty`), so they land next to it."""
+errors carry the field they are about (core.errors.FieldError), so they land next to it."""
 
 from __future__ import annotations
 
@@ -9,23 +9,13 @@ from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
-from quanta.errors import InvalidQuantum, QuantaError
+from quanta.errors import InvalidQuantum
 from quanta.fields import COMPLEXITY_AUTO, clean_commands
 from quanta.models import Complexity, QuantumKind, QuantumStatus
 
 
 def _words(value: str) -> list[str]:
     return [part.strip() for part in value.replace(",", " ").split() if part.strip()]
-
-
-def service_error_to_form(form: forms.Form, exc: QuantaError) -> None:
-    """Attach a service error to the field it names, else to the form."""
-    message = str(exc)
-    field, _, rest = message.partition(": ")
-    if rest and field in form.fields:
-        form.add_error(field, rest)
-    else:
-        form.add_error(None, message)
 
 
 ID_MAX = 2**63 - 1  # ids are bigints
@@ -75,7 +65,7 @@ class QuantumForm(forms.Form):
         try:
             return clean_commands([line for line in lines if line])
         except InvalidQuantum as exc:
-            raise forms.ValidationError(str(exc).removeprefix("verify_commands: ")) from None
+            raise forms.ValidationError(exc.problem) from None
 
 
 class QuantumCreateForm(QuantumForm):

@@ -32,12 +32,12 @@ from django.db import connection, models, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from core.events import publish
 from core.records import records_read
 from core.safetext import quoted, text_problem
 from core.safeyaml import InputRefused, LineMap, source_name
 from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
+from quanta.events import quanta_event
 from quanta.fields import FIELD_CHECKS
 from quanta.models import AuthorKind, Comment, Dependency, DependencyKind, Quantum, QuantumStatus
 from quanta.services import (
@@ -470,8 +470,7 @@ def quanta_import_report(*, path: Path, key_prefix: str = "") -> ImportReport:
         updated=updated,
         unchanged=[known[r.key].pk for r in again if known[r.key].pk not in changed],
     )
-    publish(
-        "quanta",
+    quanta_event(
         "quanta_imported",
         {
             "count": len(order),

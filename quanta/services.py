@@ -10,7 +10,6 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from core.events import publish, publish_many
 from core.redaction import redact
 from quanta.complexity import complexity_classify
 from quanta.errors import (
@@ -21,6 +20,7 @@ from quanta.errors import (
     InvalidQuantum,
     QuantumNotFound,
 )
+from quanta.events import QuantaEventType, quanta_event, quanta_events
 from quanta.fields import check_text, clean_fields
 from quanta.hooks import status_changed
 from quanta.models import (
@@ -57,9 +57,8 @@ class QuantumChanges(TypedDict, total=False):
     complexity: str | None  # None: the classifier decides (quanta.complexity)
 
 
-def _quantum_event(event_type: str, quantum: Quantum, **extra: Any) -> None:
-    publish(
-        "quanta",
+def _quantum_event(event_type: QuantaEventType, quantum: Quantum, **extra: Any) -> None:
+    quanta_event(
         event_type,
         {"quantum_id": quantum.pk, "title": quantum.title, "status": quantum.status, **extra},
     )
@@ -103,7 +102,7 @@ def _check_parent(parent_id: int | None, *, child_id: int | None = None) -> None
     if parent_id is None:
         return
     if child_id is not None and parent_id == child_id:
-        raise InvalidQuantum("parent: a quantum cannot be its own parent")
+        raise InvalidQuantum("a quantum cannot be its own parent", field="parent")
     if not Quantum.objects.filter(pk=parent_id).exists():
         raise QuantumNotFound(f"parent: no quantum #{parent_id}")
     if child_id is not None:
@@ -112,7 +111,7 @@ def _check_parent(parent_id: int | None, *, child_id: int | None = None) -> None
         cursor_id: int | None = parent_id
         while cursor_id is not None and cursor_id not in seen:
             if cursor_id == child_id:
-                raise InvalidQuantum(f"parent: #{parent_id} descends from #{child_id}")
+                raise InvalidQuantum(f"#{parent_id} descends from #{child_id}", field="parent")
             seen.add(cursor_id)
             cursor_id = Quantum.objects.filter(pk=cursor_id).values_list("parent_id", flat=True)[0]
 
@@ -187,7 +186,7 @@ def quantum_update(
     quantum = _require_quantum(quantum_id)
     fields = clean_fields(dict(changes))
     if parent_id is not None and clear_parent:
-        raise InvalidQuantum("parent: give a new parent or clear it, not both")
+        raise InvalidQuantum("give a new parent or clear it, not both", field="parent")
     if parent_id is not None:
         _check_parent(parent_id, child_id=quantum_id)
         fields["parent_id"] = parent_id
@@ -241,7 +240,7 @@ def quantum_close(
     """Close with a reason. An in-progress quantum is closed only by the burst manager,
     which passes `allowed_from={in_progress}`."""
     if not reason.strip():
-        raise InvalidQuantum("reason: say why the quantum is closed")
+        raise InvalidQuantum("say why the quantum is closed", field="reason")
     check_text("reason", reason)
     quantum = _transition(
         quantum_id,
@@ -274,7 +273,7 @@ def quanta_close(
     INSERT of events instead of three statements per quantum). Returns the ids closed; one not
     in an allowed status is left as it is and missing from the list, for the caller to say so."""
     if any(not reason.strip() for reason in reasons.values()):
-        raise InvalidQuantum("reason: say why the quantum is closed")
+        raise InvalidQuantum("say why the quantum is closed", field="reason")
     if not reasons:
         return []
     ids = list(reasons)
@@ -292,8 +291,7 @@ def quanta_close(
     if not closed:
         return []
     status_changed(list(closed), S.CLOSED)
-    publish_many(
-        "quanta",
+    quanta_events(
         [
             (
                 "quantum_closed",
@@ -388,7 +386,7 @@ def dependency_add(
 ) -> Dependency:
     """`quantum_id` depends on `depends_on_id`. Refuses self-edges, duplicates and cycles."""
     if kind not in DependencyKind.values:
-        raise InvalidQuantum(f"kind: must be one of {', '.join(DependencyKind.values)}")
+        raise InvalidQuantum(f"must be one of {', '.join(DependencyKind.values)}", field="kind")
     if quantum_id == depends_on_id:
         raise InvalidQuantum(f"a quantum cannot depend on itself (#{quantum_id})")
     found = set(
@@ -416,8 +414,7 @@ def dependency_add(
         raise DuplicateDependency(
             f"#{quantum_id} already has a {kind} dependency on #{depends_on_id}"
         ) from None
-    publish(
-        "quanta",
+    quanta_event(
         "dependency_added",
         {"quantum_id": quantum_id, "depends_on_id": depends_on_id, "kind": kind},
     )
@@ -433,8 +430,7 @@ def dependency_remove(
     ).delete()
     if deleted == 0:
         raise DependencyNotFound(f"#{quantum_id} has no {kind} dependency on #{depends_on_id}")
-    publish(
-        "quanta",
+    quanta_event(
         "dependency_removed",
         {"quantum_id": quantum_id, "depends_on_id": depends_on_id, "kind": kind},
     )
@@ -445,20 +441,19 @@ def comment_add(
     *, quantum_id: int, body: str, author: str, author_kind: str = AuthorKind.OPERATOR
 ) -> Comment:
     if not body.strip():
-        raise InvalidQuantum("comment: must not be empty")
+        raise InvalidQuantum("must not be empty", field="comment")
     check_text("comment", body)
     check_text("author", author)
     if not author.strip() or len(author) > AUTHOR_MAX:
-        raise InvalidQuantum(f"author: 1 to {AUTHOR_MAX} characters")
+        raise InvalidQuantum(f"1 to {AUTHOR_MAX} characters", field="author")
     if author_kind not in AuthorKind.values:
-        raise InvalidQuantum(f"author_kind: must be one of {', '.join(AuthorKind.values)}")
+        raise InvalidQuantum(f"must be one of {', '.join(AuthorKind.values)}", field="author_kind")
     _require_quantum(quantum_id)
     comment = Comment.objects.create(
         quantum_id=quantum_id, body=redact(body.strip()), author=author, author_kind=author_kind
     )
     search_refresh([quantum_id])
-    publish(
-        "quanta",
+    quanta_event(
         "comment_added",
         {"quantum_id": quantum_id, "comment_id": comment.pk, "author": author},
     )
@@ -496,7 +491,7 @@ def quantum_release(*, quantum_id: int, to: str, reason: str) -> Quantum:
     `blocked` (quarantined after repeated failures). The reason becomes a system comment."""
     if to not in {S.OPEN, S.BLOCKED}:
         raise InvalidQuantum(
-            f"status: an in-progress quantum is released to open or blocked, not {to}"
+            f"an in-progress quantum is released to open or blocked, not {to}", field="status"
         )
     quantum = _transition(
         quantum_id, allowed_from=frozenset({S.IN_PROGRESS}), to=to, verb=f"release to {to}"

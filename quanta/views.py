@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from core.access import operator_required
+from core.forms import service_error_to_form
 from core.safetext import display_name
 from quanta import services
 from quanta.errors import BadSearchQuery, ImportFailed, QuantaError, QuantumNotFound
@@ -28,7 +29,6 @@ from quanta.forms import (
     QuantumCreateForm,
     QuantumForm,
     problems_to_form,
-    service_error_to_form,
 )
 from quanta.importer import quanta_import_report
 from quanta.models import Quantum

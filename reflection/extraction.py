@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from psychonauts.errors import INFRASTRUCTURE
+from psychonauts.events import AgentEventType
 from reflection.models import PlaybookRule, ReflectionRun, RuleKind
 from reflection.services import playbook
 
@@ -29,6 +30,9 @@ class Finding:
     by: str = ""  # failed_review: the reviewing role that failed the work
 
 
+_COMMITTED: AgentEventType = "committed"
+
+
 def _committed(agent_run_ids: list[int]) -> set[int]:
     """The agent runs among these whose sessions committed work."""
     from core.models import Event, Session
@@ -38,7 +42,7 @@ def _committed(agent_run_ids: list[int]) -> set[int]:
     return {
         int(ref)
         for ref in Event.objects.filter(
-            type="commit",
+            type__in=[_COMMITTED, "commit"],  # "commit": rows of an earlier release
             session__kind=Session.Kind.AGENT_RUN,
             session__ref__in=[str(pk) for pk in agent_run_ids],
         ).values_list("session__ref", flat=True)

@@ -14,8 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from core.events import publish
 from reflection import curation, extraction, reflector
+from reflection.events import reflection_event
 from reflection.models import (
     REFLECTION_RUN_TERMINAL,
     DeltaOp,
@@ -34,9 +34,9 @@ logger = logging.getLogger(__name__)
 def _stage(run: ReflectionRun, to: str, started: float, **counts: int) -> ReflectionRun:
     timings = {**run.timings, run.status: round(time.monotonic() - started, 4)}
     moved = reflection_run_transition(run.pk, to, timings=timings, counts={**run.counts, **counts})
-    publish(
-        f"reflection:{to}",
-        "reflection_stage",
+    reflection_event(
+        to,
+        "reflection_stage_entered",
         {
             "reflection_run": run.pk,
             "burst": run.burst_id,
@@ -74,7 +74,9 @@ def _guarded(
 def _fail(run_id: int, reason: str) -> None:
     try:
         reflection_run_transition(run_id, ReflectionRunStatus.ERROR, error=reason[:2000])
-        publish("reflection:error", "reflection_stage", {"reflection_run": run_id, "error": reason})
+        reflection_event(
+            "error", "reflection_stage_entered", {"reflection_run": run_id, "error": reason}
+        )
     except Exception:  # already terminal or gone: nothing left to record
         logger.warning("reflection %s: could not record its error %s", run_id, reason)
 
@@ -153,9 +155,9 @@ def start(burst_id: int) -> int | None:
             run = reflection_run_transition(run.pk, ReflectionRunStatus.STARTED, error="")
         elif not created:
             return None
-        publish(
-            "reflection:started",
-            "reflection_stage",
+        reflection_event(
+            "started",
+            "reflection_stage_entered",
             {"reflection_run": run.pk, "burst": burst_id, "wave": run.wave_id, "status": "started"},
         )
         return run.pk

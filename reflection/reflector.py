@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bursts.models import AgentRun, QuantumRun
-from core.events import publish
 from core.models import Event, Session
 from psychonauts.errors import INFRASTRUCTURE, PsychonautError
+from psychonauts.events import agent_event_type
 from psychonauts.models import DiaryEntry, DiaryKind, DiarySource
 from psychonauts.routing.providers.base import RunInfo
 from psychonauts.runtime.diary import DiaryNote, diary_add_extracted
 from psychonauts.runtime.oneshot import role_complete
+from reflection.events import reflection_event
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _event_line(kind: str, payload: dict[str, Any]) -> str:
+def _event_line(name: str, payload: dict[str, Any]) -> str:
+    kind = agent_event_type(name)
     if kind == "text":
         return f"said: {payload.get('text', '')}"
     if kind == "tool_call":
@@ -82,7 +84,7 @@ def _event_line(kind: str, payload: dict[str, Any]) -> str:
         if str(payload.get("error", "")).startswith(INFRASTRUCTURE):
             return INFRASTRUCTURE_LINE
         return f"error: {payload.get('error', '')}"
-    return f"{kind}: {json.dumps(payload, ensure_ascii=False, sort_keys=True)}"
+    return f"{name}: {json.dumps(payload, ensure_ascii=False, sort_keys=True)}"
 
 
 def transcript(quantum_run: QuantumRun, agents: Sequence[AgentRun]) -> str:
@@ -243,8 +245,8 @@ def reflect_sessions(burst_id: int, *, reflection_run_id: int) -> Extraction:
         done.entries += len(notes)
     for problem in done.problems:
         logger.warning("reflection %s: %s", reflection_run_id, problem)
-        publish(
-            "reflection:extracting",
+        reflection_event(
+            "extracting",
             "reflector_skipped",
             {"reflection_run": reflection_run_id, "burst": burst_id, "problem": problem},
         )

@@ -10,22 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from django.conf import settings
+
 ROOT = Path(__file__).resolve().parent.parent
-FLOORS = [
-    "core",
-    "repos",
-    "quanta",
-    "bursts",
-    "psychonauts",
-    "tether",
-    "reflection",
-    "autopilot",
-    "forges",
-    "operations",
-    "hooks",
-    "api",
-    "annihilation",
-]
+# The project's apps, bottom floor first: the one list of them (settings.PROJECT_APPS).
+FLOORS: list[str] = list(settings.PROJECT_APPS)
 
 
 def imports_of(path: Path) -> set[str]:

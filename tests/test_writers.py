@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps
+from django.conf import settings
 from django.db import models
 
 from autopilot.models import (
@@ -63,25 +64,14 @@ from reflection.models import (
     Skill,
     SkillUse,
 )
+from repos.models import Repository
 from tether.models import ChangeReview, Drift, PipelineMutation, Reaching, ReviewDue
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = [
-    "core",
-    "quanta",
-    "bursts",
-    "psychonauts",
-    "tether",
-    "reflection",
-    "autopilot",
-    "forges",
-    "operations",
-    "hooks",
-    "api",
-    "annihilation",
-]
+APPS: list[str] = list(settings.PROJECT_APPS)
 
 OWNERS: dict[type[models.Model], str] = {
+    Repository: "repos/services.py",
     Session: "core/sessions.py",
     Event: "core/events.py",
     Quantum: "quanta/services.py",

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from core.errors import NotFoundError
+
 
 class TetherError(Exception):
     """Base of the tether app's errors. The message is written for the operator."""
 
 
-class NotFound(TetherError):
+class NotFound(TetherError, NotFoundError):
     """No reaching, drift, change review or pipeline mutation has that id."""
 
 

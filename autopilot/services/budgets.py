@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from autopilot.events import BudgetEventType, budget_event
 from autopilot.labels import goal_of, scope_of
 from autopilot.models import GOAL_OPEN, OPERATOR_SCOPE, Goal, Hold, Spend
 from autopilot.spend import (
@@ -37,7 +38,6 @@ from autopilot.spend import (
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus
 from bursts.services import agent_resume
 from bursts.services.agent_runs import agent_run_end
-from core.events import publish
 from core.redis import get_redis
 from core.sql import sql_names
 from psychonauts.errors import SuspendRun
@@ -45,7 +45,6 @@ from psychonauts.runtime.budget import CallCheck, CallSpend
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:budget"
 # What a held run's next call was estimated to cost, by agent run id: a hold is released only
 # when there is room for it (else it would be resumed and held again at every tick). Lost with
 # Redis, a hold waits for any room at all.
@@ -171,7 +170,7 @@ def spend_record(
         after = before + usd
         if before < cap <= after:
             logger.warning("spending cap reached: $%s of $%s today", after, cap)
-            publish(TOPIC, "cap_reached", {"cap_usd": str(cap), "spent_usd": str(after)})
+            budget_event("cap_reached", {"cap_usd": str(cap), "spent_usd": str(after)})
     logger.debug("spend recorded", extra={"scope": key[1], "goal_id": key[2], "model": model})
 
 
@@ -254,9 +253,8 @@ def hold_record(
         reason,
         extra={"agent_run_id": agent_run_id, "scope": scope},
     )
-    publish(
-        TOPIC,
-        "hold",
+    budget_event(
+        "run_held",
         {"agent_run_id": agent_run_id, "quantum_id": quantum_id, "scope": scope, "reason": reason},
     )
 
@@ -274,12 +272,12 @@ class _Held:
     labels: list[str]
 
 
-def _hold_drop(held: _Held, event: str, **payload: Any) -> None:
+def _hold_drop(held: _Held, event: BudgetEventType, **payload: Any) -> None:
     Hold.objects.filter(pk=held.hold_id).delete()
     # Now, not on commit: the resumed run's task is sent on commit, and a run held again at once
     # records its new need before an on-commit delete would run.
     get_redis().hdel(NEED_KEY, str(held.agent_run_id))
-    publish(TOPIC, event, {"agent_run_id": held.agent_run_id, "scope": held.scope, **payload})
+    budget_event(event, {"agent_run_id": held.agent_run_id, "scope": held.scope, **payload})
 
 
 def holds_release(*, limit: int = 500) -> int:
@@ -365,7 +363,7 @@ def _hold_resume(held: _Held, *, stale: bool) -> bool:
         if not Hold.objects.select_for_update(skip_locked=True).filter(pk=held.hold_id).exists():
             return False
         if agent_resume(agent_run_id=held.agent_run_id):
-            _hold_drop(held, "release")
+            _hold_drop(held, "released")
             logger.info("agent run %s resumed: its budget allows again", held.agent_run_id)
             return True
         status = AgentRun.objects.filter(pk=held.agent_run_id).values_list("status", flat=True)

@@ -22,11 +22,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
 
+from autopilot.events import contemplation_event
 from autopilot.labels import filed_labels
 from autopilot.models import Finding, Goal, GoalSource, GoalStatus, HubState
 from bursts.canvas import agent_signature
 from bursts.models import AGENT_LIVE, AgentRun
-from core.events import publish
 from psychonauts.errors import WorkspaceError
 from psychonauts.runtime.runs import agent_run_create
 from psychonauts.workspaces.git import git
@@ -40,7 +40,6 @@ from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:contemplation"
 ROLE = "contemplator"
 ANCHOR_TITLE = "Contemplation: propose goals for the project"
 # An advisory-lock key, with the repository's id: contemplation starts one at a time per
@@ -211,8 +210,7 @@ def contemplate_start(*, repository_id: int | None = None) -> AgentRun | None:
             agent_id=f"{anchor.pk}_autopilot_{ROLE}",
         )
         run_id = run.pk
-        publish(
-            TOPIC,
+        contemplation_event(
             "started",
             {
                 "agent_run_id": run_id,

@@ -39,6 +39,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from autopilot.errors import GoalNotFound, IllegalGoalTransition, InvalidGoal
+from autopilot.events import GoalEventType, goal_event
 from autopilot.labels import filed_labels, goal_label
 from autopilot.models import (
     GOAL_TRANSITIONS,
@@ -58,7 +59,6 @@ from autopilot.worktrees import scratch_at, scratch_remove, verify_lock
 from bursts.canvas import agent_signature
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.celery import app
-from core.events import publish
 from core.safetext import text_problem
 from psychonauts.containment.sandbox import workspace_own
 from psychonauts.containment.verify import VerifyReport, verify_commands_run
@@ -91,7 +91,6 @@ from tether.services.changes import sha_of, target_branch
 logger = logging.getLogger(__name__)
 
 S = GoalStatus
-TOPIC = "autopilot:goals"
 PLANNER_ROLE = "goal-planner"
 ABANDONED_REASON = "goal abandoned"
 DONE_REASON = "goal done"
@@ -112,9 +111,8 @@ def planner_agent_id(epic_id: int) -> str:
 # --- transitions ------------------------------------------------------------------------------
 
 
-def _goal_event(event_type: str, goal: Goal, **extra: Any) -> None:
-    publish(
-        TOPIC,
+def _goal_event(event_type: GoalEventType, goal: Goal, **extra: Any) -> None:
+    goal_event(
         event_type,
         {
             "goal_id": goal.pk,
@@ -164,7 +162,7 @@ def _transition(
         goal_id=goal_id, from_status=current, to_status=to, reason=reason, by=by[:BY_MAX]
     )
     goal = Goal.objects.get(pk=goal_id)
-    _goal_event("goal_status", goal, from_status=current, reason=reason, by=by)
+    _goal_event("goal_status_changed", goal, from_status=current, reason=reason, by=by)
     logger.info(
         "goal %s: %s -> %s (%s)",
         goal_id,
@@ -181,41 +179,42 @@ def _transition(
 
 def _text(field: str, value: Any, *, required: bool, limit: int | None = None) -> str:
     if not isinstance(value, str):
-        raise InvalidGoal(f"{field}: must be text")
+        raise InvalidGoal("must be text", field=field)
     text = value.strip()
     if required and not text:
-        raise InvalidGoal(f"{field}: required, must not be empty")
+        raise InvalidGoal("required, must not be empty", field=field)
     problem = text_problem(text)
     if problem is not None:
-        raise InvalidGoal(f"{field}: {problem}")
+        raise InvalidGoal(problem, field=field)
     if limit is not None and len(text) > limit:
-        raise InvalidGoal(f"{field}: at most {limit} characters (got {len(text)})")
+        raise InvalidGoal(f"at most {limit} characters (got {len(text)})", field=field)
     return text
 
 
 def _priority(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidGoal(f"priority: a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}")
+        raise InvalidGoal(f"a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}", field="priority")
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:
         raise InvalidGoal(
-            f"priority: from {PRIORITY_MIN} (critical) to {PRIORITY_MAX} (backlog), got {value}"
+            f"from {PRIORITY_MIN} (critical) to {PRIORITY_MAX} (backlog), got {value}",
+            field="priority",
         )
     return value
 
 
 def _labels(value: Sequence[str]) -> list[str]:
     if isinstance(value, str):
-        raise InvalidGoal("labels: a list of labels")
+        raise InvalidGoal("a list of labels", field="labels")
     problems = labels_problems("labels", list(value), reserved=False)
     if problems:
         raise InvalidGoal(problems[0])
     try:
         labels = clean_labels(list(value))
     except InvalidQuantum as exc:
-        raise InvalidGoal(str(exc)) from None
+        raise InvalidGoal(exc.problem, field=exc.field) from None
     for label in labels:
         if label.startswith(RESERVED_GOAL_LABELS):
-            raise InvalidGoal(f"labels: {label!r} is reserved for the autopilot")
+            raise InvalidGoal(f"{label!r} is reserved for the autopilot", field="labels")
     return labels
 
 
@@ -223,21 +222,21 @@ def _budget(value: Any) -> Decimal | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, Decimal | int | str):
-        raise InvalidGoal("budget_usd: an amount in USD (e.g. 2.50), or none")
+        raise InvalidGoal("an amount in USD (e.g. 2.50), or none", field="budget_usd")
     try:
         amount = Decimal(value)
     except InvalidOperation:
-        raise InvalidGoal(f"budget_usd: {str(value)[:40]!r} is not an amount") from None
+        raise InvalidGoal(f"{str(value)[:40]!r} is not an amount", field="budget_usd") from None
     if not amount.is_finite() or amount < 0:
-        raise InvalidGoal("budget_usd: must be 0 or more")
+        raise InvalidGoal("must be 0 or more", field="budget_usd")
     if amount > BUDGET_MAX:
-        raise InvalidGoal(f"budget_usd: at most {BUDGET_MAX}")
+        raise InvalidGoal(f"at most {BUDGET_MAX}", field="budget_usd")
     return amount.quantize(Decimal("0.0001"))
 
 
 def _verify_commands(value: Sequence[str]) -> list[str]:
     if isinstance(value, str):
-        raise InvalidGoal("verify_commands: a list of commands")
+        raise InvalidGoal("a list of commands", field="verify_commands")
     commands = list(value)
     problems = verify_commands_problems("verify_commands", commands)
     if problems:
@@ -267,12 +266,12 @@ def goal_create(
     one the caller works on, repos.context). InvalidGoal names the field; a verify command the
     command guard refuses is named with the guard's reason."""
     if source not in GoalSource.values:
-        raise InvalidGoal(f"source: one of {', '.join(GoalSource.values)}")
+        raise InvalidGoal(f"one of {', '.join(GoalSource.values)}", field="source")
     if (
         repository_id is not None
         and not Repository.objects.filter(pk=repository_id, removed_at__isnull=True).exists()
     ):
-        raise InvalidGoal(f"repository: no repository #{repository_id}")
+        raise InvalidGoal(f"no repository #{repository_id}", field="repository")
     goal = Goal.objects.create(
         repository_id=repository_id or current().repository_id or default_repository_id(),
         title=_text("title", title, required=True, limit=TITLE_MAX),
@@ -300,7 +299,7 @@ def goal_approve(*, goal_id: int, by: str) -> Goal:
     with a fresh count of tries)."""
     by = _by(by)
     if not by:
-        raise InvalidGoal("by: say who approves the goal")
+        raise InvalidGoal("say who approves the goal", field="by")
     return _transition(
         goal_id,
         to=S.APPROVED,

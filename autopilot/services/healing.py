@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from autopilot.events import healing_event
 from autopilot.labels import filed_labels
 from autopilot.models import BaseCheck
 from autopilot.predicates import bases_to_heal, duration
@@ -30,7 +31,6 @@ from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_run_next_attempt, agent_run_time_out
 from bursts.services.quantum_runs import quantum_run_redispatch
 from bursts.services.stages import stage_spec
-from core.events import publish
 from core.redis import get_redis
 from psychonauts.containment.identities import BASE_CHECK
 from psychonauts.containment.sandbox import workspace_own
@@ -47,7 +47,6 @@ from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:healing"
 # The most of a failing check's summary a BaseCheck keeps, and a healing quantum's body quotes.
 SUMMARY_LIMIT = 20_000
 BODY_LIMIT = 8_000
@@ -124,8 +123,7 @@ def agent_unstick(*, agent_run_id: int, quiet_s: float) -> bool:
         " and requeued" if requeued else "",
         extra={"agent_run_id": agent.pk, "quantum_run_id": agent.quantum_run_id},
     )
-    publish(
-        TOPIC,
+    healing_event(
         "agent_unstuck",
         {
             "agent_run_id": agent.pk,
@@ -163,9 +161,7 @@ def endpoints_heal(endpoints: tuple[FailingEndpoint, ...]) -> list[str]:
             "autopilot's healing"
         )
         endpoint_mark_down(provider=e.provider, model=e.model, reason=reason, ttl_s=ttl)
-        publish(
-            TOPIC,
-            "endpoint_down",
+        healing_event("endpoint_marked_down",
             {"provider": e.provider, "model": e.model, "failures": e.failures, "ttl_s": ttl,
              "reason": reason},
         )  # fmt: skip
@@ -251,9 +247,7 @@ def _base_check_run(repository_id: int) -> BaseCheck | None:
         check = BaseCheck.objects.create(
             repository_id=repository_id, sha=sha, ok=report.passed, summary=summary
         )
-        publish(
-            TOPIC,
-            "base_check",
+        healing_event("base_checked",
             {"id": check.pk, "repository_id": repository_id, "sha": sha, "branch": target,
              "ok": check.ok, "failed": [c.command for c in report.failed]},
         )  # fmt: skip
@@ -309,12 +303,16 @@ def _healing_file(repository_id: int, failures: int) -> Quantum | None:
         repository_id=repository_id,
     )
     BaseCheck.objects.filter(pk=latest.pk).update(quantum=quantum)
-    publish(
-        TOPIC,
-        "healing_quantum",
-        {"quantum_id": quantum.pk, "repository_id": repository_id, "sha": latest.sha,
-         "failures": len(checks), "branch": target},
-    )  # fmt: skip
+    healing_event(
+        "healing_quantum_filed",
+        {
+            "quantum_id": quantum.pk,
+            "repository_id": repository_id,
+            "sha": latest.sha,
+            "failures": len(checks),
+            "branch": target,
+        },
+    )
     return quantum
 
 

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from autopilot.errors import InvalidHubCommand
+from autopilot.events import HubEventType, hub_event
 from autopilot.labels import AUTOPILOT
 from autopilot.models import Hub, HubState, HubTransition
 from autopilot.predicates import (
@@ -35,18 +36,16 @@ from autopilot.predicates import (
 )
 from autopilot.services import healing
 from autopilot.snapshot import Snapshot, snapshot_with
-from autopilot.spend import CapStatus, cap_status
+from autopilot.spend import CapStatus, cap_status, usd_text
 from bursts.models import Wave, WaveStatus
 from bursts.services.waves import wave_start
 from core.celery import app
-from core.events import publish
 from core.sql import sql_names
 from quanta.selectors import quanta_ready
 from repos.services import default_repository_id
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:hub"
 TICK = "tick"
 CAP_PAUSE = "global spend cap"
 STARTED_BY = "autopilot"
@@ -88,16 +87,12 @@ def _hub_locked() -> Hub:
     return Hub.objects.select_for_update().get(pk=1)
 
 
-def _usd(value: Any) -> str:
-    return f"${value:,.2f}"
-
-
 def cap_words(cap: CapStatus | Snapshot) -> str:
     if isinstance(cap, Snapshot):
         spent, limit = cap.cap_spent_usd, cap.cap_usd
     else:
         spent, limit = cap.spent_usd, cap.cap_usd
-    return f"{CAP_PAUSE} {_usd(spent)} of {_usd(limit or 0)} reached"
+    return f"{CAP_PAUSE} {usd_text(spent)} of {usd_text(limit or 0)} reached"
 
 
 # --- history -----------------------------------------------------------------------------------
@@ -110,7 +105,7 @@ def _record(
     reason: str,
     by: str,
     snapshot: dict[str, Any] | None = None,
-    kind: str = "state",
+    kind: HubEventType = "state_changed",
 ) -> None:
     """A history row and its event (sent after commit)."""
     HubTransition.objects.create(
@@ -120,8 +115,7 @@ def _record(
         by=by,
         snapshot=snapshot or {},
     )
-    publish(
-        TOPIC,
+    hub_event(
         kind,
         {
             "from": from_state,
@@ -272,8 +266,8 @@ def hub_tick() -> Tick:
             changed = True
         elif hub.paused and hub.paused_reason.startswith(CAP_PAUSE) and not snap.cap_reached:
             why = (
-                f"the global spend cap no longer holds: {_usd(snap.cap_spent_usd)} spent today"
-                + (f" of {_usd(snap.cap_usd)}" if snap.cap_usd is not None else " (no cap)")
+                f"the global spend cap no longer holds: {usd_text(snap.cap_spent_usd)} spent today"
+                + (f" of {usd_text(snap.cap_usd)}" if snap.cap_usd is not None else " (no cap)")
             )
             _save(hub, hub.state, paused=False, paused_reason="")
             _record(hub, from_state=hub.state, reason=why, by=TICK, snapshot=snap.as_data(),
@@ -379,8 +373,7 @@ def autopilot_wave_start() -> Wave | None:
             wave = wave_start(
                 labels=[AUTOPILOT], started_by=STARTED_BY, repository_id=repository_id
             )
-            publish(
-                TOPIC,
+            hub_event(
                 "wave_started",
                 {"wave_id": wave.pk, "labels": [AUTOPILOT], "repository_id": repository_id},
             )

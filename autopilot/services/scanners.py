@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from autopilot.events import scan_event
 from autopilot.labels import filed_labels
 from autopilot.models import Finding, HubState
 from autopilot.scanners import (
@@ -57,7 +58,6 @@ from autopilot.scanners.tree import (
     tree_export,
     tree_files,
 )
-from core.events import publish
 from core.redaction import redact
 from psychonauts.containment.identities import SCANNER
 from psychonauts.containment.sandbox import SandboxUnavailable, sandbox_run, workspace_own
@@ -78,7 +78,6 @@ from tether.services.changes import sha_of, target_branch
 
 logger = logging.getLogger(__name__)
 
-TOPIC = "autopilot:scan"
 PRIORITY = 3
 # The scan runs as the scanners' own sandbox identity (no quantum's).
 SANDBOX_QUANTUM = SCANNER
@@ -506,8 +505,7 @@ def _file_group(
         Finding.objects.filter(fingerprint__in=[c.fingerprint for c in group]).update(
             quantum=quantum, filed_at=now, skipped=""
         )
-        publish(
-            TOPIC,
+        scan_event(
             "filed",
             {
                 "quantum_id": quantum.pk,
@@ -590,14 +588,14 @@ def _scan_run() -> ScanReport:
             report.errors.append(str(exc))
             return report
         report.sha = sha
-        publish(TOPIC, "started", {"branch": branch, "sha": sha})
+        scan_event("started", {"branch": branch, "sha": sha})
         try:
             findings, paths = scan_files(sha, report)
             findings.extend(scan_commands(sha, paths, report))
             scan_file(findings, branch=branch, sha=sha, report=report)
         except TreeError as exc:
             report.errors.append(str(exc))
-        publish(TOPIC, "finished", {"branch": branch, **report.as_data()})
+        scan_event("finished", {"branch": branch, **report.as_data()})
         logger.info(
             "scan of %s at %s: %d found, %d filed in %d quanta",
             branch, sha[:10], report.found, report.filed, len(report.quanta),

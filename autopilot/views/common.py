@@ -1,16 +1,9 @@
-"""What the autopilot's pages share: where an action returns to, and a missing goal as a 404."""
+"""What the autopilot's pages share: where an action returns to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from django.utils.http import url_has_allowed_host_and_scheme
-
-from autopilot.errors import GoalNotFound
-
-T = TypeVar("T")
 
 
 def next_url(request: HttpRequest, default: str) -> str:
@@ -21,10 +14,3 @@ def next_url(request: HttpRequest, default: str) -> str:
     ):
         return target
     return default
-
-
-def or_404(fn: Callable[..., T], **kwargs: Any) -> T:
-    try:
-        return fn(**kwargs)
-    except GoalNotFound as exc:
-        raise Http404(str(exc)) from None

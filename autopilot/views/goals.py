@@ -17,14 +17,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from autopilot.errors import AutopilotError, GoalNotFound, InvalidGoal
-from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm, service_error_to_form
+from autopilot.events import GOALS_TOPIC as GOAL_TOPIC
+from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm
 from autopilot.models import GOAL_OPEN, GoalStatus
 from autopilot.selectors import goal_counts, goal_page, goals_list, quantum_in_a_goal
-from autopilot.services.goals import TOPIC as GOAL_TOPIC
 from autopilot.services.goals import goal_abandon, goal_approve, goal_create
-from autopilot.views.common import next_url, or_404
+from autopilot.views.common import next_url
 from core.access import operator_required
 from core.events import EventMessage
+from core.forms import service_error_to_form
+from core.http import or_404
 from core.live import LivePageError, live_attrs, live_page
 
 GOAL_TOPICS = [GOAL_TOPIC]

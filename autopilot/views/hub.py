@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from autopilot.errors import AutopilotError
+from autopilot.events import BUDGET_TOPIC, HUB_TOPIC
 from autopilot.forms import HubForceForm, HubPauseForm
 from autopilot.models import SPEND_SCOPES, Hub, HubTransition
 from autopilot.selectors import (
@@ -26,8 +27,6 @@ from autopilot.selectors import (
     hub_transitions,
     spend_per_day,
 )
-from autopilot.services.budgets import TOPIC as BUDGET_TOPIC
-from autopilot.services.hub import TOPIC as HUB_TOPIC
 from autopilot.services.hub import hub_force, hub_pause, hub_resume
 from autopilot.views.common import next_url
 from core.access import operator_required

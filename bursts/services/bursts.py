@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db.models import Count
 from django.utils import timezone
 
-from bursts.events import burst_event
+from bursts.events import BurstCompleted, BurstEventType, burst_event
 from bursts.hooks import ON_BURST_CLOSED
 from bursts.models import Burst, BurstPhase, Wave
 
@@ -27,18 +27,17 @@ def burst_phase_set(*, burst: Burst, phase: BurstPhase) -> None:
 
 
 def burst_close(*, burst: Burst) -> None:
-    """Done, with the count of its runs by status; announced as `burst_complete`."""
+    """Done, with the count of its runs by status; announced as `burst_completed`."""
     counts = dict(burst.runs.values("status").annotate(n=Count("id")).values_list("status", "n"))
     burst.phase = BurstPhase.DONE
     burst.finished_at = timezone.now()
     burst.stats = {"runs": sum(counts.values()), **counts}
     burst.save(update_fields=["phase", "finished_at", "stats"])
     burst_event(
-        "burst_complete",
-        wave_id=burst.wave_id,
-        burst_id=burst.pk,
-        number=burst.number,
-        stats=burst.stats,
+        BurstEventType.BURST_COMPLETED,
+        BurstCompleted(
+            wave_id=burst.wave_id, burst_id=burst.pk, number=burst.number, stats=burst.stats
+        ),
     )
     for hook in ON_BURST_CLOSED:
         hook(burst)

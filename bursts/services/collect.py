@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from bursts.events import burst_event, burst_events
+from bursts.events import BurstEventType, BurstStarted, burst_event, burst_events
 from bursts.models import Burst, BurstPhase, QuantumRun, RunStatus, Wave
 from bursts.services.bursts import burst_phase_set
 from bursts.services.quantum_runs import quantum_run_finish, run_complete_event
@@ -46,7 +46,7 @@ def burst_collect(
     *, wave: Wave, burst: Burst, limit: int | None = None, announce: bool = True
 ) -> int:
     """Claim ready quanta (compare-and-set), match pipelines, create runs, start stage 0; how
-    many runs. `limit` caps the claim (the first transaction of a wave); the burst_start event
+    many runs. `limit` caps the claim (the first transaction of a wave); the burst_started event
     is sent once per burst, with its runs so far (`announce`)."""
     claimed = set(quanta_claim(quantum_ids=ready_ids(wave=wave, limit=limit)))
     if not claimed:
@@ -92,14 +92,16 @@ def burst_collect(
         burst_phase_set(burst=burst, phase=BurstPhase.RUNNING)
     if announce:
         burst_event(
-            "burst_start",
-            wave_id=wave.pk,
-            burst_id=burst.pk,
-            number=burst.number,
-            runs=[
-                {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name}
-                for r in runs
-            ],
+            BurstEventType.BURST_STARTED,
+            BurstStarted(
+                wave_id=wave.pk,
+                burst_id=burst.pk,
+                number=burst.number,
+                runs=[
+                    {"run_id": r.pk, "quantum_id": r.quantum_id, "pipeline": r.pipeline_name}
+                    for r in runs
+                ],
+            ),
         )
     for run, status in finished:
         quantum_run_finish(run=run, status=status, reason=run.error_reason)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.utils import timezone
 
-from bursts.events import burst_events
+from bursts.events import BurstEventType, burst_events
 from bursts.hooks import ON_RUNS_DRAINED
 from bursts.models import QuantumRun, RunStatus, Wave
 from bursts.services.quantum_runs import quantum_runs_mark_drained
@@ -57,7 +57,7 @@ def runs_drain(*, wave: Wave, runs: Sequence[QuantumRun]) -> None:
     burst_events(
         [
             (
-                "run_drained",
+                BurstEventType.RUN_DRAINED,
                 {
                     "wave_id": wave.pk,
                     "run_id": run.pk,

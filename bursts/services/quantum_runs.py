@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from bursts.events import BurstEvent, burst_batch
+from bursts.events import BurstEvent, BurstEventType, burst_batch
 from bursts.models import QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_runs_cancel_live, agent_runs_cancel_pending
 from core.events import EventBatch
@@ -117,7 +117,7 @@ def quantum_run_finish(
     events: Sequence[BurstEvent] = (),
 ) -> bool:
     """Live -> terminal (compare-and-set), with the stages recorded so far; False if another
-    step finished it first. Its `run_complete` event (unless `announce=False`), after the
+    step finished it first. Its `run_completed` event (unless `announce=False`), after the
     caller's `events`, is written in the same statement, only if this call ended the run."""
     now = timezone.now()
     batch = burst_batch(
@@ -161,9 +161,9 @@ def quantum_run_finish(
 def run_complete_event(
     run: QuantumRun, *, status: str | None = None, reason: str | None = None
 ) -> BurstEvent:
-    """The run's `run_complete` event: as it ended, or with the end it is about to get."""
+    """The run's `run_completed` event: as it ended, or with the end it is about to get."""
     return (
-        "run_complete",
+        BurstEventType.RUN_COMPLETED,
         {
             "wave_id": run.wave_id,
             "burst_id": run.burst_id,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 
-from bursts.events import BurstEvent, burst_batch
+from bursts.events import BurstEvent, BurstEventType, burst_batch
 from bursts.models import RUN_TERMINAL, AgentRun, QuantumRun, RunStatus, Wave, WaveStatus
 from bursts.services.agent_runs import agent_runs_create_cte, agent_runs_created
 from bursts.services.quantum_runs import (
@@ -204,7 +204,7 @@ def _run_advance(
     started = run.status == RunStatus.RUNNING and run.current_stage != index
     events: list[BurstEvent] = [
         (
-            "stage_complete",
+            BurstEventType.STAGE_COMPLETED,
             {
                 "wave_id": run.wave_id,
                 "run_id": run.pk,

@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from bursts.canvas import StageDispatch, stages_send_unsafe
-from bursts.events import burst_event
+from bursts.events import BurstEventType, StageRedispatched, burst_event
 from bursts.leases import lease_alive
 from bursts.models import AgentRun, AgentStatus, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_run_time_out
@@ -111,11 +111,10 @@ def _check_run(
         positions,
     )
     burst_event(
-        "stage_redispatched",
-        wave_id=run.wave_id,
-        run_id=run.pk,
-        stage=run.current_stage,
-        positions=list(positions),
+        BurstEventType.STAGE_REDISPATCHED,
+        StageRedispatched(
+            wave_id=run.wave_id, run_id=run.pk, stage=run.current_stage, positions=list(positions)
+        ),
     )
     stages_send_unsafe([StageDispatch(run.pk, run.current_stage, spec["mode"], positions)])
     report.redispatched.append(run.pk)

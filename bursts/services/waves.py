@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from bursts.canvas import tasks_revoke_unsafe
 from bursts.errors import InvalidWave, WaveNotFound, WaveNotRunning
-from bursts.events import burst_event
+from bursts.events import BurstEventType, WaveEnded, WaveStarted, burst_event
 from bursts.models import (
     RUN_TERMINAL,
     AgentRun,
@@ -92,11 +92,13 @@ def wave_start(
             started_by=started_by,
         )
         burst_event(
-            "wave_start",
-            wave_id=wave.pk,
-            labels=wave.labels,
-            continuous=continuous,
-            max_bursts=wave.max_bursts,
+            BurstEventType.WAVE_STARTED,
+            WaveStarted(
+                wave_id=wave.pk,
+                labels=wave.labels,
+                continuous=continuous,
+                max_bursts=wave.max_bursts,
+            ),
         )
         _wave_progress(_lock_wave(wave.pk), first_collect=FIRST_COLLECT)
     # The first agents are running; now collect the rest of the first burst.
@@ -232,11 +234,10 @@ def _wave_finish(wave: Wave, status: str, *, error: str = "") -> None:
     wave.stats = wave_stats(wave)
     wave.save(update_fields=["stats"])
     burst_event(
-        "wave_complete" if status != WaveStatus.CANCELLED else "wave_cancelled",
-        wave_id=wave.pk,
-        status=status,
-        error=error,
-        stats=wave.stats,
+        BurstEventType.WAVE_CANCELLED
+        if status == WaveStatus.CANCELLED
+        else BurstEventType.WAVE_COMPLETED,
+        WaveEnded(wave_id=wave.pk, status=status, error=error, stats=wave.stats),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.celery import app
@@ -233,9 +233,13 @@ def deliveries_resend_due() -> list[int]:
 class DeliveryResult:
     """What an attempt came to: `retry_in_s` set when the delivery is to be tried again."""
 
-    status: str
+    status: str  # a DeliveryStatus, SKIPPED or SUPERSEDED
     attempts: int = 0
     retry_in_s: float | None = None
+
+
+SKIPPED = "skipped"  # not claimed: finished, or held by another attempt
+SUPERSEDED = "superseded"  # claimed, but a later attempt took the delivery before the answer
 
 
 def backoff_s(attempts: int) -> float:
@@ -298,7 +302,7 @@ def delivery_attempt(*, delivery_id: int) -> DeliveryResult:
     leaves it `retrying` with its next try; the last one leaves it `failed`."""
     delivery = _claim(delivery_id)
     if delivery is None:
-        return DeliveryResult(status="skipped")
+        return DeliveryResult(status=SKIPPED)
     endpoint = delivery.endpoint
     body = delivery.body.encode()
     secret = os.environ.get(endpoint.secret_env, "")
@@ -322,20 +326,42 @@ def delivery_attempt(*, delivery_id: int) -> DeliveryResult:
         pk=delivery.pk, status=S.SENDING, attempts=delivery.attempts
     )
     if not error:
-        base.update(status=S.DELIVERED, status_code=code, error="", delivered_at=now,
-                    next_try_at=None)  # fmt: skip
+        if not _record(base, delivery, status=S.DELIVERED, status_code=code, error="",
+                       delivered_at=now, next_try_at=None):  # fmt: skip
+            return DeliveryResult(SUPERSEDED, delivery.attempts)
         logger.info("webhook %s delivered to %s", delivery.delivery_id, endpoint.name,
                     extra={"delivery_id": str(delivery.delivery_id), "status_code": code})  # fmt: skip
         return DeliveryResult(S.DELIVERED, delivery.attempts)
     error = redact(error)[:1000]
     if delivery.attempts >= settings.HOOKS_MAX_ATTEMPTS or not endpoint.active:
-        base.update(status=S.FAILED, status_code=code, error=error, next_try_at=None)
+        if not _record(base, delivery, status=S.FAILED, status_code=code, error=error,
+                       next_try_at=None):  # fmt: skip
+            return DeliveryResult(SUPERSEDED, delivery.attempts)
         logger.warning("webhook %s to %s failed after %d attempts: %s", delivery.delivery_id,
                        endpoint.name, delivery.attempts, error)  # fmt: skip
         return DeliveryResult(S.FAILED, delivery.attempts)
     wait = backoff_s(delivery.attempts)
-    base.update(status=S.RETRYING, status_code=code, error=error,
-                next_try_at=now + timedelta(seconds=wait))  # fmt: skip
+    if not _record(base, delivery, status=S.RETRYING, status_code=code, error=error,
+                   next_try_at=now + timedelta(seconds=wait)):  # fmt: skip
+        return DeliveryResult(SUPERSEDED, delivery.attempts)
     logger.info("webhook %s to %s: attempt %d failed (%s); next in %.1f s", delivery.delivery_id,
                 endpoint.name, delivery.attempts, error, wait)  # fmt: skip
     return DeliveryResult(S.RETRYING, delivery.attempts, retry_in_s=wait)
+
+
+def _record(claimed: QuerySet[WebhookDelivery], delivery: WebhookDelivery, **fields: Any) -> bool:
+    """Write the attempt's answer if this attempt still holds the delivery (compare-and-set on
+    `sending` and its attempt count). False when it does not: the attempt outlived its deadline
+    and the sweep gave the delivery to a later attempt, whose answer is the one that counts (and
+    whose task retries it, not this one's)."""
+    if claimed.update(**fields) == 1:
+        return True
+    logger.warning(
+        "webhook %s: attempt %d answered after a later attempt took the delivery; its answer"
+        " (%s) is not recorded",
+        delivery.delivery_id,
+        delivery.attempts,
+        fields["status"],
+        extra={"delivery_id": str(delivery.delivery_id), "attempt": delivery.attempts},
+    )
+    return False

@@ -42,7 +42,6 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from core.events import publish
 from core.redaction import redact
 from core.safeyaml import InputRefused, read_text
 from psychonauts.containment.sandbox import (
@@ -66,6 +65,7 @@ from psychonauts.environments.spec import (
     spec_from_data,
     spec_parse,
 )
+from psychonauts.events import environment_event
 from psychonauts.workspaces.git import git_command, git_run
 from psychonauts.workspaces.repository import file_lock, file_lock_try, repo_local
 from repos.context import current
@@ -315,21 +315,17 @@ def _end(build: EnvironmentBuild, **fields: object) -> None:
         _announce(build)
 
 
-# The operator's dashboard lists this topic's events (a build's end, the hosts it was denied).
-EVENTS_TOPIC = "burst:events"
-
-
 def _announce(build: EnvironmentBuild) -> None:
     """The build's end as events the operator sees: built or failed (with its error), and
     each connection the proxy refused."""
     about = {"environment_build_id": build.pk, "key": build.key[:12],
              "repository": build.repository}  # fmt: skip
     if build.status == BuildStatus.READY:
-        publish(EVENTS_TOPIC, "environment_built", {**about, "size_bytes": build.size_bytes})
+        environment_event("environment_built", {**about, "size_bytes": build.size_bytes})
     else:
-        publish(EVENTS_TOPIC, "environment_failed", {**about, "error": build.error})
+        environment_event("environment_failed", {**about, "error": build.error})
     for target in build.denied:
-        publish(EVENTS_TOPIC, "environment_denied", {**about, "target": target})
+        environment_event("environment_denied", {**about, "target": target})
 
 
 def _wake(build_id: int) -> None:
@@ -621,7 +617,7 @@ def environment_waiters_sweep() -> int:
 
 def _agent_denied(target: str) -> None:
     try:
-        publish(EVENTS_TOPIC, "agent_network_denied", {"target": target})
+        environment_event("agent_network_denied", {"target": target})
     finally:
         connection.close()  # the proxy's executor thread: no connection left open
 

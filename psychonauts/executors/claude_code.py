@@ -241,7 +241,7 @@ class ClaudeCodeRunner(Runner):
                 prompt = _CONTINUE
             self.phase(AgentPhase.THINKING)
             self.emit(
-                "cli_session",
+                "cli_session_started",
                 executor=self.executor,
                 session_id=session,
                 resume=resume,
@@ -591,7 +591,7 @@ class ClaudeCodeRunner(Runner):
         message: dict[str, Any] = item["message"] if isinstance(item.get("message"), dict) else {}
         content: list[Any] = message["content"] if isinstance(message.get("content"), list) else []
         if kind == "system" and item.get("subtype") == "init":
-            self.emit("cli_init", model=item.get("model", ""), tools=item.get("tools", []))
+            self.emit("cli_started", model=item.get("model", ""), tools=item.get("tools", []))
         elif kind == "assistant":
             for block in content:
                 if not isinstance(block, dict):

@@ -14,7 +14,7 @@ verification and verdict, the faults); what differs:
   off. Its tools are its own (a shell, `apply_patch`) and cannot be narrowed, so a role runs under
   codex only when it allows `shell`, `write_file` and `edit_file` (else the run is refused).
 - Its state (`CODEX_HOME`, where its threads live) is `cli-state/<agent>/codex`. Codex names its
-  thread itself: the id from its first event (`thread.started`) is written as a `cli_session`
+  thread itself: the id from its first event (`thread.started`) is written as a `cli_session_started`
   event at once, and a later execution of the run continues it with
   `codex exec resume <thread_id>`.
 - Its `--json` stream becomes the run's events: `agent_message` as text, `command_execution`,
@@ -126,7 +126,7 @@ class CodexRunner(ClaudeCodeRunner):
         """The thread Codex named in an earlier execution of this run ("" before its first)."""
         found = (
             Event.objects.filter(
-                topic=self.topic, type="cli_session", payload__agent_run_id=self.run.pk
+                topic=self.topic, type="cli_session_started", payload__agent_run_id=self.run.pk
             )
             .exclude(payload__thread_id=None)
             .order_by("-id")
@@ -205,7 +205,7 @@ class CodexRunner(ClaudeCodeRunner):
         if kind == "thread.started":
             thread = self._thread = str(item.get("thread_id", ""))
             # Durable at once: a worker killed from here on resumes this thread.
-            self.emit("cli_session", executor=CODEX, thread_id=thread, started=True)
+            self.emit("cli_session_started", executor=CODEX, thread_id=thread, started=True)
             self.flush_events()
         elif kind == "turn.started":
             self.phase(AgentPhase.THINKING)

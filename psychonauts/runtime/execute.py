@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from bursts.executor import Outcome
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
-from core.events import publish
 from core.redaction import redact
 from core.workers import worker_name
 from psychonauts.containment.sandbox import sandbox_require
@@ -32,6 +31,7 @@ from psychonauts.errors import (
     RoleNotFound,
     SuspendRun,
 )
+from psychonauts.events import agent_event
 from psychonauts.executors.shell import MODEL as SHELL_MODEL
 from psychonauts.models import Role
 from psychonauts.roles import roles_sync_defaults
@@ -352,6 +352,6 @@ def _fail(run: AgentRun, runner: Runner | None, reason: str) -> Outcome:
         if updated != 1:
             run.refresh_from_db()
             return run_outcome(run)
-        publish(f"agent:{run.agent_id}", "error", {"agent_run_id": run.pk, "error": reason})
+        agent_event(run.agent_id, "error", {"agent_run_id": run.pk, "error": reason})
         return Outcome("error", error=reason)
     return runner.finish(AgentStatus.ERROR, error=reason)

@@ -24,6 +24,7 @@ from psychonauts.containment.sandbox import SandboxEnvironment
 from psychonauts.containment.verify import Check, VerifyReport, verify_commands_run
 from psychonauts.environments.services import agent_sandbox_environment, environment_for_agent
 from psychonauts.errors import PsychonautError, WorkspaceError
+from psychonauts.events import AgentEventType
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.routing import registry
 from psychonauts.routing.cache_ttl import long_cache_pays
@@ -208,10 +209,10 @@ class Runner:
         return self._workspace
 
     # events -------------------------------------------------------------------------------
-    def event(self, event_type: str, **payload: Any) -> tuple[str, dict[str, Any]]:
+    def event(self, event_type: AgentEventType, **payload: Any) -> tuple[str, dict[str, Any]]:
         return event_type, {"agent_run_id": self.run.pk, "attempt": self.run.attempt, **payload}
 
-    def emit(self, event_type: str, **payload: Any) -> None:
+    def emit(self, event_type: AgentEventType, **payload: Any) -> None:
         """Buffer an event (the observer sees it now); the next step's statement writes it."""
         self.pending.append(self.event(event_type, **payload))
         self.notify(*self.pending[-1])
@@ -816,7 +817,7 @@ class Runner:
             return self.stale(str(exc))
         if sha:
             text += f"\n\n(committed {sha[:10]} on {branch_for(self.run.quantum_id)})"
-            self.emit("commit", sha=sha, branch=branch_for(self.run.quantum_id))
+            self.emit("committed", sha=sha, branch=branch_for(self.run.quantum_id))
         checks = stage_checks(self.run)
         commands = list(self.run.quantum.verify_commands or [])
         if checks.verify and commands:
@@ -839,7 +840,7 @@ class Runner:
         commit = sha or git("rev-parse", "HEAD", cwd=self.workspace)
         round = verification_round(agent_run_id=self.run.pk)
         self.phase(AgentPhase.TOOL_USE)
-        self.emit("verifying", round=round, commit=commit, commands=commands)
+        self.emit("verification_started", round=round, commit=commit, commands=commands)
         self.flush_events()  # the operator sees a long verification start, not only its end
         # The verification is recorded against `commit`: it runs on exactly that, or not at
         # all. Files the commit does not hold (written after it, or by someone else) would make
@@ -931,7 +932,9 @@ class Runner:
             turn_complete(self.completion)
             self.completion = None
         buffered = list(self.pending)
-        outcome = self.event(status, result=result[:2000], error=error)
+        outcome = self.event(
+            "done" if status == AgentStatus.DONE else "error", result=result[:2000], error=error
+        )
         finished = run_finish(
             agent_run_id=run.pk,
             status=status,

@@ -21,11 +21,13 @@ from typing import Any
 
 import regex
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from core.hooks import Hook
 from core.redaction import redact
 from core.safetext import text_problem
+from core.sql import sql_names
 from psychonauts.containment.guard import Policy, Tier, command_judge
 from psychonauts.containment.identities import SHARED_TREE
 from psychonauts.containment.sandbox import (
@@ -621,16 +623,38 @@ def _mail_send(ctx: ToolContext, args: dict[str, Any]) -> str:
     return f"sent mail {mail.pk} to {args['to']}"
 
 
+MAIL_READ_MAX = 50  # messages per read, oldest first
+
+# A recipient's unread messages (mail_unread), marked read by the statement that takes them. The
+# rows are locked as they are chosen and rows another reader holds are skipped: two agents reading
+# at once (an agent and its role's sibling) never get the same message.
+_MAIL_READ = """
+UPDATE {table} SET {read_at} = %(now)s
+WHERE {id} IN (
+    SELECT {id} FROM {table}
+    WHERE {recipient} = ANY(%(recipients)s) AND {read_at} IS NULL
+    ORDER BY {created_at}
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AND {read_at} IS NULL
+RETURNING {sender}, {subject}, {body}, {created_at}, {id}
+""".format(**sql_names(Mail))
+
+
 def _mail_read(ctx: ToolContext, args: dict[str, Any]) -> str:
-    unread = list(
-        Mail.objects.filter(recipient__in=[ctx.agent_id, ctx.role], read_at=None).order_by(
-            "created_at"
-        )[:50]
-    )
-    Mail.objects.filter(pk__in=[m.pk for m in unread]).update(read_at=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _MAIL_READ,
+            {
+                "now": timezone.now(),
+                "recipients": [ctx.agent_id, ctx.role],
+                "limit": MAIL_READ_MAX,
+            },
+        )
+        unread = sorted(cursor.fetchall(), key=lambda row: (row[3], row[4]))
     if not unread:
         return "(no new mail)"
-    return "\n\n".join(f"From {m.sender}: {m.subject}\n{m.body}" for m in unread)
+    return "\n\n".join(f"From {sender}: {subject}\n{body}" for sender, subject, body, *_ in unread)
 
 
 def _spawn(ctx: ToolContext, args: dict[str, Any]) -> str:

@@ -15,12 +15,12 @@ from django.db import transaction
 
 from bursts.models import AgentRun, QuantumRun
 from bursts.services.stages import stage_spec
-from core.events import publish
 from psychonauts.containment.verify import VerifyReport
 from psychonauts.models import ToolCall, Verification
 from psychonauts.routing.providers.base import TextBlock
 from psychonauts.runtime.checkpoint import turn_feedback
 from psychonauts.runtime.tools import VERDICT_TOOL, VERDICTS
+from quanta.events import quanta_event
 
 VERIFY_RETRIES_DEFAULT = 2
 VERIFY_RETRIES_MAX = 5
@@ -152,7 +152,7 @@ def verification_record(
         ],
         then=then,
     )
-    publish("quanta", "verification", dict(payload))
+    quanta_event("verification", payload)
     return verification, payload
 
 

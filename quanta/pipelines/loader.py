@@ -282,7 +282,7 @@ def _pipeline(
                         p.add(
                             _line(match, "labels"),
                             "match.labels",
-                            str(exc).removeprefix("labels: "),
+                            exc.problem,
                         )
                         ok = False
                 labels = sorted(set(got))

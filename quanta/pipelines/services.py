@@ -11,9 +11,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, QuerySet
 
-from core.events import publish
 from core.hooks import Hook
 from quanta.errors import QuantaError
+from quanta.events import quanta_event
 from quanta.models import Quantum
 from quanta.pipeline_models import Pipeline, Stage
 from quanta.pipelines.loader import pipelines_read
@@ -169,9 +169,8 @@ def pipelines_save(
             change = "updated"
         loaded.append(LoadedPipeline(spec["name"], pipeline.version, change, source))
         if change != "unchanged":
-            publish(
-                "quanta",
-                f"pipeline_{change}",
+            quanta_event(
+                "pipeline_created" if change == "created" else "pipeline_updated",
                 {"pipeline": pipeline.name, "version": pipeline.version, "source": source},
             )
     return loaded

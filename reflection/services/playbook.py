@@ -157,8 +157,9 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
     confidence = confidence_after(confidence, success=success)
     helpful = rule.helpful + (1 if success else 0)
     harmful = rule.harmful + (0 if success else 1)
+    maturity_before = rule.maturity
     maturity = maturity_after(
-        rule.maturity, helpful=helpful, confidence=confidence, success=success
+        maturity_before, helpful=helpful, confidence=confidence, success=success
     )
     PlaybookRule.objects.filter(pk=rule_id).update(
         confidence=confidence,
@@ -187,10 +188,11 @@ def rule_feedback(rule_id: int, success: bool, now: datetime | None = None) -> P
         anti_pattern_propose(
             rule, reason=f"rule #{rule.pk} was harmful {harmful} times, helpful {helpful}"
         )
-    if maturity != rule.maturity or maturity != RuleMaturity.CANDIDATE:
+    if maturity != maturity_before:
         logger.info(
-            "rule %s: %s (confidence %.3f)",
+            "rule %s: maturity %s -> %s (confidence %.3f)",
             rule_id,
+            maturity_before,
             maturity,
             confidence,
             extra={"rule_id": rule_id, "maturity": maturity, "confidence": confidence},

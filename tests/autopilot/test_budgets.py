@@ -195,7 +195,7 @@ def test_it_holds_a_state_over_its_budget_while_operator_work_goes_on(
     hold = Hold.objects.get()
     assert (hold.agent_run_id, hold.scope) == (improving.pk, "improving")
     assert "the improving budget is spent: $1.0000 of $1.0000" in hold.reason
-    assert [e["agent_run_id"] for e in events("hold")] == [improving.pk]
+    assert [e["agent_run_id"] for e in events("run_held")] == [improving.pk]
     assert budget_left("improving") == 0
     assert budget_left("executing") == Decimal(99)  # the day budget less the improving spend
     assert budget_status().holds == 1
@@ -237,7 +237,7 @@ def test_the_cap_holds_every_agent_and_a_higher_cap_resumes_them_from_their_chec
     assert holds_release() == 2
 
     assert not Hold.objects.exists()
-    assert sorted(e["agent_run_id"] for e in events("release")) == sorted([first.pk, second.pk])
+    assert sorted(e["agent_run_id"] for e in events("released")) == sorted([first.pk, second.pk])
     for run in (first, second):
         run.refresh_from_db()
         assert (run.status, run.worker) == (AgentStatus.RUNNING, "")  # its task is sent

@@ -93,8 +93,8 @@ def test_the_contemplator_proposes_goals_that_wait_for_the_operator(worker: Work
     ]
     assert {g.source for g in goals} == {GoalSource.CONTEMPLATION}
     assert goals[0].verify_commands == ["python3 -m pytest -q"]
-    # Never approved on their own: a while later they still wait.
-    time.sleep(1.0)
+    # Never approved on their own: once the worker has nothing left to do, they still wait.
+    worker.wait_idle(required=True)
     assert set(Goal.objects.values_list("status", flat=True)) == {GoalStatus.PROPOSED}
     assert not Goal.objects.exclude(approved_by="").exists()
     (started,) = Event.objects.filter(topic="autopilot:contemplation", type="started")

@@ -146,7 +146,7 @@ def test_it_approves_a_proposed_goal_and_refuses_to_approve_it_twice() -> None:
     assert history(goal) == [("", S.PROPOSED, ""), (S.PROPOSED, S.APPROVED, "bob")]
     event = Event.objects.filter(topic="autopilot:goals").latest("id")
     assert (event.type, event.payload["from_status"], event.payload["status"]) == (
-        "goal_status",
+        "goal_status_changed",
         S.PROPOSED,
         S.APPROVED,
     )

@@ -151,7 +151,9 @@ def test_the_base_branchs_failures_file_one_healing_quantum(
     assert "failed its checks 2 times in a row" in healing.body
     assert "test -f CHANGELOG.md" in healing.body
     assert BaseCheck.objects.latest("id").quantum_id == healing.pk
-    assert Event.objects.filter(topic="autopilot:healing", type="healing_quantum").count() == 1
+    assert (
+        Event.objects.filter(topic="autopilot:healing", type="healing_quantum_filed").count() == 1
+    )
 
     # Still failing while it is open: not filed again; the hub executes the healing quantum.
     base_check_run()
@@ -251,7 +253,7 @@ def test_a_failing_endpoint_is_marked_down(settings: Any, redis_client: redis.Re
     assert endpoint_down("anthropic", "claude-x")
     ttl = redis_client.pttl("endpoints:down:anthropic|claude-x")
     assert 55_000 < ttl <= 60_000
-    event = Event.objects.get(topic="autopilot:healing", type="endpoint_down")
+    event = Event.objects.get(topic="autopilot:healing", type="endpoint_marked_down")
     assert event.payload["provider"] == "anthropic" and event.payload["failures"] == 3
     # Down now: nothing more to heal.
     assert endpoints_failing() == []
@@ -312,7 +314,7 @@ def test_the_tick_sends_the_base_check_to_a_real_worker(
     assert check.sha == git("rev-parse", "HEAD", cwd=repo) and not check.ok
     assert "PASSED: `python3 calc.py`" in check.summary
     assert "FAILED: `test -f CHANGELOG.md` (exit status 1)" in check.summary
-    event = Event.objects.get(topic="autopilot:healing", type="base_check")
+    event = Event.objects.get(topic="autopilot:healing", type="base_checked")
     assert event.payload["failed"] == ["test -f CHANGELOG.md"]
     # Checked just now: not due again within AUTOPILOT_BASE_CHECK_S.
     assert "autopilot.base_check" not in hub_tick().sent

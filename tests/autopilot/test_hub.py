@@ -75,7 +75,7 @@ def test_it_records_a_transition_with_its_reason_and_snapshot(hub: Hub) -> None:
     assert "1 autopilot quantum ready" in t.reason
     assert "$15.00 of the executing budget's $15.00 left today" in t.reason
     assert t.snapshot["ready"] == 1 and t.snapshot["paused"] is False
-    event = Event.objects.filter(topic="autopilot:hub", type="state").latest("id")
+    event = Event.objects.filter(topic="autopilot:hub", type="state_changed").latest("id")
     assert event.payload["to"] == "executing" and event.payload["from"] == "resting"
     hub = Hub.objects.get(pk=1)
     assert hub.state == "executing" and hub.reason == t.reason

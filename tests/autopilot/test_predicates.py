@@ -21,27 +21,31 @@ from autopilot.predicates import (
 from autopilot.snapshot import (
     READY_CAP,
     FailingEndpoint,
-    Limits,
     RepositoryState,
     Snapshot,
     StuckAgent,
+    TickSettings,
 )
+from autopilot.spend import Limits
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
-LIMITS = Limits(
+LIMITS = TickSettings(
     scan_every_s=3600,
     contemplate_every_s=86400,
     proposals_max=5,
     base_failures=2,
     base_check_every_s=600,
     stuck_s=900,
-    day_budget_usd=Decimal("20.00"),
-    state_budgets_usd={
-        "executing": Decimal("15.00"),
-        "improving": Decimal("3.00"),
-        "contemplating": Decimal("1.00"),
-        "healing": Decimal("2.00"),
-    },
+    budgets=Limits(
+        cap=None,
+        day=Decimal("20.00"),
+        states={
+            "executing": Decimal("15.00"),
+            "improving": Decimal("3.00"),
+            "contemplating": Decimal("1.00"),
+            "healing": Decimal("2.00"),
+        },
+    ),
 )
 FULL = {
     "executing": Decimal("15"),

@@ -361,7 +361,9 @@ def test_live_fragments_redraw_the_card_and_the_goals() -> None:
     goal = a_goal()
     hub_resume(by="op")
     hub_event = event_message(publish("autopilot:hub", "hub_transition", {"to_state": "resting"}))
-    goal_event = event_message(publish("autopilot:goal", "goal_status", {"goal_id": goal.pk}))
+    goal_event = event_message(
+        publish("autopilot:goal", "goal_status_changed", {"goal_id": goal.pk})
+    )
 
     dashboard = fragment_render(hub_event, page="dashboard", params={}, can_operate=True)
     assert 'id="autopilot-card" data-swap="replace"' in dashboard

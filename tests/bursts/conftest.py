@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 from django.conf import settings
 from django.db import connection
@@ -94,15 +95,19 @@ class Worker:
                 return
         raise AssertionError(f"worker {self.name} not ready:\n{self.log.read_text()}")
 
-    def wait_idle(self, timeout: float = 15) -> None:
-        """Until the worker has no task running or reserved, twice in a row (a chain's next task
-        is sent as its last one ends): what a test started, reflection after its bursts
-        included, is done before its tables are emptied under it."""
+    def wait_idle(self, timeout: float = 15, *, required: bool = False) -> None:
+        """Until the broker's queue is empty and the worker has no task running or reserved,
+        twice in a row (a chain's next task is sent as its last one ends): what a test started,
+        reflection after its bursts included, is done before its tables are emptied under it.
+        `required`: a test's wait for everything it sent to have run (AssertionError if the
+        worker is still busy after `timeout`)."""
         if self.proc is None or self.proc.poll() is not None:
+            assert not required, f"worker {self.name} is not running"
             return
         destination = [f"{self.name}@{os.uname().nodename}"]
         deadline = time.monotonic() + timeout
         idle = 0
+        queue = redis.Redis.from_url(self.env["REDIS_URL"])
         with Celery(broker=self.env["REDIS_URL"]) as probe:
             while idle < 2 and time.monotonic() < deadline:
                 inspect = probe.control.inspect(destination=destination, timeout=0.5)
@@ -112,8 +117,10 @@ class Worker:
                     for tasks in found.values()
                     for task in tasks
                 ]
-                idle = 0 if busy else idle + 1
+                idle = 0 if busy or queue.llen("celery") else idle + 1
                 time.sleep(0.2)
+        queue.close()
+        assert idle >= 2 or not required, f"worker {self.name} still busy after {timeout} s"
 
     def supervise(self) -> None:
         """Restart the worker whenever it exits, as systemd or a container runtime would."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -67,7 +66,7 @@ def test_it_collects_a_backlog_larger_than_its_first_transaction_into_one_burst(
     assert runs.count() == len(quanta)
     assert set(runs.values_list("status", flat=True)) == {RunStatus.DONE}
     starts = Event.objects.filter(
-        topic="burst:events", type="burst_start", payload__wave_id=wave.pk
+        topic="burst:events", type="burst_started", payload__wave_id=wave.pk
     )
     assert starts.count() == 1
 
@@ -90,7 +89,7 @@ def test_it_cancels_a_wave_and_leaves_every_quantum_truthful(worker: Worker) -> 
     statuses = dict(AgentRun.objects.filter(quantum=busy).values_list("role", "status"))
     assert statuses == {"coder": "cancelled", "tester": "cancelled"}
     # The running agent stops at its next turn and its outcome does not overwrite the cancel.
-    time.sleep(0.5)
+    worker.wait_idle(required=True)
     assert AgentRun.objects.get(quantum=busy, role="coder").status == AgentStatus.CANCELLED
     assert not AgentRun.objects.filter(
         quantum=busy, role="tester", started_at__isnull=False
@@ -154,7 +153,7 @@ def test_it_changes_nothing_when_every_step_is_delivered_twice(worker: Worker) -
     app.send_task("bursts.wave_advance", args=(wave.pk,))
     run_step(quantum_run_id=run.pk, stage_index=1)
     wave_advance(wave_id=wave.pk)
-    time.sleep(1.0)
+    worker.wait_idle(required=True)
 
     coder = AgentRun.objects.get(quantum=q, role="coder")
     steps = [

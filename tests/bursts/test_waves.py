@@ -67,7 +67,7 @@ def test_it_runs_a_single_agent_stage_after_a_fan_out_in_the_chord_callback(
             .order_by("pk")
             .values_list("type", flat=True)
         )
-        assert types == ["stage_complete"] * 4 + ["run_complete", "run_drained"]
+        assert types == ["stage_completed"] * 4 + ["run_completed", "run_drained"]
     assert not Event.objects.filter(type="stage_redispatched").exists()
 
 

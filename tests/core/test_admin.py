@@ -57,10 +57,10 @@ def test_every_registered_model_has_working_admin_pages(admin_client):
         rule="no_worker", status="firing", value=1, threshold=1, message="step", fired_at=now()
     )
     hook = WebhookEndpoint.objects.create(
-        name="ci", url="https://ci.example/h", secret_env="CI_KEY", events=["wave_complete"]
+        name="ci", url="https://ci.example/h", secret_env="CI_KEY", events=["wave_completed"]
     )
     WebhookDelivery.objects.create(
-        endpoint=hook, event_id=1, event="wave_complete", delivery_id=uuid.uuid4(), body="{}"
+        endpoint=hook, event_id=1, event="wave_completed", delivery_id=uuid.uuid4(), body="{}"
     )
     GithubDelivery.objects.create(delivery_id="d-1", event="push", outcome="woke the scheduler")
     GithubLink.objects.create(key="issue:o/r#1", quantum=a)

@@ -93,7 +93,7 @@ async def test_it_sends_nothing_and_keeps_nothing_on_rollback(redis_client):
 
     def work():
         with pytest.raises(RuntimeError), transaction.atomic():
-            publish("burst:events", "burst_start", {"burst": 1})
+            publish("burst:events", "burst_started", {"burst": 1})
             raise RuntimeError("boom")
 
     await database_sync_to_async(work)()

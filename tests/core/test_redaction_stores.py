@@ -142,11 +142,11 @@ def test_an_outgoing_webhooks_body_holds_none(receiver: Any, monkeypatch: pytest
     monkeypatch.setenv("STORES_HOOK_SECRET", "stores-hook-signing-secret-1")
     endpoint_save(
         endpoint=WebhookEndpoint(
-            name="ops", url=receiver.url, secret_env="STORES_HOOK_SECRET", events=["wave.complete"]
+            name="ops", url=receiver.url, secret_env="STORES_HOOK_SECRET", events=["wave.completed"]
         )
     )
     outbox_scan()
-    publish("burst:events", "wave_complete", {"wave_id": 1, "status": "done", "note": ALL})
+    publish("burst:events", "wave_completed", {"wave_id": 1, "status": "done", "note": ALL})
     outbox_scan()
     delivery = WebhookDelivery.objects.get()
 

@@ -8,7 +8,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -96,6 +96,8 @@ class Receiver:
     url: str = ""
     statuses: list[int] = field(default_factory=list)
     requests: list[Received] = field(default_factory=list)
+    # Called with each request before it is answered (what happens elsewhere meanwhile).
+    during: Callable[[Received], None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wait(self, count: int, timeout: float = 20) -> list[Received]:
@@ -115,10 +117,11 @@ def receiver() -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            received = Received(self.path, dict(self.headers.items()), body, time.monotonic())
+            if state.during is not None:
+                state.during(received)
             with state.lock:
-                state.requests.append(
-                    Received(self.path, dict(self.headers.items()), body, time.monotonic())
-                )
+                state.requests.append(received)
                 status = state.statuses.pop(0) if state.statuses else 200
             self.send_response(status)
             self.send_header("Content-Length", "2")

@@ -23,18 +23,18 @@ def test_it_creates_an_endpoint_with_its_chosen_events(admin_client):
     assert admin_client.get(ADD).status_code == 200
     response = admin_client.post(ADD, {
         "name": "ops", "url": "https://hooks.example.com/in", "secret_env": "OPS_HOOK_SECRET",
-        "events": ["wave.complete", "alert.firing"], "active": "on",
+        "events": ["wave.completed", "alert.fired"], "active": "on",
     })  # fmt: skip
     assert response.status_code == 302, response.content
     endpoint = WebhookEndpoint.objects.get()
-    assert sorted(endpoint.events) == ["alert.firing", "wave.complete"]
+    assert sorted(endpoint.events) == ["alert.fired", "wave.completed"]
     assert endpoint.secret_env == "OPS_HOOK_SECRET"
 
 
 def test_it_refuses_a_secret_value_where_a_variable_name_belongs(admin_client):
     response = admin_client.post(ADD, {
         "name": "ops", "url": "https://hooks.example.com/in", "secret_env": "s3cr3t value!",
-        "events": ["wave.complete"], "active": "on",
+        "events": ["wave.completed"], "active": "on",
     })  # fmt: skip
     assert response.status_code == 200
     assert b"environment variable" in response.content

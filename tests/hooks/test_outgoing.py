@@ -55,25 +55,25 @@ def start_outbox() -> None:
 
 @pytest.mark.django_db
 def test_it_delivers_a_chosen_event_signed(receiver, signing, django_capture_on_commit_callbacks):
-    hook = endpoint(receiver.url, ["wave.complete", "change.pending"])
+    hook = endpoint(receiver.url, ["wave.completed", "change.submitted"])
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 12, "status": "done"})
-    publish("burst:events", "burst_start", {"wave_id": 12})  # not a webhook event
+    publish("burst:events", "wave_completed", {"wave_id": 12, "status": "done"})
+    publish("burst:events", "burst_started", {"wave_id": 12})  # not a webhook event
     publish("tether:reaching", "question_asked", {"reaching_id": 3})  # not chosen
     scan = outbox_scan()
     assert scan.read == 3 and len(scan.created) == 1
     delivery = WebhookDelivery.objects.get()
-    assert (delivery.endpoint_id, delivery.event) == (hook.pk, "wave.complete")
+    assert (delivery.endpoint_id, delivery.event) == (hook.pk, "wave.completed")
 
     assert delivery_attempt(delivery_id=delivery.pk).status == DeliveryStatus.DELIVERED
     request = receiver.wait(1)[0]
     expected = "sha256=" + hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
     assert request.headers["X-Annihilation-Signature-256"] == expected
     assert request.headers["X-Annihilation-Delivery"] == str(delivery.delivery_id)
-    assert request.headers["X-Annihilation-Event"] == "wave.complete"
+    assert request.headers["X-Annihilation-Event"] == "wave.completed"
     assert abs(int(request.headers["X-Annihilation-Timestamp"]) - time.time()) < 60
     body = json.loads(request.body)
-    assert body["event"] == "wave.complete" and body["data"] == {"wave_id": 12, "status": "done"}
+    assert body["event"] == "wave.completed" and body["data"] == {"wave_id": 12, "status": "done"}
     assert body["id"] == str(delivery.delivery_id)
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.status_code) == ("delivered", 1, 200)
@@ -81,25 +81,27 @@ def test_it_delivers_a_chosen_event_signed(receiver, signing, django_capture_on_
 
 @pytest.mark.django_db
 def test_it_maps_each_webhook_event(receiver, signing):
-    endpoint(receiver.url, ["wave.complete", "reaching.created", "change.pending", "alert.firing"])
+    endpoint(
+        receiver.url, ["wave.completed", "reaching.created", "change.submitted", "alert.fired"]
+    )
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     publish("tether:reaching", "question_asked", {"reaching_id": 2})
     publish("tether:drifts", "change_review_created", {"change_id": 3, "status": "pending"})
     publish("tether:drifts", "change_review_created", {"change_id": 4, "status": "merged"})
-    publish("alerts", "alert_firing", {"rule": "queue_backlog", "value": 120.0})
+    publish("alerts", "alert_fired", {"rule": "queue_backlog", "value": 120.0})
     publish("alerts", "alert_resolved", {"rule": "queue_backlog", "value": 3.0})
     outbox_scan()
     events = sorted(WebhookDelivery.objects.values_list("event", flat=True))
-    assert events == ["alert.firing", "change.pending", "reaching.created", "wave.complete"]
+    assert events == ["alert.fired", "change.submitted", "reaching.created", "wave.completed"]
 
 
 @pytest.mark.django_db
 def test_it_records_each_event_once_per_endpoint(receiver, signing):
-    endpoint(receiver.url, ["wave.complete"], name="a")
-    endpoint(receiver.url, ["wave.complete"], name="b")
+    endpoint(receiver.url, ["wave.completed"], name="a")
+    endpoint(receiver.url, ["wave.completed"], name="b")
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     assert len(outbox_scan().created) == 2
     # Read again from the start: nothing new.
     OutboxCursor.objects.update(last_event_id=0)
@@ -109,18 +111,18 @@ def test_it_records_each_event_once_per_endpoint(receiver, signing):
 
 @pytest.mark.django_db
 def test_a_new_endpoint_gets_what_happens_from_then_on(receiver, signing):
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     start_outbox()
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     assert outbox_scan().created == []
 
 
 @pytest.mark.django_db
 def test_it_backs_off_and_fails_after_the_last_attempt(receiver, signing):
     receiver.statuses = [500, 503, 500]
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     (pk,) = outbox_scan().created
     first = delivery_attempt(delivery_id=pk)
     assert (first.status, first.retry_in_s) == ("retrying", backoff_s(1))
@@ -138,9 +140,9 @@ def test_it_backs_off_and_fails_after_the_last_attempt(receiver, signing):
 @pytest.mark.django_db
 def test_a_missing_secret_is_a_failed_attempt_with_the_reason(receiver, signing, monkeypatch):
     monkeypatch.delenv(SECRET_ENV)
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     (pk,) = outbox_scan().created
     assert delivery_attempt(delivery_id=pk).status == "retrying"
     assert SECRET_ENV in WebhookDelivery.objects.get().error
@@ -159,7 +161,7 @@ def test_it_refuses_an_endpoint_with_a_bad_url_secret_name_or_event():
         {"events": []},
     ):
         values = {"name": "x", "url": "https://example.com/hook", "secret_env": "HOOK_SECRET",
-                  "events": ["wave.complete"], **fields}  # fmt: skip
+                  "events": ["wave.completed"], **fields}  # fmt: skip
         with pytest.raises(ValidationError):
             endpoint_save(endpoint=WebhookEndpoint(**values))
     assert not WebhookEndpoint.objects.exists()
@@ -190,7 +192,7 @@ def test_it_never_takes_a_metadata_or_link_local_url(url, settings):
 
     settings.HOOKS_ALLOW_PRIVATE = True  # not even with private addresses allowed
     with pytest.raises(ValidationError) as refused:
-        endpoint(url, ["wave.complete"])
+        endpoint(url, ["wave.completed"])
     assert "url" in refused.value.message_dict
     assert not WebhookEndpoint.objects.exists()
 
@@ -202,10 +204,10 @@ def test_a_loopback_or_private_url_needs_the_opt_in(url, settings):
 
     settings.HOOKS_ALLOW_PRIVATE = False
     with pytest.raises(ValidationError) as refused:
-        endpoint(url, ["wave.complete"])
+        endpoint(url, ["wave.completed"])
     assert "ANNIHILATION_WEBHOOKS_ALLOW_PRIVATE" in str(refused.value)
     settings.HOOKS_ALLOW_PRIVATE = True
-    assert endpoint(url, ["wave.complete"]).pk
+    assert endpoint(url, ["wave.completed"]).pk
 
 
 @pytest.mark.django_db
@@ -214,7 +216,7 @@ def test_the_admin_form_shows_the_refusal_on_the_url(admin_client, settings):
     page = admin_client.post(
         "/admin/hooks/webhookendpoint/add/",
         {"name": "meta", "url": "http://169.254.169.254/hook", "secret_env": SECRET_ENV,
-         "events": ["wave.complete"], "active": "on"},
+         "events": ["wave.completed"], "active": "on"},
     )  # fmt: skip
     assert page.status_code == 200  # the form again, with the error
     assert "cloud metadata" in page.content.decode()
@@ -223,9 +225,9 @@ def test_the_admin_form_shows_the_refusal_on_the_url(admin_client, settings):
 
 @pytest.mark.django_db
 def test_a_delivery_is_not_sent_to_an_address_no_longer_allowed(receiver, signing, settings):
-    endpoint(receiver.url, ["wave.complete"])  # allowed (a developer machine's default)
+    endpoint(receiver.url, ["wave.completed"])  # allowed (a developer machine's default)
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1, "status": "done"})
+    publish("burst:events", "wave_completed", {"wave_id": 1, "status": "done"})
     outbox_scan()
     delivery = WebhookDelivery.objects.get()
     settings.HOOKS_ALLOW_PRIVATE = False
@@ -257,7 +259,7 @@ def test_a_request_goes_to_the_address_checked_not_to_a_new_lookup(receiver):
 @pytest.mark.django_db(transaction=True)
 def test_it_waits_for_an_id_drawn_earlier_that_commits_later(receiver, signing):
     """An event whose id was drawn before a later one's, committed after it, is not skipped."""
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
     db = connection.settings_dict
     late = psycopg.connect(
@@ -267,12 +269,12 @@ def test_it_waits_for_an_id_drawn_earlier_that_commits_later(receiver, signing):
         payload = json.dumps({"wave_id": 1})
         inserted = late.execute(
             f"INSERT INTO {Event._meta.db_table} (topic, type, payload, created_at)"
-            " VALUES ('burst:events', 'wave_complete', %s::jsonb, now()) RETURNING id",
+            " VALUES ('burst:events', 'wave_completed', %s::jsonb, now()) RETURNING id",
             [payload],
         ).fetchone()
         assert inserted is not None
         late_id = inserted[0]
-        publish("burst:events", "wave_complete", {"wave_id": 2})  # a later id, committed
+        publish("burst:events", "wave_completed", {"wave_id": 2})  # a later id, committed
         first = outbox_scan()
         assert len(first.created) == 1
         assert first.cursor < late_id  # held before the id still in flight
@@ -287,7 +289,7 @@ def test_it_waits_for_an_id_drawn_earlier_that_commits_later(receiver, signing):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_moves_past_an_id_that_was_rolled_back(receiver, signing):
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
     db = connection.settings_dict
     with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
@@ -297,7 +299,7 @@ def test_it_moves_past_an_id_that_was_rolled_back(receiver, signing):
             " VALUES ('quanta', 'x', '{}'::jsonb, now())"
         )
         gone.rollback()
-    publish("burst:events", "wave_complete", {"wave_id": 2})
+    publish("burst:events", "wave_completed", {"wave_id": 2})
     scan = outbox_scan()
     assert len(scan.created) == 1
     assert scan.cursor == Event.objects.latest("id").pk
@@ -309,7 +311,7 @@ def test_a_worker_delivers_with_backoff_from_the_beat(receiver, make_worker, tmp
     and delivers on the third attempt after waiting longer each time; its JSON log records
     carry the task's and the delivery's ids."""
     receiver.statuses = [500, 502]
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
     worker = make_worker(
         "hooks",
@@ -319,7 +321,7 @@ def test_a_worker_delivers_with_backoff_from_the_beat(receiver, make_worker, tmp
         LOG_LEVEL="INFO",
         **{SECRET_ENV: SECRET},
     )
-    publish("burst:events", "wave_complete", {"wave_id": 5})
+    publish("burst:events", "wave_completed", {"wave_id": 5})
     requests = receiver.wait(3, timeout=30)
     gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
     assert gaps[0] >= 0.4 and gaps[1] >= 0.8, gaps
@@ -330,9 +332,9 @@ def test_a_worker_delivers_with_backoff_from_the_beat(receiver, make_worker, tmp
         time.sleep(0.05)
     row = WebhookDelivery.objects.get()
     assert (row.status, row.attempts, row.status_code, row.error) == ("delivered", 3, 200, "")
-    time.sleep(0.5)
-    assert len(receiver.requests) == 3  # delivered once, not again by the sweep
+    assert deliveries_resend_due() == []  # the beat's sweep finds nothing to send again
     worker.stop()
+    assert len(receiver.requests) == 3  # delivered once
     lines = [json.loads(line) for line in worker.log.read_text().splitlines()
              if line.startswith("{")]  # fmt: skip
     delivered = [
@@ -350,9 +352,9 @@ def test_a_delivery_whose_task_was_lost_is_sent_again(receiver, signing, redis_c
     """A worker killed mid-attempt leaves the delivery `sending`: once its deadline and the
     grace have passed, the sweep sends its task again and the next attempt may claim it."""
     signing.HOOKS_SWEEP_GRACE_S = 0
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     (pk,) = outbox_scan().created
     past = timezone.now() - timedelta(seconds=1)
     WebhookDelivery.objects.filter(pk=pk).update(status="sending", attempts=1, next_try_at=past)
@@ -368,12 +370,38 @@ def test_a_delivery_whose_task_was_lost_is_sent_again(receiver, signing, redis_c
 
 @pytest.mark.django_db
 def test_a_delivery_being_sent_is_not_taken_twice(receiver, signing):
-    endpoint(receiver.url, ["wave.complete"])
+    endpoint(receiver.url, ["wave.completed"])
     start_outbox()
-    publish("burst:events", "wave_complete", {"wave_id": 1})
+    publish("burst:events", "wave_completed", {"wave_id": 1})
     (pk,) = outbox_scan().created
     future = timezone.now() + timedelta(seconds=60)
     WebhookDelivery.objects.filter(pk=pk).update(status="sending", attempts=1, next_try_at=future)
     assert delivery_attempt(delivery_id=pk).status == "skipped"
     assert deliveries_resend_due() == []
     assert receiver.requests == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("answer", [200, 500])
+def test_an_attempt_that_lost_the_delivery_meanwhile_records_nothing(receiver, signing, answer):
+    """An attempt that outlives its deadline while the sweep gives the delivery to a later one:
+    its answer is not written over the later attempt's, and it schedules no retry of its own."""
+    endpoint(receiver.url, ["wave.completed"])
+    start_outbox()
+    publish("burst:events", "wave_completed", {"wave_id": 1})
+    (pk,) = outbox_scan().created
+
+    def taken_by_a_later_attempt(_: Any) -> None:
+        WebhookDelivery.objects.filter(pk=pk).update(attempts=2)
+
+    receiver.during = taken_by_a_later_attempt
+    receiver.statuses = [answer]
+    result = delivery_attempt(delivery_id=pk)
+    assert (result.status, result.retry_in_s) == ("superseded", None)
+    row = WebhookDelivery.objects.get()
+    assert (row.status, row.attempts, row.status_code, row.delivered_at) == (
+        "sending",
+        2,
+        None,
+        None,
+    )

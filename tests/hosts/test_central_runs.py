@@ -97,7 +97,7 @@ def test_an_agent_run_on_one_host_lands_its_commit_centrally_and_the_next_sees_i
     # What each run reported as its commit is what the central branch holds.
     commits = [
         e.payload["sha"]
-        for e in Event.objects.filter(topic__startswith="agent:", type="commit").order_by("id")
+        for e in Event.objects.filter(topic__startswith="agent:", type="committed").order_by("id")
     ]
     assert commits[-1] == daemon_central.tip(branch)
 

@@ -66,7 +66,7 @@ def test_it_fires_resolves_and_fires_again_only_after_the_cooldown(cooldown):
         "resolved",
         "firing",
     ]
-    firing = events("alert_firing")
+    firing = events("alert_fired")
     assert len(firing) == 2 and len(events("alert_resolved")) == 1
     assert firing[0]["rule"] == "queue_backlog" and firing[0]["message"] == "12 waiting"
 
@@ -138,7 +138,7 @@ def test_the_tick_fires_when_tasks_wait_and_no_worker_consumes_them(quick_ping, 
     assert "no_worker" in rules
     assert "celery (1)" in rules["no_worker"].message
     assert "make dev" in rules["no_worker"].message
-    assert events("alert_firing")[0]["rule"] == "no_worker"
+    assert events("alert_fired")[0]["rule"] == "no_worker"
 
 
 def test_the_tick_keeps_an_hour_of_samples(quick_ping):

@@ -48,7 +48,7 @@ def test_the_beat_fires_no_worker_when_nobody_consumes_the_queue(
     )
     alert = Alert.objects.get(rule="no_worker")
     assert "make dev" in alert.message
-    assert Event.objects.filter(topic="alerts", type="alert_firing").count() == 1
+    assert Event.objects.filter(topic="alerts", type="alert_fired").count() == 1
 
     make_worker("consumer", beat=False)
     wait_for(

@@ -107,7 +107,7 @@ def test_an_agent_fixes_a_bug_and_its_commit_is_verified(
     topic = f"agent:{run.agent_id}"
     calls = [e.payload["name"] for e in Event.objects.filter(topic=topic, type="tool_call")]
     assert calls == ["Write", "Bash"]
-    assert Event.objects.filter(topic=topic, type="cli_session").exists()
+    assert Event.objects.filter(topic=topic, type="cli_session_started").exists()
     # Every model call went through the gateway and is in the ledger at our prices.
     usage = list(Usage.objects.filter(agent_run=run))
     assert len(usage) == len(fake.requests) >= 3
@@ -167,7 +167,7 @@ def test_a_spend_gate_s_hold_makes_the_cli_run_wait_and_its_release_resumes_the_
     assert outcome.status == "done", outcome.error
     sessions = [
         e.payload["resume"]
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
     ]
     assert sessions == [False, True]
     tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
@@ -196,9 +196,9 @@ def test_a_killed_worker_resumes_the_cli_session(
     assert outcome.status == "done", outcome.error
     sessions = [
         e.payload
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session").order_by(
-            "id"
-        )
+        for e in Event.objects.filter(
+            topic=f"agent:{run.agent_id}", type="cli_session_started"
+        ).order_by("id")
     ]
     assert [s["resume"] for s in sessions] == [False, True]
     assert sessions[0]["session_id"] == sessions[1]["session_id"]
@@ -240,7 +240,8 @@ def test_the_cli_asks_the_tether_waits_holding_no_worker_and_resumes_with_the_an
         "The Tether answered: drop it, nobody uses it"
     )
     sessions = [
-        e.payload for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+        e.payload
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
     ]
     assert [s["resume"] for s in sessions] == [False, True]
     # The session went on (its conversation holds the question) with the answer, once.
@@ -281,7 +282,7 @@ def test_a_question_answered_on_a_host_without_the_session_starts_over_with_the_
     assert outcome.status == "done", outcome.error
     sessions = [
         e.payload["resume"]
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session")
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
     ]
     assert sessions == [False, False]
     # A new session: the agent's task and the answer it waited for, in its first message.

@@ -104,7 +104,7 @@ def test_a_codex_agent_fixes_a_bug_and_its_commit_is_verified(
     assert [c["name"] for c in _events(run, "tool_call")] == ["exec_command"]
     assert [r["is_error"] for r in _events(run, "tool_result")] == [False]
     assert any("Fixed the status." in e["text"] for e in _events(run, "text"))
-    threads = [s["thread_id"] for s in _events(run, "cli_session") if s.get("thread_id")]
+    threads = [s["thread_id"] for s in _events(run, "cli_session_started") if s.get("thread_id")]
     assert len(threads) == 1 and threads[0]
     # Every model call went through the gateway with the real key, metered at our prices.
     assert fake.paths and all(p.startswith("/v1/responses") for p in fake.paths)
@@ -144,7 +144,7 @@ def test_a_codex_agent_asks_the_tether_and_resumes_its_thread_with_the_answer(
     assert ToolCall.objects.get(agent_run=run, name="ask_tether").output == (
         "The Tether answered: drop it, nobody uses it"
     )
-    sessions = _events(run, "cli_session")
+    sessions = _events(run, "cli_session_started")
     threads = {s["thread_id"] for s in sessions if s.get("thread_id")}
     assert len(threads) == 1  # the same thread, resumed
     assert [s["resume"] for s in sessions if "resume" in s] == [False, True]
@@ -176,7 +176,7 @@ def test_a_killed_worker_resumes_the_codex_thread(
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
-    sessions = _events(run, "cli_session")
+    sessions = _events(run, "cli_session_started")
     assert [s["resume"] for s in sessions if "resume" in s] == [False, True]
     assert len({s["thread_id"] for s in sessions if s.get("thread_id")}) == 1
     # The thread went on: its conversation holds the first command, and it was told why.

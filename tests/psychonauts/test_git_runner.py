@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from psychonauts.workspaces.git import git, git_run, submodules_left_out
 from psychonauts.workspaces.worktrees import workspace_ensure
@@ -102,8 +103,7 @@ def test_it_never_looks_inside_a_submodule_whose_folder_holds_a_repository(
     assert list(marks.iterdir()) == []
 
 
-APPS = ("core", "quanta", "bursts", "psychonauts", "tether", "reflection", "autopilot",
-        "operations", "hooks", "api", "annihilation")  # fmt: skip
+APPS: list[str] = list(settings.PROJECT_APPS)
 
 
 def git_processes_outside_the_runner(root: Path) -> list[str]:

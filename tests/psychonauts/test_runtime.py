@@ -510,7 +510,7 @@ def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
 
     assert git("rev-parse", "HEAD", cwd=path) == head
     assert git("status", "--porcelain", cwd=path) == "?? stray.txt"
-    assert not Event.objects.filter(type="commit", payload__agent_run_id=reader.pk).exists()
+    assert not Event.objects.filter(type="committed", payload__agent_run_id=reader.pk).exists()
 
     quantum.labels = ["writer"]
     quantum.save(update_fields=["labels"])
@@ -519,4 +519,4 @@ def test_an_agent_that_only_read_commits_nothing_and_one_that_wrote_commits(
 
     assert git("rev-parse", "HEAD~1", cwd=path) == head
     assert git("status", "--porcelain", cwd=path) == ""
-    assert Event.objects.filter(type="commit", payload__agent_run_id=writer.pk).exists()
+    assert Event.objects.filter(type="committed", payload__agent_run_id=writer.pk).exists()

@@ -143,7 +143,7 @@ def _assert_verified_on_its_commit(agent: AgentRun, repo: Path) -> None:
     agent's own commit event named when it committed."""
     commits = [
         e.payload["sha"]
-        for e in Event.objects.filter(topic=f"agent:{agent.agent_id}", type="commit")
+        for e in Event.objects.filter(topic=f"agent:{agent.agent_id}", type="committed")
         if e.payload.get("agent_run_id") == agent.pk
     ]
     for verification in Verification.objects.filter(agent_run=agent).order_by("round"):

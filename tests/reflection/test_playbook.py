@@ -189,3 +189,21 @@ def test_a_global_delta_applies_only_when_grounded() -> None:
     assert grounded.rule_id is not None
     rule = PlaybookRule.objects.get(pk=grounded.rule_id)
     assert (rule.scope, rule.text, rule.maturity) == ("global", "Never force-push", "candidate")
+
+
+@pytest.mark.django_db
+def test_it_logs_a_maturity_change_only_when_the_maturity_moves(
+    settings: SettingsWrapper, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.REFLECTION_PROMOTE_ESTABLISHED = (1, 0.0)
+    settings.REFLECTION_PROMOTE_PROVEN = (100, 1.0)
+    rule = rule_create(text="Read the failing test first")
+    caplog.set_level("INFO", logger="reflection.services.playbook")
+
+    assert rule_feedback(rule.pk, True).maturity == "established"
+    assert [r.maturity for r in caplog.records] == ["established"]  # type: ignore[attr-defined]
+    caplog.clear()
+
+    assert rule_feedback(rule.pk, True).maturity == "established"  # no step
+    assert rule_feedback(rule.pk, False).maturity == "established"
+    assert caplog.records == []

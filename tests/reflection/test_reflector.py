@@ -66,7 +66,7 @@ def failed_review(burst: Burst) -> tuple[AgentRun, AgentRun]:
         1,
         ("text", {"text": "Handing it over without running the tests."}),
         ("tool_call", {"name": "write_file", "input": {"path": "src/a.py"}}),
-        ("commit", {"sha": "abc123"}),
+        ("committed", {"sha": "abc123"}),
     )
     tester = agent(
         run,

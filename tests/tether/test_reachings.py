@@ -134,7 +134,7 @@ def test_a_resumed_agent_reads_its_first_message_back_and_commits_nothing_it_did
     prompts = list(run.turns.order_by("index").values_list("prompt", flat=True))
     assert len(prompts) == 2 and "first words" in prompts[0] and prompts[1] == ""
     # It only asked the Tether: its end ran no git, so recorded no commit.
-    assert not Event.objects.filter(type="commit", payload__agent_run_id=run.pk).exists()
+    assert not Event.objects.filter(type="committed", payload__agent_run_id=run.pk).exists()
 
 
 def test_it_answers_and_wakes_the_agent_in_five_statements(
@@ -230,7 +230,7 @@ def test_it_supersedes_the_drift_and_files_a_correction_when_a_late_answer_diffe
     assert Dependency.objects.filter(
         quantum=correction, depends_on_id=reaching.quantum_id, kind="discovered-from"
     ).exists()
-    assert Event.objects.filter(topic="tether:reaching", type="late_answer").exists()
+    assert Event.objects.filter(topic="tether:reaching", type="late_answer_received").exists()
     assert Event.objects.filter(topic="tether:drifts", type="drift_superseded").exists()
 
 

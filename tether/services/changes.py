@@ -36,6 +36,7 @@ from quanta.models import Dependency, DependencyKind, Quantum
 from quanta.services import quantum_reopen
 from repos.context import current, working_on_id, working_on_quantum
 from tether.errors import AlreadyDecided, BranchMoved, InvalidInput, NotFound, TetherError
+from tether.events import CHANGES_TOPIC, ChangePayload, TetherEventType
 from tether.models import CHANGE_IN_QUEUE, ChangeReview, ChangeStatus, ReviewDue, Risk
 from tether.risk import FileChange, RiskVerdict, risk_assess
 from tether.services.corrections import correction_file
@@ -118,7 +119,7 @@ def _files(base: str, head: str) -> list[FileChange]:
     return files
 
 
-def change_payload(review: ChangeReview) -> dict[str, object]:
+def change_payload(review: ChangeReview) -> ChangePayload:
     """What events carry: never the diff (it could hold what the redaction missed)."""
     return {
         "change_id": review.pk,
@@ -259,7 +260,7 @@ def _review_make(quantum_run_id: int) -> ChangeReview | None:
     except IntegrityError:
         return ChangeReview.objects.get(quantum_run_id=quantum_run_id)
     _record_built_on(review)
-    publish("tether:drifts", "change_review_created", change_payload(review))
+    publish(CHANGES_TOPIC, TetherEventType.CHANGE_REVIEW_CREATED, change_payload(review))
     on_forge = [hook(review) for hook in ON_REVIEW_CREATED]
     if not any(on_forge) and _auto_merge(review):
         try:
@@ -352,7 +353,7 @@ def change_approve(*, change_id: int, by: str = "operator") -> ChangeReview:
         review.refresh_from_db()
         raise AlreadyDecided(f"change #{change_id} is {review.status}; nothing changed")
     review.refresh_from_db()
-    publish("tether:drifts", "change_queued", {**change_payload(review), "by": by})
+    publish(CHANGES_TOPIC, TetherEventType.CHANGE_QUEUED, {**change_payload(review), "by": by})
     _queue_kick()
     return review
 
@@ -401,7 +402,7 @@ def change_merge_claim(*, repository_id: int | None = None) -> ChangeReview | No
             == 1
         ):
             review = ChangeReview.objects.get(pk=head.pk)
-            publish("tether:drifts", "change_merging", change_payload(review))
+            publish(CHANGES_TOPIC, TetherEventType.CHANGE_MERGE_STARTED, change_payload(review))
             return review
         # Rejected or superseded in between: look again.
 
@@ -430,7 +431,11 @@ def change_merge_done(
         checks=checks or [],
         decided_at=timezone.now(),
     )
-    publish("tether:drifts", "change_merged", {**change_payload(review), "by": review.decided_by})
+    publish(
+        CHANGES_TOPIC,
+        TetherEventType.CHANGE_MERGED,
+        {**change_payload(review), "by": review.decided_by},
+    )
     return review
 
 
@@ -457,7 +462,9 @@ def change_merge_conflicted(*, change_id: int, conflicted: list[str]) -> ChangeR
         correction=filed,
     )
     publish(
-        "tether:drifts", "change_conflicted", {**change_payload(review), "by": review.decided_by}
+        CHANGES_TOPIC,
+        TetherEventType.CHANGE_CONFLICTED,
+        {**change_payload(review), "by": review.decided_by},
     )
     return review
 
@@ -485,7 +492,11 @@ def change_merge_failed(*, change_id: int, report: VerifyReport) -> ChangeReview
         )
     except IllegalTransition as exc:  # an open quantum need not be reopened
         logger.info("tether: quantum %s not reopened: %s", review.quantum_id, exc)
-    publish("tether:drifts", "change_failed", {**change_payload(review), "by": review.decided_by})
+    publish(
+        CHANGES_TOPIC,
+        TetherEventType.CHANGE_FAILED,
+        {**change_payload(review), "by": review.decided_by},
+    )
     return review
 
 
@@ -495,7 +506,7 @@ def change_merge_moved(*, change_id: int, reason: str) -> ChangeReview:
     review = _merging_update(
         change_id, status=ChangeStatus.PENDING, queued_at=None, merge_sha="", comment=reason
     )
-    publish("tether:drifts", "change_returned", change_payload(review))
+    publish(CHANGES_TOPIC, TetherEventType.CHANGE_RETURNED, change_payload(review))
     return review
 
 
@@ -504,7 +515,7 @@ def change_merge_blocked(*, change_id: int, reason: str) -> ChangeReview:
     """The base could not be moved for a reason of its own (its checkout has local changes in
     the way): the entry goes back to the head of the queue, tried again on the next kick."""
     review = _merging_update(change_id, status=ChangeStatus.QUEUED, merge_sha="", comment=reason)
-    publish("tether:drifts", "change_blocked", change_payload(review))
+    publish(CHANGES_TOPIC, TetherEventType.CHANGE_BLOCKED, change_payload(review))
     return review
 
 
@@ -546,7 +557,7 @@ def change_reject(*, change_id: int, reason: str, by: str = "operator") -> Chang
     quantum_reopen(
         quantum_id=review.quantum_id, reason=f"change #{change_id} rejected: {reason.strip()}"
     )
-    publish("tether:drifts", "change_rejected", {**change_payload(review), "by": by})
+    publish(CHANGES_TOPIC, TetherEventType.CHANGE_REJECTED, {**change_payload(review), "by": by})
     return review
 
 

@@ -10,13 +10,14 @@ from django.utils import timezone
 
 from core.events import publish
 from tether.errors import AlreadyDecided, InvalidInput, NotFound
+from tether.events import CHANGES_TOPIC, TetherEventType
 from tether.models import Drift, DriftKind, DriftStatus, PipelineMutation, Reaching
 from tether.services.corrections import correction_file
 
-_EVENT: dict[str, str] = {
-    DriftStatus.GROUNDED: "drift_confirmed",
-    DriftStatus.REJECTED: "drift_rejected",
-    DriftStatus.SUPERSEDED: "drift_superseded",
+_EVENT: dict[str, TetherEventType] = {
+    DriftStatus.GROUNDED: TetherEventType.DRIFT_CONFIRMED,
+    DriftStatus.REJECTED: TetherEventType.DRIFT_REJECTED,
+    DriftStatus.SUPERSEDED: TetherEventType.DRIFT_SUPERSEDED,
 }
 
 
@@ -33,8 +34,8 @@ def drift_open_for_reaching(*, reaching: Reaching) -> Drift:
         rationale=reaching.context,
     )
     publish(
-        "tether:drifts",
-        "drift_created",
+        CHANGES_TOPIC,
+        TetherEventType.DRIFT_CREATED,
         {
             "drift_id": drift.pk,
             "kind": drift.kind,
@@ -64,8 +65,8 @@ def drift_open_for_mutation(*, mutation: PipelineMutation) -> Drift:
         rationale=mutation.rationale,
     )
     publish(
-        "tether:drifts",
-        "pipeline_drift",
+        CHANGES_TOPIC,
+        TetherEventType.PIPELINE_DRIFT_CREATED,
         {
             "drift_id": drift.pk,
             "mutation_id": mutation.pk,
@@ -139,7 +140,7 @@ def drift_decide(
         Drift.objects.filter(pk=drift.pk).update(correction=filed)
         drift.correction = filed
     publish(
-        "tether:drifts",
+        CHANGES_TOPIC,
         _EVENT[to],
         {
             "drift_id": drift.pk,
@@ -177,8 +178,8 @@ def drift_note(*, drift_id: int, text: str, by: str = "operator") -> Drift:
     drift.notes = [*drift.notes, note]
     Drift.objects.filter(pk=drift_id).update(notes=drift.notes)
     publish(
-        "tether:drifts",
-        "drift_noted",
+        CHANGES_TOPIC,
+        TetherEventType.DRIFT_NOTED,
         {
             "drift_id": drift.pk,
             "kind": drift.kind,

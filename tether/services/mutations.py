@@ -17,6 +17,7 @@ from quanta.pipelines.loader import pipelines_parse
 from quanta.pipelines.services import known_roles, pipelines_save
 from quanta.pipelines.spec import PipelineSpec
 from tether.errors import AlreadyDecided, InvalidProposal, NotFound
+from tether.events import QUESTIONS_TOPIC, MutationPayload, TetherEventType
 from tether.models import MutationStatus, PipelineMutation
 from tether.services.drifts import drift_open_for_mutation
 
@@ -54,7 +55,7 @@ def proposal_check(*, pipeline: str, text: str) -> PipelineSpec:
     return spec
 
 
-def mutation_payload(m: PipelineMutation) -> dict[str, object]:
+def mutation_payload(m: PipelineMutation) -> MutationPayload:
     return {
         "mutation_id": m.pk,
         "pipeline": m.pipeline_name,
@@ -99,7 +100,9 @@ def mutation_propose(
         tool_use_id=tool_use_id,
         deadline=timezone.now() + timedelta(seconds=timeout),
     )
-    publish("tether:questions", "pipeline_mutation_submitted", mutation_payload(mutation))
+    publish(
+        QUESTIONS_TOPIC, TetherEventType.PIPELINE_MUTATION_SUBMITTED, mutation_payload(mutation)
+    )
     mutation_id = mutation.pk
 
     def timer() -> None:
@@ -125,7 +128,9 @@ def _decide(
         raise NotFound(f"no pipeline mutation #{mutation_id}")
     if updated != 1:
         raise AlreadyDecided(f"mutation #{mutation_id} is {mutation.status}; nothing changed")
-    publish("tether:questions", "pipeline_mutation_responded", mutation_payload(mutation))
+    publish(
+        QUESTIONS_TOPIC, TetherEventType.PIPELINE_MUTATION_RESPONDED, mutation_payload(mutation)
+    )
     return mutation
 
 
@@ -172,7 +177,9 @@ def mutation_expire(*, mutation_id: int, now: datetime | None = None) -> bool:
     ):
         return False
     mutation = PipelineMutation.objects.get(pk=mutation_id)
-    publish("tether:questions", "pipeline_mutation_responded", mutation_payload(mutation))
+    publish(
+        QUESTIONS_TOPIC, TetherEventType.PIPELINE_MUTATION_RESPONDED, mutation_payload(mutation)
+    )
     if mutation.quantum_id is None:
         return True
     drift_open_for_mutation(mutation=mutation)

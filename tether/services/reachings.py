@@ -27,6 +27,7 @@ from psychonauts.runtime.runs import tool_call_complete
 from quanta.models import AuthorKind, QuantumStatus
 from quanta.services import comment_add, quantum_reopen
 from tether.errors import AlreadyDecided, InvalidInput, NotFound, QuestionWithdrawn, TetherError
+from tether.events import REACHINGS_TOPIC, ReachingPayload, TetherEventType
 from tether.models import Drift, DriftStatus, Priority, Reaching, ReachingStatus
 from tether.queue import queue_push_unsafe, queue_remove_unsafe
 from tether.services.drifts import drift_decide, drift_open_for_reaching
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 EXPIRE_TASK = "tether.reaching_expire"
 
 
-def reaching_payload(r: Reaching) -> dict[str, object]:
+def reaching_payload(r: Reaching) -> ReachingPayload:
     """What events say about a reaching (the UI's question card)."""
     return {
         "reaching_id": r.pk,
@@ -108,7 +109,7 @@ def reaching_ask(
         context=redact(context.strip()) or _turn_text(agent_run_id, turn_index),
         deadline=timezone.now() + timedelta(seconds=timeout),
     )
-    publish("tether:reaching", "question_asked", reaching_payload(reaching))
+    publish(REACHINGS_TOPIC, TetherEventType.QUESTION_ASKED, reaching_payload(reaching))
     _after_commit_queue(reaching)
     return reaching
 
@@ -134,7 +135,7 @@ def reaching_quarantine(*, quantum_id: int, history: str, failures: int) -> Reac
         assumption="it stays blocked until the operator decides",
         deadline=timezone.now() + timedelta(seconds=settings.TETHER_QUARANTINE_TIMEOUT_S),
     )
-    publish("tether:reaching", "question_asked", reaching_payload(reaching))
+    publish(REACHINGS_TOPIC, TetherEventType.QUESTION_ASKED, reaching_payload(reaching))
     _after_commit_queue(reaching)
     return reaching
 
@@ -258,7 +259,11 @@ def reaching_answer(*, reaching_id: int, text: str, by: str = "operator") -> Ans
         raise AlreadyDecided(f"reaching #{reaching_id} is {reaching.status}; nothing changed")
     metrics.tether_waited((now - reaching.created_at).total_seconds(), outcome="answered")
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
-    publish("tether:reaching", "question_answered", {**reaching_payload(reaching), "answer": text})
+    publish(
+        REACHINGS_TOPIC,
+        TetherEventType.QUESTION_ANSWERED,
+        {**reaching_payload(reaching), "answer": text},
+    )
     if reaching.agent_run_id is None:
         return _quarantine_answered(reaching, text.strip(), by)
     resumed = _resume_with(reaching, f"The Tether answered: {text.strip()}")
@@ -286,7 +291,11 @@ def _late_answer(reaching: Reaching, text: str, by: str) -> AnswerResult:
         != 1
     ):
         raise AlreadyDecided(f"reaching #{reaching.pk} already has a late answer; nothing changed")
-    publish("tether:reaching", "late_answer", {**reaching_payload(reaching), "answer": text})
+    publish(
+        REACHINGS_TOPIC,
+        TetherEventType.LATE_ANSWER_RECEIVED,
+        {**reaching_payload(reaching), "answer": text},
+    )
     drift = Drift.objects.filter(reaching=reaching).first()
     if drift is None:  # a quarantine reaching has no drift: keep the answer as instructions
         comment_add(quantum_id=reaching.quantum_id, body=f"The Tether (late): {text}", author=by)
@@ -330,7 +339,7 @@ def reaching_expire(*, reaching_id: int, now: datetime | None = None) -> bool:
     waited = (now - reaching.created_at).total_seconds()
     metrics.tether_waited(waited, outcome="timed_out")
     transaction.on_commit(lambda: queue_remove_unsafe([reaching_id]))
-    publish("tether:reaching", "question_timed_out", reaching_payload(reaching))
+    publish(REACHINGS_TOPIC, TetherEventType.QUESTION_TIMED_OUT, reaching_payload(reaching))
     if reaching.agent_run_id is None:
         return True  # quarantine: the quantum simply stays blocked; nobody built on anything
     drift = drift_open_for_reaching(reaching=reaching)
@@ -380,8 +389,8 @@ def reachings_withdraw_for_status(quantum_ids: Sequence[int], to: str) -> list[i
             author_kind=AuthorKind.SYSTEM,
         )
         publish(
-            "tether:reaching",
-            "question_withdrawn",
+            REACHINGS_TOPIC,
+            TetherEventType.QUESTION_WITHDRAWN,
             {"reaching_id": pk, "quantum_id": quantum_id, "reason": reason},
         )
     if withdrawn:
@@ -415,7 +424,7 @@ def reachings_cancel_orphans() -> list[int]:
         )
         transaction.on_commit(lambda: queue_remove_unsafe(ids))
         for pk in ids:
-            publish("tether:reaching", "question_cancelled", {"reaching_id": pk})
+            publish(REACHINGS_TOPIC, TetherEventType.QUESTION_CANCELLED, {"reaching_id": pk})
     return ids
 
 

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.access import operator_required
+from core.http import or_404
 from quanta.errors import QuantaError
 from tether.errors import InvalidInput, TetherError
 from tether.forms import ChangeRejectForm
@@ -22,7 +23,6 @@ from tether.services import (
     changes_approve,
     changes_approve_low_risk,
 )
-from tether.views.common import or_404
 
 
 def _change_render(

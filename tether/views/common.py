@@ -1,16 +1,10 @@
-"""What the Tether's pages share: forms bound per listed item, and NotFound as a 404."""
+"""What the Tether's pages share: forms bound per listed item."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from django import forms
-from django.http import Http404
-
-from tether.errors import NotFound
-
-T = TypeVar("T")
 
 Bound = tuple[str, int, forms.Form]  # (form name, item id, the bound form with its errors)
 
@@ -25,10 +19,3 @@ def form_pick(bound: Bound | None, name: str, pk: int, cls: type[forms.Form]) ->
     if bound is not None and bound[0] == name and bound[1] == pk:
         return bound[2]
     return item_form(cls, name, pk)
-
-
-def or_404(fn: Callable[..., T], **kwargs: Any) -> T:
-    try:
-        return fn(**kwargs)
-    except NotFound as exc:
-        raise Http404(str(exc)) from None

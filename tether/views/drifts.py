@@ -13,12 +13,13 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from core.access import operator_required
+from core.http import or_404
 from tether.errors import InvalidInput, TetherError
 from tether.forms import DriftGroundForm, DriftNoteForm, DriftRejectForm
 from tether.models import Drift
 from tether.selectors import drift_get
 from tether.services import drift_ground, drift_note, drift_reject
-from tether.views.common import item_form, or_404
+from tether.views.common import item_form
 from tether.views.reachings import tether_render
 
 

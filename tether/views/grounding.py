@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from core.access import operator_required
 from core.events import EventMessage
+from core.http import or_404
 from core.live import LivePageError, live_attrs, live_page
 from tether.errors import NotFound, TetherError
 from tether.forms import MutationRejectForm
@@ -29,7 +30,7 @@ from tether.selectors import (
     tether_counts,
 )
 from tether.services import mutation_approve, mutation_reject
-from tether.views.common import Bound, form_pick, item_form, or_404
+from tether.views.common import Bound, form_pick, item_form
 from tether.views.sections import grounding_sections
 
 GROUNDING_TOPICS = ["tether:drifts", "tether:questions"]

@@ -15,13 +15,14 @@ from django.views.decorators.http import require_POST
 
 from core.access import operator_required
 from core.events import EventMessage
+from core.http import or_404
 from core.live import LivePageError, live_attrs, live_page
 from tether.errors import InvalidInput, NotFound, TetherError
 from tether.forms import AnswerForm, DriftGroundForm, DriftNoteForm, DriftRejectForm
 from tether.models import PRIORITY_RANK, Drift, DriftStatus, Reaching, ReachingStatus
 from tether.selectors import drift_get, drifts_list, reaching_get, reachings_pending, tether_counts
 from tether.services import AnswerResult, reaching_answer
-from tether.views.common import Bound, form_pick, item_form, or_404
+from tether.views.common import Bound, form_pick, item_form
 
 TETHER_TOPICS = ["tether:reaching", "tether:drifts"]
 RECENT_DRIFTS = 50

@@ -35,7 +35,7 @@ def wave_label(value: str) -> str:
     try:
         return clean_label(value)
     except InvalidQuantum as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("labels: ")) from None
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def progress_line(p: WaveProgress) -> str:

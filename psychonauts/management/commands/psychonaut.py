@@ -108,7 +108,7 @@ class Command(SafeCommand):
             elif event_type == "tool_result":
                 style = self.style.ERROR if payload["is_error"] else self.style.SUCCESS
                 self.stdout.write(f"← {shorten(redact(payload['output']), 300)}", style)
-            elif event_type in {"usage", "started", "commit"}:
+            elif event_type in {"usage", "started", "committed"}:
                 self.stdout.write(redact(f"[{event_type}] {payload}"), self.style.HTTP_INFO)
 
         return show
