@@ -13,7 +13,7 @@ from django.conf import settings
 from autopilot.errors import AutopilotError
 from autopilot.models import Goal, GoalSource, GoalStatus
 from autopilot.plan import SUBMIT_PLAN_TOOL, plan_check, plan_problems_message
-from autopilot.services.goals import goal_create
+from autopilot.services.goals.lifecycle import goal_create
 from psychonauts.errors import ToolFailure
 from psychonauts.tools import Tool, ToolContext
 

@@ -20,8 +20,8 @@ from autopilot.errors import AutopilotError, GoalNotFound, InvalidGoal
 from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm, service_error_to_form
 from autopilot.models import GOAL_OPEN, GoalStatus
 from autopilot.selectors import goal_counts, goal_page, goals_list, quantum_in_a_goal
-from autopilot.services.goals import TOPIC as GOAL_TOPIC
-from autopilot.services.goals import goal_abandon, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import TOPIC as GOAL_TOPIC
+from autopilot.services.goals.lifecycle import goal_abandon, goal_approve, goal_create
 from autopilot.views.common import next_url, or_404
 from core.access import operator_required
 from core.events import EventMessage
