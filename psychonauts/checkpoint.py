@@ -2,10 +2,11 @@
 checkpoint, a tool's result, the run's end.
 
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
-core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs,
-and each round trip hands the GIL around a hundred threads. So each step is one statement, and
-the events buffered since the last step go in with it. Each statement is written out whole here,
-with its parameters declared (`core.sql.Statement`), and this module owns it. Besides
+core: Django compiles each ORM statement in more Python time than its round trip costs, and each
+round trip hands the GIL around a hundred threads (docs/performance.md has the figures). So each
+step is one statement, and the events buffered since the last step go in with it. Each statement
+is written out whole here, with its parameters declared (`core.sql.Statement`), and this module
+owns it. Besides
 psychonauts' own rows of a turn (AgentTurn, Usage, ToolCall) they write, in the same round trip:
 the run's row (bursts' AgentRun: its claim, phase, heartbeat and counters, its end: the same
 compare-and-sets on its status that `bursts.services.agent_runs` makes), the run's session
