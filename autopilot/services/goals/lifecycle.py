@@ -18,31 +18,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from autopilot.errors import GoalNotFound, IllegalGoalTransition, InvalidGoal
-from autopilot.models import (
-    GOAL_TRANSITIONS,
-    Goal,
-    GoalSource,
-    GoalStatus,
-    GoalTransition,
-)
-from autopilot.plan import (
-    labels_problems,
-    verify_commands_problems,
-)
+from autopilot.models import GOAL_TRANSITIONS, Goal, GoalSource, GoalStatus, GoalTransition
+from autopilot.plan import labels_problems, verify_commands_problems
 from core.events import publish
 from core.safetext import text_problem
 from quanta.errors import IllegalTransition, InvalidQuantum
 from quanta.fields import clean_labels
-from quanta.models import (
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    Quantum,
-)
-from quanta.services import (
-    OPERATOR_CLOSABLE,
-    quanta_close,
-    quantum_close,
-)
+from quanta.models import PRIORITY_MAX, PRIORITY_MIN, Quantum
+from quanta.services import OPERATOR_CLOSABLE, quanta_close, quantum_close
 from repos.context import current
 from repos.models import Repository
 from repos.services import default_repository_id

@@ -13,16 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from autopilot.labels import filed_labels, goal_label
-from autopilot.models import (
-    Goal,
-    GoalTransition,
-)
+from autopilot.models import Goal, GoalTransition
 from autopilot.models import GoalStatus as S
-from autopilot.plan import (
-    PLAN_FORMAT,
-    Plan,
-    planner_plan_read,
-)
+from autopilot.plan import PLAN_FORMAT, Plan, planner_plan_read
 from autopilot.services.goals.lifecycle import (
     TITLE_MAX,
     goal_epic_set,
@@ -35,17 +28,8 @@ from bursts.models import AGENT_TERMINAL, AgentRun
 from core.celery import app
 from psychonauts.services.runs import agent_run_create
 from quanta.errors import QuantaError
-from quanta.models import (
-    Complexity,
-    Quantum,
-    QuantumKind,
-    QuantumStatus,
-)
-from quanta.services import (
-    quantum_create,
-    quantum_defer,
-    quantum_reopen,
-)
+from quanta.models import Complexity, Quantum, QuantumKind, QuantumStatus
+from quanta.services import quantum_create, quantum_defer, quantum_reopen
 
 logger = logging.getLogger(__name__)
 

@@ -11,18 +11,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from autopilot.errors import IllegalGoalTransition
-from autopilot.models import (
-    Goal,
-)
+from autopilot.models import Goal
 from autopilot.models import GoalStatus as S
 from autopilot.services.goals.lifecycle import goal_stamp, goal_transition
 from autopilot.services.goals.planning import plan_take, planner_agent_id, planner_resend
 from bursts.models import AGENT_TERMINAL, AgentRun, AgentStatus
 from core.celery import app
 from core.sql import Statement
-from quanta.models import (
-    QuantumStatus,
-)
+from quanta.models import QuantumStatus
 from tether.models import ChangeStatus
 
 # --- completion -------------------------------------------------------------------------------

@@ -6,9 +6,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from autopilot.errors import IllegalGoalTransition
-from autopilot.models import (
-    Goal,
-)
+from autopilot.models import Goal
 from autopilot.models import GoalStatus as S
 from autopilot.services.goals.lifecycle import epic_close, goal_transition
 from autopilot.worktrees import scratch_at, scratch_remove, verify_lock
