@@ -22,7 +22,7 @@ from django.utils import timezone
 from autopilot.labels import AUTOPILOT
 from autopilot.models import Finding, Goal, GoalStatus, GoalTransition, HubState, HubTransition
 from autopilot.selectors import hub_get
-from autopilot.services.goals import goal_abandon, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_abandon, goal_approve, goal_create
 from autopilot.services.hub import hub_pause, hub_resume, hub_tick
 from core.cli import shorten
 from quanta.models import Quantum

@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 
 from autopilot.errors import GoalNotFound
 from autopilot.models import Goal, GoalStatus, GoalTransition
-from autopilot.services.goals import PLANNER_ROLE
+from autopilot.services.goals.planning import PLANNER_ROLE
 from bursts.models import AgentRun
 from quanta.models import Dependency, DependencyKind, Quantum, QuantumStatus
 from tether.models import ChangeReview

@@ -17,7 +17,7 @@ def holds_release() -> int:
 def goal_progress(goal_id: int) -> int:
     """After a goal's planner run (chained to it): file its plan, try again or fail the goal;
     the hub's tick does the same for every goal (goals_progress)."""
-    from autopilot.services.goals import goals_progress
+    from autopilot.services.goals.progress import goals_progress
 
     return goals_progress(goal_id=goal_id)
 
@@ -26,7 +26,7 @@ def goal_progress(goal_id: int) -> int:
 def goal_verify(goal_id: int) -> str:
     """Run a verifying goal's verify commands on the integration branch (idempotent: a goal no
     longer verifying, or being verified by another worker, is left alone)."""
-    from autopilot.services.goals import goal_verify as verify
+    from autopilot.services.goals.verification import goal_verify as verify
 
     goal = verify(goal_id=goal_id)
     return goal.status if goal is not None else ""
@@ -81,7 +81,8 @@ def goals(decompose: bool = False) -> int:
     """The goals' step, sent by the tick: start planner runs for approved goals (while
     executing), then the safety net (plans to file, quanta all closed, checks due); how many
     goals moved."""
-    from autopilot.services.goals import goals_decompose_due, goals_progress
+    from autopilot.services.goals.planning import goals_decompose_due
+    from autopilot.services.goals.progress import goals_progress
 
     started = goals_decompose_due() if decompose else 0
     return started + goals_progress()

@@ -37,7 +37,7 @@ def _submit_plan(ctx: ToolContext, args: dict[str, Any]) -> str:
 def _propose_goal(ctx: ToolContext, args: dict[str, Any]) -> str:
     # The agent runs in its anchor quantum's repository: the goal is that repository's, and
     # the limit counts that repository's proposals.
-    from autopilot.services.goals import goal_create
+    from autopilot.services.goals.lifecycle import goal_create
 
     repository_id = current().repository_id or default_repository_id()
     waiting = Goal.objects.filter(

@@ -128,5 +128,5 @@ def burst_events(events: Sequence[BurstEvent]) -> None:
 
 def burst_batch(events: Sequence[BurstEvent]) -> EventBatch:
     """Events of one step for a statement of the caller's that writes them with its own rows
-    (`EventBatch.cte`): the step and its events in one round trip."""
+    (`EventBatch.params`): the step and its events in one round trip."""
     return EventBatch(TOPIC, events)

@@ -19,16 +19,18 @@ import os
 import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from core.errors import UnknownTopic
 from core.models import Event
 from core.redaction import redact_data
+from core.sql import Statement
 
 logger = logging.getLogger(__name__)
 
@@ -121,30 +123,43 @@ def publish_many(
     return EventBatch(topic, items, session_id).record() if items else []
 
 
+class EventParams(TypedDict):
+    """The parameters that carry a batch's events into a statement: `EventBatch.params()`.
+
+    A writer whose step writes its events in the same statement (one round trip) spells the
+    INSERT out in its own statement text, as `_EVENTS_RECORD` does here, and selects the new ids
+    in the rows' order (`ARRAY(SELECT id FROM events ORDER BY id)`) for `EventBatch.sent`."""
+
+    events: str  # a JSON array of {"type", "payload"}, redacted
+    events_session: int | None
+    events_topic: str
+    events_now: datetime
+
+
+_EVENTS_RECORD = Statement(
+    "events_record",
+    "A batch's events in their own statement; their ids in the rows' order.",
+    EventParams,
+    """
+WITH events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    RETURNING id
+)
+SELECT ARRAY(SELECT id FROM events ORDER BY id)
+""",
+)
+
+
 class EventBatch:
     """Events of one topic, written by one statement: their own (`record`), or a statement of
-    the caller's that carries them as its CTE `events` (`cte`, `IDS`, `params`, then `sent`
-    with the ids), so that a step of a hot path and its events are one round trip.
+    the caller's that writes them with its step (`params`, then `sent` with the ids), so that a
+    step of a hot path and its events are one round trip.
 
     One plain statement for one or many rows: the ORM's create / bulk_create cost several times
     more Python per row, and agents write events on every turn.
     """
-
-    _CTE = """events AS (
-    INSERT INTO {table} (session_id, topic, type, payload, created_at)
-    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
-    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb){where}
-    RETURNING id
-)"""
-    IDS = "ARRAY(SELECT id FROM events ORDER BY id)"  # ids follow the rows' order
-
-    @classmethod
-    def cte(cls, *, only_if: str = "") -> str:
-        """The CTE `events`; `only_if`: an SQL condition (on the statement's other CTEs) under
-        which they are written."""
-        return cls._CTE.format(
-            table=Event._meta.db_table, where=f"\n    WHERE {only_if}" if only_if else ""
-        )
 
     def __init__(
         self,
@@ -157,7 +172,7 @@ class EventBatch:
         # Every event passes here: what is stored and sent live is redacted, whoever published.
         self._json = json.dumps([{"type": t, "payload": redact_data(dict(p))} for t, p in items])
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> EventParams:
         return {
             "events": self._json,
             "events_session": self.session_id,
@@ -185,11 +200,8 @@ class EventBatch:
         return messages
 
     def record(self) -> list[EventMessage]:
-        with connection.cursor() as cursor:
-            cursor.execute(f"WITH {self.cte()} SELECT {self.IDS}", self.params())
-            row = cursor.fetchone()
-        assert row is not None  # a SELECT of an ARRAY() always has its row
-        return self.sent(row[0])
+        (ids,) = _EVENTS_RECORD.row(self.params())
+        return self.sent(ids)
 
 
 def _send_on_commit(messages: list[EventMessage]) -> None:

@@ -1,14 +1,63 @@
-"""Table and column names for the writers' plain SQL statements, taken from the models."""
+"""Plain SQL for the writers: named statements with declared parameters, table and column names
+taken from the models, and an INSERT compiled from a model as the ORM compiles one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models
 from django.db.models import Field
 from django.db.models.fields import AutoFieldMixin
+
+P = TypeVar("P", bound=Mapping[str, Any])
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+class Statement(Generic[P]):
+    """One SQL statement, whole: its name, what it does in one line, its text, and its parameters
+    as a TypedDict whose keys are exactly the text's `%(name)s` placeholders. The two are compared
+    when the statement is defined (ImproperlyConfigured names the difference), so neither drifts
+    from the other, and mypy checks the values each call passes."""
+
+    def __init__(self, name: str, description: str, params: type[P], text: str) -> None:
+        declared = set(getattr(params, "__required_keys__", ())) | set(
+            getattr(params, "__optional_keys__", ())
+        )
+        used = set(_PLACEHOLDER.findall(text))
+        if declared != used:
+            raise ImproperlyConfigured(
+                f"statement {name}: parameters declared but not used {sorted(declared - used)},"
+                f" used but not declared {sorted(used - declared)}"
+            )
+        self.name, self.description, self.params, self.text = name, description, params, text
+
+    def row(self, params: P) -> tuple[Any, ...]:
+        """Run it and return its one row (a statement that selects exactly one)."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.text, params)
+            row = cursor.fetchone()
+        if row is None:
+            raise AssertionError(f"statement {self.name} returned no row")
+        return tuple(row)
+
+    def rows(self, params: P) -> list[tuple[Any, ...]]:
+        """Run it and return its rows."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.text, params)
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def run(self, params: P) -> None:
+        """Run it for its writes."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.text, params)
+
+    def __repr__(self) -> str:
+        return f"<Statement {self.name}: {self.description}>"
 
 
 def sql_names(model: type[models.Model], prefix: str = "") -> dict[str, str]:

@@ -26,7 +26,8 @@ from api.schemas import (
 from api.views.common import atomic_call, created, dump, page_size
 from quanta.importer import quanta_import
 from quanta.models import Quantum
-from quanta.selectors import quanta_browse, quanta_search_in_order, quantum_get
+from quanta.search import quanta_search_in_order
+from quanta.selectors import quanta_browse, quantum_get
 from quanta.services import QuantumChanges, quantum_close, quantum_create, quantum_update
 from repos.selectors import repository_get
 

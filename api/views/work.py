@@ -25,7 +25,7 @@ from api.selectors import goals_all, waves_all
 from api.views.common import atomic_call, by_of, created, dump, page_size
 from autopilot.goal_selectors import goal_detail
 from autopilot.models import Goal
-from autopilot.services.goals import goal_abandon, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_abandon, goal_approve, goal_create
 from bursts.models import Wave
 from bursts.selectors import wave_get, wave_progress
 from bursts.services.waves import wave_cancel, wave_start

@@ -21,7 +21,7 @@ from autopilot.events import GOALS_TOPIC as GOAL_TOPIC
 from autopilot.forms import GoalAbandonForm, GoalCreateForm, GoalFilterForm
 from autopilot.models import GOAL_OPEN, GoalStatus
 from autopilot.selectors import goal_counts, goal_page, goals_list, quantum_in_a_goal
-from autopilot.services.goals import goal_abandon, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_abandon, goal_approve, goal_create
 from autopilot.views.common import next_url
 from core.access import operator_required
 from core.events import EventMessage

@@ -1,11 +1,12 @@
-"""The one writer of AgentRun rows: every insert, update and state change of an agent run.
+"""The owner of AgentRun rows: the inserts, updates and state changes of an agent run.
 
 Each state change is a compare-and-set (`UPDATE ... WHERE status = <expected>`) whose row count
-tells the caller whether it won. The agent loop's checkpoint writes the run row in the same
-statement as its own tables (one round trip per step): it embeds the CTEs this module provides
-(`agent_run_*_cte`), as it embeds core's `events` CTE.
+tells the caller whether it won. Two statements owned elsewhere write these rows too, each in one
+round trip with its owner's rows, and say so: the agent loop's checkpoint
+(`psychonauts.runtime.checkpoint`: a run's claim, its phase and counters at each turn, its end) and a run
+step's stage beginning (`quantum_runs.quantum_run_stage_begin`: the stage's attempts).
 
-The statements in plain SQL are the hot ones (a slot's start and finish, the checkpoint's):
+The statements in plain SQL are the hot ones (a slot's start and finish):
 Django compiles an ORM UPDATE in more Python time than its round trip takes. Their table and
 column names come from the model's metadata.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -22,7 +22,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Coalesce
 
 from bursts.models import AGENT_LIVE, AgentPhase, AgentRun, AgentStatus, QuantumRun
-from core.sql import rows_ids, rows_insert, rows_insert_cte, rows_inserted, sql_names
+from core.sql import rows_insert, sql_names
 
 _A = sql_names(AgentRun)
 
@@ -33,18 +33,6 @@ _A = sql_names(AgentRun)
 def agent_runs_create(*, agents: list[AgentRun]) -> None:
     """Insert the attempts a stage begins with (their ids are set on the instances)."""
     rows_insert(AgentRun, agents)
-
-
-def agent_runs_create_cte(*, agents: list[AgentRun]) -> tuple[str, dict[str, Any], str]:
-    """`agent_runs_create` as the CTE `agents` of a caller's statement (a run step writes its
-    run's next stage, its attempts and its events in one): the CTE, its parameters, and the
-    expression that selects the new ids, to hand to `agent_runs_created`."""
-    cte, params = rows_insert_cte(AgentRun, agents, name="agents")
-    return cte, params, rows_ids(AgentRun, "agents")
-
-
-def agent_runs_created(*, agents: list[AgentRun], ids: list[int]) -> None:
-    rows_inserted(agents, ids)
 
 
 def agent_run_insert(
@@ -350,66 +338,12 @@ def agent_runs_cancel_live(*, quantum_run_ids: Collection[int], error: str, now:
     ).update(status=AgentStatus.CANCELLED, error=error, finished_at=now)
 
 
-# --- the checkpoint's CTEs ----------------------------------------------------------------------
-# Each is one CTE of a statement the agent loop runs per step, named as its docstring says, and
-# reads the named parameters it lists.
-
-
-def agent_run_claim_cte() -> str:
-    """CTE `run`: live -> running for this execution, its `id` when claimed. Parameters: id,
-    live (the live statuses), worker, now, provider and model (NULL keeps the row's)."""
-    return """run AS (
-    UPDATE {table}
-    SET {status} = 'running', {worker} = %(worker)s,
-        {started_at} = COALESCE({started_at}, %(now)s), {heartbeat_at} = %(now)s,
-        {provider} = COALESCE(%(provider)s, {provider}), {model} = COALESCE(%(model)s, {model})
-    WHERE {id} = %(id)s AND {status} = ANY(%(live)s)
-    RETURNING {id}
-)""".format(**_A)
-
-
-def agent_run_turn_open_cte(*, returning: str) -> str:
-    """CTE `run`: a running run's phase and heartbeat, RETURNING `returning` (no row when it is
-    no longer running). Parameters: id, phase, now."""
-    return """run AS (
-    UPDATE {table} SET {phase} = %(phase)s, {heartbeat_at} = %(now)s
-    WHERE {id} = %(id)s AND {status} = 'running'
-    RETURNING {returning}
-)""".format(**_A, returning=returning)
-
-
-def agent_run_counters_cte() -> str:
-    """CTE `counters`: a turn's tokens and cost added to the run's, its phase and heartbeat.
-    Parameters: run (the id), tokens_in, tokens_out, cost, phase, now."""
-    return """counters AS (
-    UPDATE {table}
-    SET {tokens_in} = {tokens_in} + %(tokens_in)s, {tokens_out} = {tokens_out} + %(tokens_out)s,
-        {cost_usd} = {cost_usd} + %(cost)s, {phase} = %(phase)s, {heartbeat_at} = %(now)s
-    WHERE {id} = %(run)s
-)""".format(**_A)
-
-
-def agent_run_finish_cte() -> str:
-    """CTE `run`: running -> status (done | error) with its outcome, its `id` when it was
-    running. Parameters: id, status, phase, result, error, now."""
-    return """run AS (
-    UPDATE {table}
-    SET {status} = %(status)s, {phase} = %(phase)s, {result} = %(result)s,
-        {error} = %(error)s, {finished_at} = %(now)s, {heartbeat_at} = %(now)s
-    WHERE {id} = %(id)s AND {status} = 'running'
-    RETURNING {id}
-)""".format(**_A)
-
-
 __all__ = [
     "agent_run_beat",
     "agent_run_child_get_or_create",
-    "agent_run_claim_cte",
-    "agent_run_counters_cte",
     "agent_run_end",
     "agent_run_fail",
     "agent_run_finish",
-    "agent_run_finish_cte",
     "agent_run_insert",
     "agent_run_next_attempt",
     "agent_run_resume",
@@ -418,12 +352,9 @@ __all__ = [
     "agent_run_start_dispatched",
     "agent_run_take_over",
     "agent_run_time_out",
-    "agent_run_turn_open_cte",
     "agent_run_wait",
     "agent_runs_cancel_live",
     "agent_runs_cancel_pending",
     "agent_runs_create",
-    "agent_runs_create_cte",
-    "agent_runs_created",
     "agent_runs_heartbeat",
 ]

@@ -1,6 +1,11 @@
 """The one writer of QuantumRun rows: their insert, each stage they begin, their end, their
 drain mark and their dispatch stamp.
 
+Two statements of a run step write more than the run's row, in one round trip: a stage's
+beginning inserts its attempts (AgentRun rows, by the INSERT `core.sql` compiles from the model,
+the one `agent_runs.agent_runs_create` runs) and the step's events; a run's end writes its
+events. Each is written out whole here, its parameters declared (`core.sql.Statement`).
+
 A run's end and its drain mark are compare-and-sets (`WHERE status = ANY(live)`, `WHERE
 drained_at IS NULL`); a stage begins under the run's row lock (the run step) or the wave's (a
 collect), so its UPDATE needs no guard. The statements a run step runs once per run are plain
@@ -19,10 +24,10 @@ from django.db import connection
 from django.utils import timezone
 
 from bursts.events import BurstEvent, BurstEventType, burst_batch
-from bursts.models import QuantumRun, RunStatus
+from bursts.models import AgentRun, QuantumRun, RunStatus
 from bursts.services.agent_runs import agent_runs_cancel_live, agent_runs_cancel_pending
-from core.events import EventBatch
-from core.sql import sql_names
+from core.events import EventParams
+from core.sql import Statement, rows_insert_cte, rows_inserted, sql_names
 
 logger = logging.getLogger(__name__)
 
@@ -68,22 +73,54 @@ def quantum_runs_begin(*, runs: Sequence[QuantumRun]) -> None:
         QuantumRun.objects.bulk_update(runs, _BEGIN_FIELDS, batch_size=100)
 
 
-def quantum_run_begin_cte() -> str:
-    """CTE `run`: the stage a run begins, as `quantum_runs_begin` saves it, for a statement
-    that writes the stage's agents and events with it (the run step). Parameters:
-    `quantum_run_begin_params`."""
-    return """run AS (
-    UPDATE {table}
-    SET {current_stage} = %(run_stage)s, {stages} = %(run_stages)s::jsonb,
-        {status} = %(run_status)s, {started_at} = %(run_started_at)s,
-        {dispatched_at} = %(run_dispatched_at)s, {error_reason} = %(run_error_reason)s
-    WHERE {id} = %(run_id)s
-    RETURNING {id}
-)""".format(**_R)
+class _StageBegin(EventParams):
+    run_id: int
+    run_stage: int
+    run_stages: str  # JSON
+    run_status: str
+    run_started_at: datetime | None
+    run_dispatched_at: datetime | None
+    run_error_reason: str
 
 
-def quantum_run_begin_params(run: QuantumRun) -> dict[str, Any]:
-    return {
+# The run step's write when a stage begins: the stage as `quantum_runs_begin` saves it, the stage's
+# attempts (the CTE `agents`, compiled from AgentRun's fields by `core.sql.rows_insert_cte`: the
+# same INSERT `agent_runs_create` runs) and the step's events, in one round trip. `{agents}` is
+# that CTE, or no row at all for a stage without attempts.
+_STAGE_BEGIN = """
+WITH run AS (
+    UPDATE bursts_quantumrun
+    SET current_stage = %(run_stage)s, stages = %(run_stages)s::jsonb, status = %(run_status)s,
+        started_at = %(run_started_at)s, dispatched_at = %(run_dispatched_at)s,
+        error_reason = %(run_error_reason)s
+    WHERE id = %(run_id)s
+    RETURNING id
+), {agents}, events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    RETURNING id
+)
+SELECT ARRAY(SELECT id FROM agents ORDER BY id), ARRAY(SELECT id FROM events ORDER BY id)
+"""
+_NO_AGENTS = "agents AS (SELECT NULL::bigint AS id WHERE false)"
+# The statement of a stage without attempts (a skipped one's successor...); with attempts, the
+# same text with their INSERT as `agents`.
+_STAGE_BEGIN_ALONE = Statement(
+    "quantum_run_stage_begin",
+    "A run's next stage, its attempts and the step's events.",
+    _StageBegin,
+    _STAGE_BEGIN.format(agents=_NO_AGENTS),
+)
+
+
+def quantum_run_stage_begin(
+    *, run: QuantumRun, agents: list[AgentRun], events: Sequence[BurstEvent]
+) -> None:
+    """The stage `run` begins (as set on it), its attempts (their ids set on them) and the
+    step's events, in one statement. Call with the run locked."""
+    batch = burst_batch(events)
+    params: _StageBegin = {
         "run_id": run.pk,
         "run_stage": run.current_stage,
         "run_stages": json.dumps(run.stages),
@@ -91,21 +128,51 @@ def quantum_run_begin_params(run: QuantumRun) -> dict[str, Any]:
         "run_started_at": run.started_at,
         "run_dispatched_at": run.dispatched_at,
         "run_error_reason": run.error_reason,
+        **batch.params(),
     }
+    if agents:
+        cte, agent_params = rows_insert_cte(AgentRun, agents, name="agents")
+        values: dict[str, Any] = {**params, **agent_params}
+        with connection.cursor() as cursor:
+            cursor.execute(_STAGE_BEGIN.format(agents=cte), values)
+            row = cursor.fetchone()
+        assert row is not None  # a SELECT without FROM always has its row
+    else:
+        row = _STAGE_BEGIN_ALONE.row(params)
+    rows_inserted(agents, row[0])
+    batch.sent(row[1])
 
 
-# The end and its events in one statement: the events are written only if this call ended it.
-_FINISH = f"""
+class _Finish(EventParams):
+    id: int
+    live: list[str]
+    status: str
+    reason: str
+    now: datetime
+    stages: str  # JSON
+
+
+_FINISH = Statement(
+    "quantum_run_finish",
+    "Live -> terminal, with its stages and, only if this call ended it, the step's events.",
+    _Finish,
+    """
 WITH run AS (
-    UPDATE {{table}}
-    SET {{status}} = %(status)s, {{error_reason}} = %(reason)s, {{finished_at}} = %(now)s,
-        {{stages}} = %(stages)s::jsonb
-    WHERE {{id}} = %(id)s AND {{status}} = ANY(%(live)s)
-    RETURNING {{id}}
-),
-{EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
-SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}
-""".format(**_R)
+    UPDATE bursts_quantumrun
+    SET status = %(status)s, error_reason = %(reason)s, finished_at = %(now)s,
+        stages = %(stages)s::jsonb
+    WHERE id = %(id)s AND status = ANY(%(live)s)
+    RETURNING id
+), events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    WHERE EXISTS (SELECT FROM run)
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM run), ARRAY(SELECT id FROM events ORDER BY id)
+""",
+)
 
 
 def quantum_run_finish(
@@ -123,22 +190,17 @@ def quantum_run_finish(
     batch = burst_batch(
         [*events, *([run_complete_event(run, status=status, reason=reason)] if announce else [])]
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _FINISH,
-            {
-                "status": status,
-                "reason": reason,
-                "now": now,
-                "stages": json.dumps(run.stages),
-                "id": run.pk,
-                "live": sorted(LIVE_RUN),
-                **batch.params(),
-            },
-        )
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT without FROM always has its row
-    ended, event_ids = row
+    ended, event_ids = _FINISH.row(
+        {
+            "status": status,
+            "reason": reason,
+            "now": now,
+            "stages": json.dumps(run.stages),
+            "id": run.pk,
+            "live": sorted(LIVE_RUN),
+            **batch.params(),
+        }
+    )
     if not ended:
         logger.info("run %s already finished; leaving it", run.pk)
         return False
@@ -208,11 +270,10 @@ def quantum_run_dispatched(*, run_id: int, now: datetime) -> None:
 
 __all__ = [
     "LIVE_RUN",
-    "quantum_run_begin_cte",
-    "quantum_run_begin_params",
     "quantum_run_dispatched",
     "quantum_run_finish",
     "quantum_run_redispatch",
+    "quantum_run_stage_begin",
     "quantum_runs_begin",
     "quantum_runs_create",
     "quantum_runs_mark_drained",

@@ -10,19 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db import connection, transaction
 
-from bursts.events import BurstEvent, BurstEventType, burst_batch
+from bursts.events import BurstEvent, BurstEventType
 from bursts.models import RUN_TERMINAL, AgentRun, QuantumRun, RunStatus, Wave, WaveStatus
-from bursts.services.agent_runs import agent_runs_create_cte, agent_runs_created
-from bursts.services.quantum_runs import (
-    LIVE_RUN,
-    quantum_run_begin_cte,
-    quantum_run_begin_params,
-    quantum_run_finish,
-)
+from bursts.services.quantum_runs import LIVE_RUN, quantum_run_finish, quantum_run_stage_begin
 from bursts.services.stages import (
     StagePlan,
     StageStatus,
@@ -33,7 +27,6 @@ from bursts.services.stages import (
     stages_plan,
 )
 from bursts.services.waves import wave_advance
-from core.events import EventBatch
 from core.sql import sql_names
 from quanta.models import Quantum
 
@@ -230,21 +223,7 @@ def _run_advance(
 def _stage_begin(run: QuantumRun, plan: StagePlan, events: list[BurstEvent]) -> None:
     """The run's next stage, its attempts and the step's events, in one statement (the run is
     locked); the stage is sent once the transaction commits."""
-    batch = burst_batch(events)
-    ctes = [quantum_run_begin_cte()]
-    params: dict[str, Any] = {**quantum_run_begin_params(run), **batch.params()}
-    agent_ids = "ARRAY[]::bigint[]"
-    if plan.agents:
-        cte, agent_params, agent_ids = agent_runs_create_cte(agents=plan.agents)
-        ctes.append(cte)
-        params.update(agent_params)
-    ctes.append(EventBatch.cte())
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)}\nSELECT {agent_ids}, {EventBatch.IDS}", params)
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT without FROM always has its row
-    agent_runs_created(agents=plan.agents, ids=row[0])
-    batch.sent(row[1])
+    quantum_run_stage_begin(run=run, agents=plan.agents, events=events)
     stages_dispatch(plan)
 
 

@@ -2,15 +2,17 @@
 checkpoint, a tool's result, the run's end.
 
 Every turn of every agent writes these rows, and a threads worker runs a hundred agents on one
-core: Django compiles each ORM statement in ~0.3 ms of Python, more than its round trip costs,
-and each round trip hands the GIL around a hundred threads. So each step is one statement, and
-the events buffered since the last step go in with it (`EventBatch.cte`). This module writes
-psychonauts' own rows of a turn (AgentTurn, Usage, ToolCall); the other tables' parts of a
-statement are CTEs their writers provide: the run's claim, phase, counters and outcome
-(`bursts.services.agent_runs`), its session (`core.sessions`), the events (`core.events`). The
-statements write exactly the rows the models describe, with the tables' and columns' names taken
-from the models, and the one read builds model instances as Django does; the tests read the rows
-back through the ORM, and other reads stay there.
+core: Django compiles each ORM statement in more Python time than its round trip costs, and each
+round trip hands the GIL around a hundred threads (docs/performance.md has the figures). So each
+step is one statement, and the events buffered since the last step go in with it. Each statement
+is written out whole here, with its parameters declared (`core.sql.Statement`), and this module
+owns it. Besides
+psychonauts' own rows of a turn (AgentTurn, Usage, ToolCall) they write, in the same round trip:
+the run's row (bursts' AgentRun: its claim, phase, heartbeat and counters, its end: the same
+compare-and-sets on its status that `bursts.services.agent_runs` makes), the run's session
+(core's Session: the agent loop is its only writer) and the step's events (core's Event, as
+`core.events.EventBatch` prepares them). The read builds model instances as Django does; the
+tests read the rows back through the ORM, and other reads stay there.
 """
 
 from __future__ import annotations
@@ -20,23 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from django.db import connection, models
 
 from bursts.models import AGENT_LIVE, AgentRun
-from bursts.services.agent_runs import (
-    agent_run_claim_cte,
-    agent_run_counters_cte,
-    agent_run_finish_cte,
-    agent_run_turn_open_cte,
-)
 from core import metrics
-from core.events import EventBatch
+from core.events import EventBatch, EventParams
 from core.models import Session
-from core.sessions import SESSION_ID, session_ended_cte, session_found_cte, session_opened_cte
-from core.sql import sql_names
-from psychonauts.models import AgentTurn, Role, ToolCall, Usage
+from core.sql import Statement
+from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.routing.providers.base import (
     ContentBlock,
     TextBlock,
@@ -57,12 +52,6 @@ _QUANTUM_COLUMNS = [
                  "complexity")
 ]  # fmt: skip
 _ROLE_COLUMNS = list(Role._meta.concrete_fields)
-
-# Names of the tables this module writes itself, for the statements below.
-_T = sql_names(AgentTurn, "t_")
-_U = sql_names(Usage, "u_")
-_C = sql_names(ToolCall, "c_")
-_A = sql_names(AgentRun, "a_")
 
 
 def _select(alias: str, fields: Sequence[Any]) -> str:
@@ -104,18 +93,47 @@ def run_read(agent_run_id: int) -> tuple[AgentRun, Role | None] | None:
     return run, role
 
 
-# Claiming a run to execute it (pending | running | waiting -> running), guarded, with its
-# session: found when an earlier execution opened it, else opened now (when `open_session`; a
-# run refused before it starts gets none).
-_OPEN_SESSION = "%(open_session)s AND EXISTS (SELECT FROM run)"
-_RUN_CLAIM = f"""
-WITH {agent_run_claim_cte()},
-{session_found_cte(kind=Session.Kind.AGENT_RUN)},
-{session_opened_cte(kind=Session.Kind.AGENT_RUN, only_if=_OPEN_SESSION)}
-SELECT EXISTS (SELECT FROM run), {SESSION_ID}
-"""
+class _Claim(TypedDict):
+    id: int
+    live: list[str]  # the statuses a claim takes a run from
+    worker: str
+    now: datetime
+    provider: str | None  # None keeps the row's
+    model: str | None
+    session_ref: str
+    session_title: str
+    open_session: bool
 
-_LIVE = sorted(AGENT_LIVE)  # the statuses a claim takes a run from, as the statement's array
+
+# The session is found when an earlier execution opened it, else opened now (when
+# `open_session`; a run refused before it starts gets none).
+_RUN_CLAIM = Statement(
+    "run_claim",
+    "Live -> running for this execution, with the run's session; whether it was claimed.",
+    _Claim,
+    """
+WITH run AS (
+    UPDATE bursts_agentrun
+    SET status = 'running', worker = %(worker)s, started_at = COALESCE(started_at, %(now)s),
+        heartbeat_at = %(now)s, provider = COALESCE(%(provider)s, provider),
+        model = COALESCE(%(model)s, model)
+    WHERE id = %(id)s AND status = ANY(%(live)s)
+    RETURNING id
+), session_found AS (
+    SELECT min(id) AS id FROM core_session WHERE kind = 'agent_run' AND ref = %(session_ref)s
+), session_opened AS (
+    INSERT INTO core_session (kind, ref, title, started_at)
+    SELECT 'agent_run', %(session_ref)s, %(session_title)s, %(now)s
+    WHERE %(open_session)s AND EXISTS (SELECT FROM run) AND (SELECT id FROM session_found) IS NULL
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM run),
+       COALESCE((SELECT id FROM session_found), (SELECT id FROM session_opened))
+""",
+)
+
+_LIVE = sorted(AGENT_LIVE)
+assert Session.Kind.AGENT_RUN.value == "agent_run"  # as the statement spells it
 
 
 def run_claim(
@@ -129,25 +147,32 @@ def run_claim(
     """Claim a run for this execution; returns whether it was claimed and its session's id.
 
     `route`: the provider and model it runs with, or None when it is refused (no session)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RUN_CLAIM,
-            {
-                "id": agent_run_id,
-                "worker": worker,
-                "now": now,
-                "provider": route[0] if route else None,
-                "model": route[1] if route else None,
-                "session_ref": str(agent_run_id),
-                "session_title": title,
-                "session_now": now,
-                "open_session": route is not None,
-                "live": _LIVE,
-            },
-        )
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT of subqueries always has its row
-    return bool(row[0]), row[1]
+    claimed, session_id = _RUN_CLAIM.row(
+        {
+            "id": agent_run_id,
+            "worker": worker,
+            "now": now,
+            "provider": route[0] if route else None,
+            "model": route[1] if route else None,
+            "session_ref": str(agent_run_id),
+            "session_title": title,
+            "open_session": route is not None,
+            "live": _LIVE,
+        }
+    )
+    return bool(claimed), session_id
+
+
+class _Completion(TypedDict):
+    """A turn's completion: its tool results, and its last call's result when that one's result
+    has not been recorded on its own (NULL ids: nothing to complete)."""
+
+    results: str  # JSON
+    turn: int | None
+    call: int | None
+    output: str
+    is_error: bool
+    duration: int
 
 
 @dataclass(frozen=True)
@@ -159,7 +184,7 @@ class TurnCompletion:
     tool_results: list[ToolResultBlock]
     last_call: ToolCall | None
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> _Completion:
         call = self.last_call
         return {
             "results": json.dumps(self.tool_results),
@@ -171,17 +196,7 @@ class TurnCompletion:
         }
 
 
-# Completing a turn (no-ops with NULL ids): a statement of its own, or part of the next turn's.
-_COMPLETION = """done_call AS (
-    UPDATE {c_table}
-    SET {c_output} = %(output)s, {c_is_error} = %(is_error)s, {c_completed} = true,
-        {c_duration_ms} = %(duration)s
-    WHERE {c_id} = %(call)s
-), done_turn AS (
-    UPDATE {t_table} SET {t_tool_results} = %(results)s::jsonb, {t_complete} = true
-    WHERE {t_id} = %(turn)s
-)""".format(**_C, **_T)
-_NO_COMPLETION: dict[str, Any] = {
+_NO_COMPLETION: _Completion = {
     "results": "[]",
     "turn": None,
     "call": None,
@@ -190,38 +205,62 @@ _NO_COMPLETION: dict[str, Any] = {
     "duration": 0,
 }
 
-# Opening a turn is one round trip: the last turn's completion, the phase, heartbeat and events
-# go in, and the spend the budgets need comes back; no run row when it is no longer running
-# (cancelled meanwhile).
-_TURN_OPEN = """
-WITH {completion}, {run}, {events}
-SELECT EXISTS (SELECT FROM run), (SELECT spent FROM run), (SELECT spent_wave FROM run), {ids}
-"""
-_SPEND_RUN = (
-    "(SELECT COALESCE(SUM({u_cost_usd}), 0) FROM {u_table} WHERE {u_quantum_run_id} = %(qr)s)"
-).format(**_U)
-_SPEND_ALONE = (
-    "(SELECT COALESCE(SUM(u.{u_cost_usd}), 0) FROM {u_table} u"
-    " JOIN {a_table} r ON r.{a_id} = u.{u_agent_run_id}"
-    " WHERE r.{a_agent_id} = %(agent_id)s AND r.{a_attempt} = %(attempt)s)"
-).format(**_U, **_A)
-_SPEND_WAVE = (
-    "(SELECT COALESCE(SUM({u_cost_usd}), 0) FROM {u_table} WHERE {u_wave_id} = %(wave)s)"
-).format(**_U)
-# The four statements, by (a quantum run's agent, a wave with a budget).
-_TURN_OPENS = {
-    (in_run, budgeted): _TURN_OPEN.format(
-        completion=_COMPLETION,
-        run=agent_run_turn_open_cte(
-            returning=f"{_SPEND_RUN if in_run else _SPEND_ALONE} AS spent, "
-            f"{_SPEND_WAVE if budgeted else 'NULL'} AS spent_wave"
-        ),
-        events=EventBatch.cte(),
-        ids=EventBatch.IDS,
-    )
-    for in_run in (True, False)
-    for budgeted in (True, False)
-}
+
+class _TurnOpen(_Completion, EventParams):
+    id: int
+    phase: str
+    now: datetime
+    quantum_run: int | None  # the run's quantum run; None: a lone agent run
+    agent_id: str
+    attempt: int
+    budgeted_wave: int | None  # its wave when that has a budget
+
+
+# Opening a turn is one round trip: the last turn's completion (no-ops with NULL ids), the phase,
+# heartbeat and events go in, and the spend the budgets need comes back: the quantum run's (or
+# the lone agent run's, all its attempts') and the wave's when it has a budget. No run row when
+# it is no longer running (cancelled meanwhile): then nothing is summed.
+_TURN_OPEN = Statement(
+    "turn_open",
+    "A turn's opening: the last one's completion, phase, heartbeat, events; the spend so far.",
+    _TurnOpen,
+    """
+WITH done_call AS (
+    UPDATE psychonauts_toolcall
+    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
+    WHERE id = %(call)s
+), done_turn AS (
+    UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
+    WHERE id = %(turn)s
+), run AS (
+    UPDATE bursts_agentrun SET phase = %(phase)s, heartbeat_at = %(now)s
+    WHERE id = %(id)s AND status = 'running'
+    RETURNING id
+), events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM run),
+       CASE
+           WHEN NOT EXISTS (SELECT FROM run) THEN NULL
+           WHEN %(quantum_run)s::bigint IS NOT NULL THEN (
+               SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage
+                WHERE quantum_run_id = %(quantum_run)s)
+           ELSE (
+               SELECT COALESCE(SUM(u.cost_usd), 0) FROM psychonauts_usage u
+                 JOIN bursts_agentrun r ON r.id = u.agent_run_id
+                WHERE r.agent_id = %(agent_id)s AND r.attempt = %(attempt)s)
+       END,
+       CASE
+           WHEN %(budgeted_wave)s::bigint IS NULL OR NOT EXISTS (SELECT FROM run) THEN NULL
+           ELSE (SELECT COALESCE(SUM(cost_usd), 0) FROM psychonauts_usage
+                  WHERE wave_id = %(budgeted_wave)s)
+       END,
+       ARRAY(SELECT id FROM events ORDER BY id)
+""",
+)
 
 
 def turn_open(
@@ -239,74 +278,116 @@ def turn_open(
     """Write the last turn's completion, the phase and the events; return what the quantum run
     (or the lone agent run) has spent, and the wave when it has a budget, or None when the run
     is no longer running."""
-    sql = _TURN_OPENS[(quantum_run_id is not None, budgeted_wave_id is not None)]
-    params: dict[str, Any] = {
-        "phase": phase,
-        "now": now,
-        "id": agent_run_id,
-        "qr": quantum_run_id,
-        "agent_id": agent_id,
-        "attempt": attempt,
-        "wave": budgeted_wave_id,
-        **events.params(),
-        **(completion.params() if completion is not None else _NO_COMPLETION),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT of subqueries always has its row
-    running, spent, spent_wave, event_ids = row
+    running, spent, spent_wave, event_ids = _TURN_OPEN.row(
+        {
+            "phase": phase,
+            "now": now,
+            "id": agent_run_id,
+            "quantum_run": quantum_run_id,
+            "agent_id": agent_id,
+            "attempt": attempt,
+            "budgeted_wave": budgeted_wave_id,
+            **events.params(),
+            **(completion.params() if completion is not None else _NO_COMPLETION),
+        }
+    )
     events.sent(event_ids)
     return (spent, spent_wave) if running else None
 
 
-# CTE `usage`: one model call's row in the ledger. Parameters: `_usage_params`, run, now.
-_USAGE_CTE = """usage AS (
-    INSERT INTO {u_table} ({u_agent_run_id}, {u_quantum_run_id}, {u_wave_id}, {u_provider},
-                           {u_model}, {u_tokens_in}, {u_tokens_out}, {u_cache_read_tokens},
-                           {u_cache_write_tokens}, {u_cache_write_long_tokens}, {u_cost_usd},
-                           {u_priced}, {u_created_at})
+class _Usage(TypedDict):
+    """One model call's row in the ledger, and what it adds to its run's counters."""
+
+    run: int
+    quantum_run: int | None
+    wave: int | None
+    provider: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cache_read: int
+    cache_write: int
+    cache_write_long: int
+    cost: Decimal
+    priced: bool
+    phase: str
+    now: datetime
+
+
+class _TurnRecord(_Usage, EventParams):
+    index: int
+    assistant: str  # JSON
+    calls: str  # JSON: [{id, name, input}]
+    stop_reason: str
+    complete: bool
+    prompt: str
+
+
+# Atomic on its own: the turn, its usage, its tool calls (pending), the run's counters and phase,
+# and the events.
+_TURN_RECORD = Statement(
+    "turn_record",
+    "A provider's answer: the turn, its usage, its pending tool calls, the run's counters.",
+    _TurnRecord,
+    """
+WITH turn AS (
+    INSERT INTO psychonauts_agentturn (agent_run_id, index, assistant, tool_results, stop_reason,
+                                       complete, tokens_in, tokens_out, prompt, created_at)
+    VALUES (%(run)s, %(index)s, %(assistant)s::jsonb, '[]'::jsonb, %(stop_reason)s, %(complete)s,
+            %(tokens_in)s, %(tokens_out)s, %(prompt)s, %(now)s)
+    RETURNING id
+), usage AS (
+    INSERT INTO psychonauts_usage (agent_run_id, quantum_run_id, wave_id, provider, model,
+                                   tokens_in, tokens_out, cache_read_tokens, cache_write_tokens,
+                                   cache_write_long_tokens, cost_usd, priced, created_at)
     VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
             %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
             %(priced)s, %(now)s)
-)""".format(**_U)
-
-
-# One statement, atomic on its own: the turn, its usage, its tool calls (pending), the run's
-# counters and phase, and the events.
-_TURN_RECORD = """
-WITH turn AS (
-    INSERT INTO {t_table} ({t_agent_run_id}, {t_index}, {t_assistant}, {t_tool_results},
-                           {t_stop_reason}, {t_complete}, {t_tokens_in}, {t_tokens_out},
-                           {t_prompt}, {t_created_at})
-    VALUES (%(run)s, %(index)s, %(assistant)s::jsonb, '[]'::jsonb, %(stop_reason)s, %(complete)s,
-            %(tokens_in)s, %(tokens_out)s, %(prompt)s, %(now)s)
-    RETURNING {t_id}
-), {usage}, calls AS (
-    INSERT INTO {c_table} ({c_agent_run_id}, {c_turn_index}, {c_tool_use_id}, {c_name},
-                           {c_input}, {c_output}, {c_is_error}, {c_completed}, {c_duration_ms},
-                           {c_created_at})
+), calls AS (
+    INSERT INTO psychonauts_toolcall (agent_run_id, turn_index, tool_use_id, name, input, output,
+                                      is_error, completed, duration_ms, created_at)
     SELECT %(run)s, %(index)s, c.id, c.name, c.input, '', false, false, 0, %(now)s
     FROM jsonb_to_recordset(%(calls)s::jsonb) AS c(id text, name text, input jsonb)
-    RETURNING {c_id}, {c_tool_use_id}
-), {counters}, {events}
-SELECT (SELECT {t_id} FROM turn), ARRAY(SELECT {c_tool_use_id} FROM calls),
-       ARRAY(SELECT {c_id} FROM calls), {ids}
-""".format(
-    **_T,
-    **_C,
-    usage=_USAGE_CTE,
-    counters=agent_run_counters_cte(),
-    events=EventBatch.cte(),
-    ids=EventBatch.IDS,
+    RETURNING id, tool_use_id
+), counters AS (
+    UPDATE bursts_agentrun
+    SET tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
+        cost_usd = cost_usd + %(cost)s, phase = %(phase)s, heartbeat_at = %(now)s
+    WHERE id = %(run)s
+), events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    RETURNING id
+)
+SELECT (SELECT id FROM turn), ARRAY(SELECT tool_use_id FROM calls), ARRAY(SELECT id FROM calls),
+       ARRAY(SELECT id FROM events ORDER BY id)
+""",
 )
 
-# A model call made outside our turn loop (an agent CLI's, through the model gateway): its usage
-# and the run's counters, in one statement. The run keeps its phase.
-_USAGE_RECORD = f"""
-WITH {_USAGE_CTE}, {agent_run_counters_cte()}
+# A model call made outside our turn loop (an agent CLI's, through the model gateway): the same
+# ledger row and counters as a turn's, the run keeping its phase.
+_USAGE_RECORD = Statement(
+    "usage_record",
+    "A model call's usage in the ledger, and its tokens and cost added to its run's.",
+    _Usage,
+    """
+WITH usage AS (
+    INSERT INTO psychonauts_usage (agent_run_id, quantum_run_id, wave_id, provider, model,
+                                   tokens_in, tokens_out, cache_read_tokens, cache_write_tokens,
+                                   cache_write_long_tokens, cost_usd, priced, created_at)
+    VALUES (%(run)s, %(quantum_run)s, %(wave)s, %(provider)s, %(model)s, %(tokens_in)s,
+            %(tokens_out)s, %(cache_read)s, %(cache_write)s, %(cache_write_long)s, %(cost)s,
+            %(priced)s, %(now)s)
+), counters AS (
+    UPDATE bursts_agentrun
+    SET tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
+        cost_usd = cost_usd + %(cost)s, phase = %(phase)s, heartbeat_at = %(now)s
+    WHERE id = %(run)s
+)
 SELECT 1
-"""
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -326,8 +407,8 @@ class CallUsage:
     now: datetime
 
 
-def _usage_params(call: TurnRecord | CallUsage) -> dict[str, Any]:
-    """The `usage` CTE's parameters, and the run counters' tokens and cost."""
+def _usage_params(call: TurnRecord | CallUsage) -> _Usage:
+    """A model call's ledger row and counters, as both statements take them."""
     return {
         "run": call.agent_run_id,
         "quantum_run": call.quantum_run_id,
@@ -341,20 +422,33 @@ def _usage_params(call: TurnRecord | CallUsage) -> dict[str, Any]:
         "cache_write_long": call.cache_write_long,
         "cost": call.cost_usd or Decimal(0),
         "priced": call.cost_usd is not None,
+        "phase": call.phase,
+        "now": call.now,
     }
 
 
 def usage_record(call: CallUsage) -> None:
     """One model call's usage in the ledger, and its tokens and cost added to its run's."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _USAGE_RECORD,
-            {**_usage_params(call), "phase": call.phase, "now": call.now},
-        )
+    _USAGE_RECORD.run(_usage_params(call))
 
 
-# A turn's completion on its own; or, with no turn, one tool call's result.
-_TURN_COMPLETE = f"WITH {_COMPLETION} SELECT"
+# A turn's completion on its own; or, with no turn, one tool call's result (no-ops with NULL ids).
+_TURN_COMPLETE = Statement(
+    "turn_complete",
+    "A turn's completion with no next turn to carry it, or one tool call's result.",
+    _Completion,
+    """
+WITH done_call AS (
+    UPDATE psychonauts_toolcall
+    SET output = %(output)s, is_error = %(is_error)s, completed = true, duration_ms = %(duration)s
+    WHERE id = %(call)s
+), done_turn AS (
+    UPDATE psychonauts_agentturn SET tool_results = %(results)s::jsonb, complete = true
+    WHERE id = %(turn)s
+)
+SELECT
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -383,25 +477,18 @@ def turn_record(record: TurnRecord, events: EventBatch) -> tuple[int, dict[str, 
     """Write a provider's answer and the events; returns the turn's id and its tool calls' ids
     by tool_use id."""
     calls = [{"id": u["id"], "name": u["name"], "input": u["input"]} for u in record.tool_uses]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _TURN_RECORD,
-            {
-                **_usage_params(record),
-                "index": record.index,
-                "assistant": json.dumps(record.assistant),
-                "calls": json.dumps(calls),
-                "stop_reason": record.stop_reason,
-                "complete": not record.tool_uses,
-                "prompt": record.prompt,
-                "phase": record.phase,
-                "now": record.now,
-                **events.params(),
-            },
-        )
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT of subqueries always has its row
-    turn_id, tool_use_ids, call_ids, event_ids = row
+    turn_id, tool_use_ids, call_ids, event_ids = _TURN_RECORD.row(
+        {
+            **_usage_params(record),
+            "index": record.index,
+            "assistant": json.dumps(record.assistant),
+            "calls": json.dumps(calls),
+            "stop_reason": record.stop_reason,
+            "complete": not record.tool_uses,
+            "prompt": record.prompt,
+            **events.params(),
+        }
+    )
     events.sent(event_ids)
     metrics.usage_recorded(
         provider=record.provider,
@@ -440,14 +527,15 @@ def tool_call_answer(*, agent_run_id: int, tool_use_id: str, output: str, is_err
 
 def tool_call_done(*, call_id: int, output: str, is_error: bool, duration_ms: int) -> None:
     """A tool call's result on its own (the completion's statement, with no turn)."""
-    params: dict[str, Any] = {
-        "call": call_id,
-        "output": output,
-        "is_error": is_error,
-        "duration": duration_ms,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_TURN_COMPLETE, {**_NO_COMPLETION, **params})
+    _TURN_COMPLETE.run(
+        {
+            **_NO_COMPLETION,
+            "call": call_id,
+            "output": output,
+            "is_error": is_error,
+            "duration": duration_ms,
+        }
+    )
 
 
 def turn_feedback(*, turn_id: int, content: list[TextBlock]) -> None:
@@ -458,18 +546,45 @@ def turn_feedback(*, turn_id: int, content: list[TextBlock]) -> None:
 
 def turn_complete(completion: TurnCompletion) -> None:
     """Complete a turn in a statement of its own (no next turn opens to carry it)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_TURN_COMPLETE, completion.params())
+    _TURN_COMPLETE.run(completion.params())
 
 
-# The run's end, guarded (running -> done | error), with its session's end and the events; the
-# events go in only with the transition (the caller writes those that still belong otherwise).
-_RUN_FINISH = f"""
-WITH {agent_run_finish_cte()},
-{session_ended_cte(only_if="EXISTS (SELECT FROM run)")},
-{EventBatch.cte(only_if="EXISTS (SELECT FROM run)")}
-SELECT EXISTS (SELECT FROM run), {EventBatch.IDS}
-"""
+class _Finish(EventParams):
+    id: int
+    status: str
+    phase: str
+    result: str
+    error: str
+    now: datetime
+    session_id: int
+
+
+# The events go in only with the transition (the caller writes those that still belong
+# otherwise).
+_RUN_FINISH = Statement(
+    "run_finish",
+    "Running -> done | error with its outcome, its session's end and the events.",
+    _Finish,
+    """
+WITH run AS (
+    UPDATE bursts_agentrun
+    SET status = %(status)s, phase = %(phase)s, result = %(result)s, error = %(error)s,
+        finished_at = %(now)s, heartbeat_at = %(now)s
+    WHERE id = %(id)s AND status = 'running'
+    RETURNING id
+), session_ended AS (
+    UPDATE core_session SET ended_at = %(now)s
+    WHERE id = %(session_id)s AND EXISTS (SELECT FROM run)
+), events AS (
+    INSERT INTO core_event (session_id, topic, type, payload, created_at)
+    SELECT %(events_session)s, %(events_topic)s, e.type, e.payload, %(events_now)s
+    FROM jsonb_to_recordset(%(events)s::jsonb) AS e(type text, payload jsonb)
+    WHERE EXISTS (SELECT FROM run)
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM run), ARRAY(SELECT id FROM events ORDER BY id)
+""",
+)
 
 
 def run_finish(
@@ -484,24 +599,18 @@ def run_finish(
     events: EventBatch,
 ) -> bool:
     """End a running run; False (nothing written) when it was no longer running."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RUN_FINISH,
-            {
-                "id": agent_run_id,
-                "status": status,
-                "phase": phase,
-                "result": result,
-                "error": error,
-                "now": now,
-                "session_now": now,
-                "session_id": session_id,
-                **events.params(),
-            },
-        )
-        row = cursor.fetchone()
-    assert row is not None  # a SELECT of subqueries always has its row
-    finished, event_ids = row
+    finished, event_ids = _RUN_FINISH.row(
+        {
+            "id": agent_run_id,
+            "status": status,
+            "phase": phase,
+            "result": result,
+            "error": error,
+            "now": now,
+            "session_id": session_id,
+            **events.params(),
+        }
+    )
     events.sent(event_ids)
     return bool(finished)
 

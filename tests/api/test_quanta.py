@@ -10,7 +10,7 @@ import pytest
 
 from api.models import IdempotentResponse
 from core.metrics import VALIDATION_FAILURES
-from quanta import selectors as quanta_selectors
+from quanta import search as quanta_search_module
 from quanta.models import Dependency, Quantum
 from tests.api.conftest import ApiClient, assert_problem
 from tests.factories import make_quantum
@@ -123,7 +123,7 @@ def test_search_pages_with_a_filter_have_no_duplicates_or_gaps(
 ) -> None:
     # Rows per page asked for that the search reads of the listing before it turns to the
     # full-text index: 1 and 2 send the rare queries there, 20 answers them from the walk.
-    monkeypatch.setattr(quanta_selectors, "IN_ORDER_WINDOW_PER_ROW", window)
+    monkeypatch.setattr(quanta_search_module, "IN_ORDER_WINDOW_PER_ROW", window)
     made = [
         make_quantum(
             f"deploy step {i}",

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from autopilot.models import BaseCheck, Finding, Goal, GoalTransition, Hub, HubTransition, Spend
-from autopilot.services.goals import goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_approve, goal_create
 from psychonauts.runtime.runs import agent_run_create
 from quanta.services import quantum_create
 

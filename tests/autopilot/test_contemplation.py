@@ -22,7 +22,7 @@ from autopilot.services.contemplation import (
     contemplation_context,
     contemplations_start,
 )
-from autopilot.services.goals import goal_create
+from autopilot.services.goals.lifecycle import goal_create
 from bursts.models import AGENT_TERMINAL, AgentRun
 from core.celery import app
 from core.models import Event

@@ -17,7 +17,9 @@ from django.db import connection
 from django.utils import timezone
 
 from autopilot.models import Goal, GoalStatus, GoalTransition
-from autopilot.services.goals import goal_approve, goal_create, goals_decompose_due, goals_progress
+from autopilot.services.goals.lifecycle import goal_approve, goal_create
+from autopilot.services.goals.planning import goals_decompose_due
+from autopilot.services.goals.progress import goals_progress
 from bursts.models import AgentRun
 from bursts.services import wave_start
 from core.celery import app

@@ -15,15 +15,15 @@ from django.db import connection
 from autopilot.errors import GoalNotFound, IllegalGoalTransition, InvalidGoal
 from autopilot.goal_selectors import goal_detail, goals_counts, goals_for_ui
 from autopilot.models import GOAL_TRANSITIONS, Goal, GoalSource, GoalStatus, GoalTransition
-from autopilot.services.goals import (
-    _transition,
+from autopilot.services.goals.lifecycle import (
     goal_abandon,
     goal_approve,
     goal_create,
-    goal_verify,
-    goals_decompose_due,
-    goals_progress,
+    goal_transition,
 )
+from autopilot.services.goals.planning import goals_decompose_due
+from autopilot.services.goals.progress import goals_progress
+from autopilot.services.goals.verification import goal_verify
 from bursts.models import AgentRun
 from core.models import Event
 from psychonauts.runtime.execute import agent_run_execute
@@ -161,12 +161,12 @@ def test_each_transition_is_allowed_only_from_its_statuses(start: str) -> None:
         allowed = target in GOAL_TRANSITIONS[start]
 
         if allowed:
-            moved = _transition(goal.pk, to=target, reason="test", by="t")
+            moved = goal_transition(goal.pk, to=target, reason="test", by="t")
             assert moved.status == target
             assert history(goal)[-1] == (start, target, "t")
         else:
             with pytest.raises(IllegalGoalTransition, match=f"it is {start}"):
-                _transition(goal.pk, to=target, reason="test", by="t")
+                goal_transition(goal.pk, to=target, reason="test", by="t")
             assert Goal.objects.get(pk=goal.pk).status == start
             assert len(history(goal)) == 1  # only its creation
 

@@ -278,7 +278,7 @@ def test_approved_goals_are_decomposed_while_executing(
     hub: Hub, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
 ) -> None:
     from autopilot.models import Goal
-    from autopilot.services.goals import goal_approve, goal_create
+    from autopilot.services.goals.lifecycle import goal_approve, goal_create
     from autopilot.tasks import goals
 
     goal = goal_create(title="Greet in French", success_criteria="it says bonjour", by="alice")
@@ -306,7 +306,7 @@ def test_active_goals_get_their_safety_net_in_any_state(
     hub: Hub, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
 ) -> None:
     from autopilot.models import Goal
-    from autopilot.services.goals import goal_create
+    from autopilot.services.goals.lifecycle import goal_create
 
     goal = goal_create(title="Greet in German", success_criteria="it says hallo", by="alice")
     Goal.objects.filter(pk=goal.pk).update(status="active")  # its quanta run elsewhere

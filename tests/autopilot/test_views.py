@@ -23,7 +23,8 @@ from autopilot.models import (
     HubTransition,
     Spend,
 )
-from autopilot.services.goals import PLANNER_ROLE, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_approve, goal_create
+from autopilot.services.goals.planning import PLANNER_ROLE
 from autopilot.services.hub import hub_pause, hub_resume
 from bursts.models import Burst, QuantumRun, Wave
 from core.access import operator_ensure, viewer_ensure

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from autopilot.models import Goal, GoalSource, GoalStatus, Hub
-from autopilot.services.goals import goal_create
+from autopilot.services.goals.lifecycle import goal_create
 from autopilot.services.hub import hub_force
 from core.access import operator_ensure
 

@@ -19,7 +19,7 @@ from core.events import publish
 from core.models import Session
 from core.search import sessions_search
 from quanta.errors import BadSearchQuery as QuantaBadSearchQuery
-from quanta.selectors import quanta_search
+from quanta.search import quanta_search
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]

@@ -163,7 +163,8 @@ def test_export_round_trips_through_import(tmp_path, capsys):
 
 def test_imported_quanta_are_ready_exactly_when_their_blockers_are_closed(tmp_path):
     from quanta import services
-    from quanta.selectors import quanta_ready, quanta_search
+    from quanta.search import quanta_search
+    from quanta.selectors import quanta_ready
 
     open_existing = make_quantum("open existing")
     closed_existing = make_quantum("closed existing")

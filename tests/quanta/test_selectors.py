@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from quanta import selectors, services
-from quanta.errors import BadSearchQuery, QuantumNotFound
+from quanta.errors import QuantumNotFound
 from quanta.models import Quantum, QuantumStatus
 from tests.factories import make_chain, make_quantum
 
@@ -91,73 +91,6 @@ def test_children_of_an_epic():
     kids = [make_quantum(f"kid {i}", parent_id=epic.pk) for i in range(2)]
     make_quantum("stranger")
     assert ids(selectors.quanta_children(parent_id=epic.pk)) == [k.pk for k in kids]
-
-
-@pytest.fixture
-def corpus():
-    return {
-        "auth": make_quantum("Authentication for the API", body="tokens and sessions"),
-        "authz": make_quantum("Authorization rules", body="roles for users"),
-        "sock": make_quantum("Websocket reconnect", body="the client is running out of retries"),
-        "phrase": make_quantum("Cache layer", body="use the redis cache for session data"),
-    }
-
-
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("run", ["sock"]),  # stemming: running ~ run
-        ("auth*", ["auth", "authz"]),  # prefix
-        ('"session data"', ["phrase"]),  # phrase
-        ('"data session"', []),  # phrase order matters
-        ("websocket OR authorization", ["authz", "sock"]),
-        ("session -cache", ["auth"]),  # exclusion
-        ("tokens sessions", ["auth"]),  # AND
-    ],
-)
-def test_search_supports_stemming_phrases_or_exclusion_and_prefix(corpus, query, expected):
-    found = {h.quantum.pk for h in selectors.quanta_search(query=query)}
-    assert found == {corpus[k].pk for k in expected}
-
-
-def test_search_ranks_title_matches_first(corpus):
-    body_match = make_quantum("Unrelated", body="authorization appears only here")
-    hits = selectors.quanta_search(query="authorization")
-    assert [h.quantum.pk for h in hits] == [corpus["authz"].pk, body_match.pk]
-
-
-@pytest.mark.parametrize("query", ["", "   ", "-only", "!!! &&& |||"])
-def test_search_refuses_empty_or_only_negative_queries(query):
-    with pytest.raises(BadSearchQuery):
-        selectors.quanta_search(query=query)
-
-
-def test_search_survives_tsquery_syntax_in_input(corpus):
-    hits = selectors.quanta_search(query="auth:* & !(x) <-> 'cache'")
-    assert {h.quantum.pk for h in hits} <= {q.pk for q in corpus.values()}
-
-
-def test_search_finds_labels_as_written_and_after_a_relabel():
-    labelled = make_quantum("Rotate the keys", labels=["auth", "ops"])
-    other = make_quantum("Cache warm-up", labels=["perf"])
-    assert [h.quantum.pk for h in selectors.quanta_search(query="auth*")] == [labelled.pk]
-    assert [h.quantum.pk for h in selectors.quanta_search(query="ops")] == [labelled.pk]
-
-    services.quantum_update(quantum_id=other.pk, changes={"labels": ["auth"]})
-
-    found = {h.quantum.pk for h in selectors.quanta_search(query="auth")}
-    assert found == {labelled.pk, other.pk}
-
-
-def test_search_finds_a_quantum_by_its_id():
-    a, b = make_quantum("first"), make_quantum("second, mentions 12 in passing")
-    assert [h.quantum.pk for h in selectors.quanta_search(query=f"#{a.pk}")] == [a.pk]
-    found = selectors.quanta_search(query=f"#{b.pk} #{a.pk} #999999")
-    assert [h.quantum.pk for h in found] == [b.pk, a.pk]
-    listed = selectors.quanta_search_in_order(
-        quanta=Quantum.objects.order_by("-pk"), query=f"#{a.pk}", count=10
-    )
-    assert [q.pk for q in listed] == [a.pk]
 
 
 def test_the_blocker_count_follows_every_path_that_changes_it():

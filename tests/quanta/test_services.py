@@ -150,7 +150,7 @@ def test_it_comments_and_makes_the_comment_searchable():
     q = make_quantum("Plain title")
     services.comment_add(quantum_id=q.pk, body="the flaky websocket reconnects", author="ada")
     assert Comment.objects.get(quantum=q).author == "ada"
-    from quanta.selectors import quanta_search
+    from quanta.search import quanta_search
 
     assert [h.quantum.pk for h in quanta_search(query="websockets")] == [q.pk]
 

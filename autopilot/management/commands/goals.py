@@ -23,7 +23,7 @@ from autopilot.forms import BUDGET_MAX
 from autopilot.models import GoalStatus
 from autopilot.selectors import GoalPage, goal_page, goal_row, goals_list
 from autopilot.serializers import goal_data, goal_page_data
-from autopilot.services.goals import goal_abandon, goal_approve, goal_create
+from autopilot.services.goals.lifecycle import goal_abandon, goal_approve, goal_create
 from core.cli import SafeCommand, emit_json, parse_id, shorten, subcommands, table
 from core.safetext import quoted
 from quanta.errors import QuantaError

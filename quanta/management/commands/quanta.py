@@ -18,7 +18,7 @@ from core.cli import (
     subcommands,
     table,
 )
-from quanta import selectors, serializers, services
+from quanta import search, selectors, serializers, services
 from quanta.complexity import complexity_classify
 from quanta.errors import ImportFailed, InvalidQuantum, QuantaError
 from quanta.fields import COMPLEXITY_AUTO
@@ -337,7 +337,7 @@ class Command(SafeCommand):
             self.stdout.write(why.describe())
 
     def do_search(self, o: dict[str, Any]) -> None:
-        hits = selectors.quanta_search(query=o["query"], limit=o["limit"])
+        hits = search.quanta_search(query=o["query"], limit=o["limit"])
         if o["json"]:
             emit_json(self.stdout, [{**quantum_data(h.quantum), "rank": h.rank} for h in hits])
             return
