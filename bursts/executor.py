@@ -57,10 +57,16 @@ def noop_executor(*, agent_run_id: int) -> Outcome:
     return Outcome(status="done", result=f"noop agent run {agent_run_id}")
 
 
+def executor_current() -> Executor:
+    """What runs the agents of this process's waves: noop when the setting says so, else the
+    registered executor (HookEmpty when none is)."""
+    return noop_executor if settings.BURSTS_EXECUTOR == "noop" else EXECUTOR.one()
+
+
 @metrics.timed_execution
 def execute_agent(agent_run_id: int) -> Outcome:
     """Run (or resume) one agent run to an outcome. Exceptions become an `error` outcome."""
-    executor = noop_executor if settings.BURSTS_EXECUTOR == "noop" else EXECUTOR.one()
+    executor = executor_current()
     try:
         return executor(agent_run_id=agent_run_id)
     except Exception as exc:

@@ -7,7 +7,7 @@ typed hook and calls what is registered in it; each app above registers its own 
 to the `hooks.py` modules that name it.
 
     ON_RUNS_DRAINED: Hook[RunsDrained] = Hook("bursts.runs_drained")
-    ON_RUNS_DRAINED.register(on_runs_drained)      # tether/hooks.py
+    ON_RUNS_DRAINED.register(runs_drained)         # tether/hooks.py
     for hook in ON_RUNS_DRAINED: hook(drained)     # bursts/services/drain.py
 
 Items come back in the order they were registered, which is the order of INSTALLED_APPS (each

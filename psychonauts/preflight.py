@@ -9,8 +9,10 @@ from pathlib import Path
 
 from django.conf import settings
 
+from bursts.executor import executor_current
 from psychonauts.models import Role
 from psychonauts.routing.providers import PROVIDERS
+from psychonauts.runtime.execute import agent_run_execute
 
 
 def provider_of(*, role: str, provider: str = "") -> str:
@@ -62,8 +64,8 @@ def repository_problem() -> str | None:
 def wave_problems() -> str | None:
     """What would stop a wave's agents from this process's configuration: the provider that
     ANNIHILATION_PROVIDER forces, and the repository (bursts.hooks.WAVE_CHECKS). Only when the
-    waves run this agent runtime (ANNIHILATION_BURSTS_EXECUTOR)."""
-    if settings.BURSTS_EXECUTOR != "psychonauts":
+    waves run this agent runtime (not noop, nor an executor a test installed)."""
+    if executor_current() is not agent_run_execute:
         return None
     problem = provider_problem(str(settings.PSYCHONAUTS_PROVIDER or "")) or repository_problem()
     return f"warning: {problem}" if problem else None
