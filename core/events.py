@@ -226,7 +226,7 @@ def flush_live(timeout: float | None = None) -> bool:
 class _LiveSender:
     """One event loop thread per process that sends live events to the channel layer in order.
 
-    `async_to_sync(group_send)` per event costs ~6 ms (a fresh loop and Redis connection each
+    `async_to_sync(group_send)` per event is dear (a fresh loop and Redis connection each
     time) and blocks the publisher; agents publish many events per turn. Here publishing only
     enqueues; a single consumer coroutine sends in submission order over pooled connections.
     The loop is woken only when it is not already draining: a hundred agents' submissions

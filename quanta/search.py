@@ -102,8 +102,8 @@ class _RankedSearch:
         # Every value is written into the statements' text, none bound as a parameter: the
         # project's connections prepare a statement run twice (DB_PREPARE_THRESHOLD), and after
         # five runs Postgres may switch a prepared statement to its generic plan, which knows
-        # neither the query nor the limits (the walk then cost 35-90 ms instead of 5 at
-        # 100,000 quanta). With the values in the text, each plan is made for them.
+        # neither the query nor the limits (and walks far more than it needs). With the values
+        # in the text, each plan is made for them.
         self.q = (
             f"to_tsquery({_literal(settings.SEARCH_CONFIG)}::regconfig, {_literal(self.tsquery)})"
         )
@@ -188,14 +188,14 @@ class _RankedSearch:
 # How far the in-order search walks a listing (quanta_search_in_order): first a window of
 # IN_ORDER_WINDOW_PER_ROW rows of the listing per row asked for; then, when the matches found
 # there say how far the rest are, one walk that far if it reads at most IN_ORDER_WALK_MAX_ROWS
-# rows of the table (~15 ms) and costs less than the full-text index; else the index. A window
+# rows of the table and costs less than the full-text index; else the index. A window
 # of 30 rows per row asked for (1,530 for a page of 50) answers a query matching one listed
 # quantum in 30 in one statement: every query but a phrase at 100,000 quanta (bench/api_reads).
 IN_ORDER_WINDOW_PER_ROW = 30
 IN_ORDER_WALK_MAX_ROWS = 20_000
 # What a row handed over by the full-text index costs, in rows of a walk: a walk reads a row of
-# the index and one of the table; the index's rows are read by block (a bitmap), then sorted.
-# Measured at 100,000 quanta: 0.7 us a row walked, 3.3 us a row from the index.
+# the index and one of the table; the index's rows are read by block (a bitmap), then sorted
+# (the ratio measured is in docs/performance.md).
 IN_ORDER_INDEX_ROW_COST = 4
 
 

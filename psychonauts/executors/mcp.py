@@ -69,7 +69,7 @@ _LINE_MAX = 4 * 1024 * 1024  # one JSON-RPC message; a longer line ends the conn
 _TOOL_USE_META = "claudecode/toolUseId"
 
 # The stdio MCP server the CLI starts inside the sandbox: its stdin to the socket, the socket to
-# its stdout. The system's Python, isolated (-I) and without site packages (-S): ~20 ms.
+# its stdout. The system's Python, isolated (-I) and without site packages (-S), starts fast.
 BRIDGE = """\
 import os, socket, sys, threading
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
