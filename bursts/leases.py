@@ -60,7 +60,10 @@ def _stamp(agent_run_ids: list[object]) -> None:
         )
     except Exception:
         logger.warning("lease heartbeat: database unavailable", exc_info=True)
-        connections.close_all()  # the keeper thread's own connection: reopen next beat
+    finally:
+        # The keeper thread's connection goes back to the pool between beats (a broken one is
+        # dropped): a worker's agents, not this thread, size the pool.
+        connections.close_all()
 
 
 def _keeper(ttl_ms: int) -> KeyKeeper:
