@@ -20,26 +20,14 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
 from core.sql import Statement
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = [
-    "core",
-    "repos",
-    "quanta",
-    "bursts",
-    "psychonauts",
-    "tether",
-    "reflection",
-    "autopilot",
-    "operations",
-    "hooks",
-    "api",
-    "annihilation",
-]
+APPS: list[str] = list(settings.PROJECT_APPS)
 COMPILERS = {("core.sql", "rows_insert_cte")}
 SQL = re.compile(
     r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|\w+\s+AS\s+\()",
