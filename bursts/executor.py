@@ -1,7 +1,7 @@
 """The one seam between the burst manager and whatever runs an agent.
 
 The stage tasks call `execute_agent(agent_run_id)`, which calls the executor registered in
-`EXECUTOR`: the agent runtime registers `psychonauts.runtime.execute.agent_run_execute` there when the
+`EXECUTOR`: the agent runtime registers `psychonauts.runtime.entry.agent_run` there when the
 apps load (psychonauts/hooks.py); tests install their own for a test (tests/bursts/conftest.py).
 `settings.BURSTS_EXECUTOR = "noop"` finishes every agent at once instead (benchmarks of the
 manager alone). Whatever answers must be idempotent for the same agent run and stop when it sees

@@ -2,8 +2,9 @@
 imported by `PsychonautsConfig.ready()`.
 
 The burst manager's stage tasks reach the runtime through `bursts.executor.EXECUTOR`:
-`execute_agent` calls `agent_run_execute` (psychonauts/runtime/execute.py), whose runner takes
-the agent's turns.
+`execute_agent` calls `runtime.entry.agent_run`, which loads the runtime at the first agent run
+and calls `agent_run_execute` (psychonauts/runtime/execute.py), whose runner takes the agent's
+turns.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from core.warmups import WARMUPS
 from psychonauts.containment.identities import identities_release
 from psychonauts.containment.verify import verify_command_problem
 from psychonauts.preflight import wave_problems
-from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.entry import agent_run
 from psychonauts.selectors import role_names, wave_spend_context
 from quanta.fields import VERIFY_COMMAND_CHECK
 from quanta.pipelines.services import ROLE_NAMES
@@ -41,7 +42,7 @@ def agents_warm_up(concurrency: int) -> None:
     agents_warm_up(concurrency)
 
 
-EXECUTOR.register(agent_run_execute)
+EXECUTOR.register(agent_run)
 ROLE_NAMES.register(role_names)
 VERIFY_COMMAND_CHECK.register(verify_command_problem)
 WARMUPS.register(agents_warm_up)

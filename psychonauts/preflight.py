@@ -12,7 +12,7 @@ from django.conf import settings
 from bursts.executor import executor_current
 from psychonauts.models import Role
 from psychonauts.routing.providers import PROVIDERS
-from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.entry import agent_run
 
 
 def provider_of(*, role: str, provider: str = "") -> str:
@@ -65,7 +65,7 @@ def wave_problems() -> str | None:
     """What would stop a wave's agents from this process's configuration: the provider that
     ANNIHILATION_PROVIDER forces, and the repository (bursts.hooks.WAVE_CHECKS). Only when the
     waves run this agent runtime (not noop, nor an executor a test installed)."""
-    if executor_current() is not agent_run_execute:
+    if executor_current() is not agent_run:
         return None
     problem = provider_problem(str(settings.PSYCHONAUTS_PROVIDER or "")) or repository_problem()
     return f"warning: {problem}" if problem else None
