@@ -6,8 +6,9 @@ through the gateway).
   and the run's counters); p50 / p95 of each and the difference.
 - Per run: the real Claude Code binary doing the same scripted task (write a file, answer),
   alternately on its own (no sandbox, straight to the fake, a fresh state folder) and as a
-  `claude-code` agent run (`agent_run_execute`: claim, sandbox, gateway, events, commit);
-  p50 / p95 of each and the difference.
+  `claude-code` agent run (`agent_run_execute`: claim, sandbox, gateway, events, commit)
+  after the worker's warm-up; p50 / p95 of each and the difference, the first round of each
+  not counted (the CLI's and the process's first start).
 
 - Start-up: where the time between the CLI's start and its first output goes. The sandbox
   alone (bubblewrap running `true`, with the sandbox's mounts), then Claude Code from its start
@@ -108,6 +109,7 @@ def per_run(runs: int) -> None:
     from psychonauts.roles import roles_sync_defaults
     from psychonauts.runtime.execute import agent_run_execute
     from psychonauts.runtime.runs import agent_run_create
+    from psychonauts.runtime.warmup import agents_warm_up
     from psychonauts.workspaces.worktrees import demo_repo_ensure
     from quanta.services import quantum_create
 
@@ -124,12 +126,13 @@ def per_run(runs: int) -> None:
         FakeReply(tool_uses=[("Write", {"file_path": "bench.txt", "content": "bench\n"})]),
         FakeReply(text="Done."),
     ]
+    agents_warm_up(1)  # what a worker does before its first task
     alone: list[float] = []
     ours: list[float] = []
     with fake_anthropic_server(claude_code_script(steps)) as fake:
         os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
         os.environ["ANTHROPIC_API_KEY"] = "bench"
-        for number in range(runs):
+        for number in range(runs + 1):  # the first round of each is a warm-up, not counted
             with tempfile.TemporaryDirectory(dir=HOME) as folder:
                 work = Path(folder) / "work"
                 work.mkdir()
@@ -146,14 +149,16 @@ def per_run(runs: int) -> None:
                      "--permission-mode", "acceptEdits", "--allowedTools", "Write"],
                     cwd=work, env=env, capture_output=True, check=False,
                 )  # fmt: skip
-                alone.append(time.perf_counter() - started)
+                if number:
+                    alone.append(time.perf_counter() - started)
                 if done.returncode != 0 or not (work / "bench.txt").exists():
                     raise SystemExit(f"the CLI alone failed: {done.stderr.decode()[-500:]}")
             quantum = quantum_create(title=f"bench run {number}")
             run = agent_run_create(quantum_id=quantum.pk, role="coder")
             started = time.perf_counter()
             outcome = agent_run_execute(agent_run_id=run.pk)
-            ours.append(time.perf_counter() - started)
+            if number:
+                ours.append(time.perf_counter() - started)
             if outcome.status != "done":
                 raise SystemExit(f"the agent run failed: {outcome.error}")
     _report("agent run", "s", alone, ours)

@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 _FORWARDED = ("content-type", "anthropic-version", "anthropic-beta", "accept", "openai-beta")
 # The metered path of each API, as the CLI inside asks for it.
 _PATHS = {"anthropic": "/v1/messages", "openai": "/v1/responses"}
+# How often the server's loop looks for its shutdown: the run's end waits up to this long.
+_POLL_S = 0.02
 _UPSTREAM_TIMEOUT_S = 600.0  # a streamed answer may take minutes; no byte for this long ends it
 # What the sandbox is told the key is.
 DUMMY_KEY = "sk-ant-gateway-dummy"
@@ -139,7 +141,10 @@ class Gateway:
         self.socket.chmod(0o777)
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name=f"gateway-{self.run.pk}", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": _POLL_S},
+            name=f"gateway-{self.run.pk}",
+            daemon=True,
         )
         self._thread.start()
         return self

@@ -167,3 +167,30 @@ def test_a_fresh_threads_worker_is_warm_before_its_first_task(
             )
             (others,) = cursor.fetchone() or (0,)
         assert others >= 6  # the worker's pool, filled to its concurrency
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_warm_up_loads_the_agent_cli_executors_the_roles_run(tmp_path: Path) -> None:
+    """A role that runs Claude Code: its executor (and the MCP SDK under it) is loaded before
+    the worker's first task, not by its first agent run; Codex, which no role runs, is not."""
+    from psychonauts.models import Role
+    from psychonauts.roles import roles_sync_defaults
+
+    roles_sync_defaults()
+    Role.objects.filter(name="coder").update(executor="claude-code")
+    script = (
+        "import sys, django; django.setup()\n"
+        "from psychonauts.runtime.warmup import agents_warm_up\n"
+        "names = ('psychonauts.executors.claude_code', 'psychonauts.executors.codex')\n"
+        "print([n in sys.modules for n in names])\n"
+        "agents_warm_up(1)\n"
+        "print([n in sys.modules for n in names])\n"
+    )
+    env = worker_env(ANNIHILATION_HOME=str(tmp_path / "home"), ANTHROPIC_API_KEY="test")
+    env["DJANGO_SETTINGS_MODULE"] = "annihilation.settings"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[False, False]", "[True, False]"], done.stdout

@@ -894,10 +894,15 @@ def test_a_registry_entry_cannot_hide_the_system_s_folders(
 ) -> None:
     registry = Path(settings.SANDBOX_REGISTRY)
     registry.mkdir(exist_ok=True)
-    (registry / "hostile.paths").write_text("/usr\n/usr/bin\n/etc/ssl\n/\n/var\n")
+    # A folder deep enough, outside the system's, that leads into it.
+    link = box.outside / "deep" / "usr-lib"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("/usr/lib")
+    (registry / "hostile.paths").write_text(f"/usr\n/usr/bin\n/etc/ssl\n/\n/var\n{link}\n")
 
     result = box.run(
-        "ls /usr/bin/env /etc/ssl /var/lib > /dev/null && git status --short && echo ok"
+        "ls /usr/bin/env /etc/ssl /var/lib /usr/lib/os-release > /dev/null"
+        " && git status --short && echo ok"
     )
 
     assert result.returncode == 0 and "ok" in result.stdout, result.output
