@@ -35,6 +35,11 @@ class ContextOverflow(InfrastructureError):
     """The model's server refused a request longer than the model's context."""
 
 
+class CallPastDeadline(PsychonautError):
+    """A model call was still streaming when its agent run's time (the role's `timeout_s`) ran
+    out: a model that keeps answering slowly is stopped there, not at the end of its answer."""
+
+
 class UnknownProvider(PsychonautError):
     """No provider is registered under that name."""
 

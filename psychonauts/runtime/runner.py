@@ -23,7 +23,7 @@ from core.redaction import MARK, TextStream, redact, redact_data
 from psychonauts.containment.sandbox import SandboxEnvironment
 from psychonauts.containment.verify import Check, VerifyReport, verify_commands_run
 from psychonauts.environments.services import agent_sandbox_environment, environment_for_agent
-from psychonauts.errors import PsychonautError, WorkspaceError
+from psychonauts.errors import CallPastDeadline, PsychonautError, WorkspaceError
 from psychonauts.events import AgentEventType
 from psychonauts.models import AgentTurn, Role, ToolCall
 from psychonauts.routing import registry
@@ -377,6 +377,7 @@ class Runner:
                 estimate_tokens_in=(len(system) + len(json.dumps(messages))) // 4,
             )
             request = ProviderRequest(
+                deadline=time.monotonic() + self.role.timeout_s - elapsed,
                 model=self.model,
                 system=system,
                 messages=messages,
@@ -402,6 +403,10 @@ class Runner:
                 _release_connection()
             try:
                 response = self.provider.complete(request, self.on_text)
+            except CallPastDeadline as exc:
+                # Nothing of the cut answer is kept: it is neither a turn nor a final answer.
+                elapsed = (timezone.now() - started).total_seconds()
+                raise _Stop(f"timeout: {elapsed:.0f}s > {self.role.timeout_s}s ({exc})") from exc
             finally:
                 self.end_text()
             # The tools get the model's own input (a file it writes holds what it wrote); the

@@ -30,6 +30,7 @@ class FakeReply:
     status: int = 200  # an HTTP error status returned before streaming (429, 529 ...)
     retry_after: str = ""  # the retry-after header of an error status
     delay_s: float = 0.0
+    drip_s: float = 0.0  # between events: a model that keeps answering, slowly
     raw: str = ""  # sent as is after message_start, ending the stream (a malformed one)
     cut: bool = False  # the connection closed before the whole answer was sent
     tokens_in: int = 11
@@ -180,6 +181,7 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []  # each request's headers, names lower-cased
+        self.gave_up = 0  # answers the client closed before their end
         self.base_url = ""
 
     def next_reply(self, body: dict[str, Any]) -> FakeReply:
@@ -309,11 +311,23 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(payload)
                 return
-            data = b"".join(fake.frames(reply, str(body.get("model", "fake")), usage))
+            frames = list(fake.frames(reply, str(body.get("model", "fake")), usage))
+            data = b"".join(frames)
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
+            if reply.drip_s:
+                try:
+                    for frame in frames:
+                        self.wfile.write(frame)
+                        self.wfile.flush()
+                        time.sleep(reply.drip_s)
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake._lock:  # the client gave up before the end
+                        fake.gave_up += 1
+                    self.close_connection = True
+                return
             if reply.cut:
                 self.wfile.write(data[: len(data) // 2])
                 self.close_connection = True

@@ -30,6 +30,7 @@ class FakeReply:
     retry_after: str = ""  # the Retry-After header of an error status
     delay_s: float = 0.0  # before the answer begins
     hang_s: float = 0.0  # after the first chunk: a server that stops sending
+    drip_s: float = 0.0  # between chunks: a model that keeps answering, slowly
     raw: str = ""  # sent as is after the first chunk, then the connection closes (garbage)
     cut: bool = False  # the connection closes half way through the stream
     fragment: int = 3  # the size of each piece of a tool call's arguments
@@ -56,6 +57,7 @@ class FakeOpenAI:
         self.models_raw = ""  # sent as GET /v1/models's body instead of the list (garbage)
         self.in_flight = 0
         self.max_in_flight = 0
+        self.gave_up = 0  # answers the client closed before their end
         self.base_url = ""
 
     def next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> FakeReply:
@@ -212,7 +214,8 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             try:
                 self._answer(reply, body)
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout): nothing more to send
+                with fake._lock:  # the client gave up (a timeout): nothing more to send
+                    fake.gave_up += 1
             finally:
                 fake.left()
 
@@ -266,6 +269,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # no last chunk: the body ends unfinished
                 return
             for data in chunks[1:]:
+                time.sleep(reply.drip_s)
                 send(data)
             self.wfile.write(b"0\r\n\r\n")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import cast
 
 import httpx2
 import pytest
 
 from bursts.models import AgentStatus
-from psychonauts.models import ToolCall, Usage
+from psychonauts.models import Role, ToolCall, Usage
 from psychonauts.runtime.execute import agent_run_execute
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
 
@@ -143,6 +144,26 @@ def test_a_malformed_stream_ends_the_run_in_error_with_the_reason(
     assert reason in outcome.error
     assert "internal error" not in outcome.error
     assert len(fake.requests) == 1  # not retried: the same answer would come back
+
+
+def test_a_model_that_keeps_answering_is_stopped_when_the_run_s_time_runs_out(
+    repo, make_run, fake_env
+):
+    # 150 events 50 ms apart: 7.5 s of answer against the role's 1 s.
+    Role.objects.filter(name="coder").update(timeout_s=1)
+    run = make_run("coder", provider="anthropic")
+    with fake_anthropic_server([FakeReply(text="la " * 760, drip_s=0.05)]) as fake:
+        fake_env(fake.base_url)
+        outcome = agent_run_execute(agent_run_id=run.pk)
+        for _ in range(100):  # the server sees the closed connection at its next event
+            if fake.gave_up:
+                break
+            time.sleep(0.05)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("timeout: "), outcome.error
+    assert "was still answering when the run's time ran out" in outcome.error
+    assert fake.gave_up == 1  # the answer was cut off, not read to its end
 
 
 def test_it_stops_before_a_call_that_would_exceed_the_budget(repo, make_run, fake_env, settings):

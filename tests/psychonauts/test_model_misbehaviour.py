@@ -7,6 +7,7 @@ agent runs through `agent_run_execute`, the real SDK, real Postgres and Redis.""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.core.management import call_command
@@ -14,7 +15,7 @@ from django.core.management import call_command
 from bursts.models import AgentRun
 from core.models import Event
 from psychonauts.errors import INFRASTRUCTURE
-from psychonauts.models import Endpoint, ToolCall
+from psychonauts.models import AgentTurn, Endpoint, Role, ToolCall
 from psychonauts.routing import endpoints
 from psychonauts.routing.endpoints import endpoint_add
 from psychonauts.runtime.execute import agent_run_execute
@@ -233,6 +234,26 @@ def test_a_context_overflow_is_an_infrastructure_error_reflection_learns_nothing
     assert "infrastructure failure" in text
     # Not a failure of the endpoint either: the request was the problem.
     assert not endpoints.endpoints_failing()
+
+
+def test_a_model_that_keeps_answering_is_stopped_when_the_run_s_time_runs_out(
+    repo, make_run, make_quantum
+):
+    # 400 pieces 50 ms apart: 20 s of answer against the role's 1 s.
+    Role.objects.filter(name="coder").update(timeout_s=1)
+    slow = FakeReply(text="la " * 700, drip_s=0.05)
+    with fake_openai_server([slow]) as server:
+        run, outcome = _run(make_run, make_quantum, "coder", server)
+        for _ in range(100):  # the server sees the closed connection at its next piece
+            if server.gave_up:
+                break
+            time.sleep(0.05)
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("timeout: "), outcome.error
+    assert "was still answering when the run's time ran out" in outcome.error
+    assert server.gave_up == 1  # the answer was cut off, not read to its end
+    assert not AgentTurn.objects.filter(agent_run=run, complete=True).exists()
 
 
 # --- the registry's small things -----------------------------------------------------------------

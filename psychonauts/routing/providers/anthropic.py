@@ -224,6 +224,7 @@ class AnthropicProvider:
         )
         try:
             for sse in anthropic.Stream.raw_events(response):
+                request.deadline_check()
                 if sse.event == "error":
                     error = _json(sse.data)
                     raise anthropic.APIStatusError(

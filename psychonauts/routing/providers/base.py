@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict
+
+from psychonauts.errors import CallPastDeadline
 
 
 class TextBlock(TypedDict):
@@ -64,6 +67,14 @@ class ProviderRequest:
     # The agent is likely to wait longer than the cache's five minutes before its next turn:
     # what this call caches is kept for an hour (see providers.caching).
     long_cache: bool = False
+    # When the agent run's time runs out, on time.monotonic()'s clock (None: no limit). A
+    # streaming provider calls `deadline_check` on every event it reads.
+    deadline: float | None = None
+
+    def deadline_check(self) -> None:
+        """CallPastDeadline once the run's time has run out."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CallPastDeadline(f"{self.model} was still answering when the run's time ran out")
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,7 @@ class OpenAIProvider:
             raise
         try:
             for line in response.iter_lines():
+                request.deadline_check()
                 if not line.startswith("data:"):
                     continue  # event names, comments, keep-alives
                 data = line[5:].strip()
