@@ -109,6 +109,7 @@ def main() -> None:
     from core.models import Event
     from psychonauts.roles import roles_sync_defaults
     from psychonauts.runtime.runs import agent_run_create
+    from psychonauts.tasks import execute_agent_run
     from psychonauts.workspaces.worktrees import demo_repo_ensure
     from quanta.services import quantum_create
     from tether.models import Reaching, ReachingStatus
@@ -128,7 +129,7 @@ def main() -> None:
     try:
         idle = rss_kb(worker.pid)
         for run in runs:
-            app.send_task("psychonauts.tasks.execute_agent_run", args=(run.pk,), queue=QUEUE)
+            execute_agent_run.apply_async((run.pk,), queue=QUEUE)
         suspend_s = wait_count(label, args.agents, "waiting", timeout=600)
         time.sleep(0.5)
         held = slots_held()

@@ -111,7 +111,8 @@ def start_workers(
     while time.monotonic() < deadline:
         if len(app.control.ping(timeout=0.5) or []) >= count:
             return procs
-    raise SystemExit("workers did not start")
+    stop_workers(procs)  # those that did start end with the benchmark
+    raise SystemExit(f"workers did not start in 30 s (their log: {WORKER_LOG})")
 
 
 def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:

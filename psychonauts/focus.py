@@ -10,16 +10,12 @@ from bursts.models import AgentRun
 from core.models import Event
 from core.redaction import redact
 from core.redis import get_redis
-from psychonauts.events import AgentEventType
 from psychonauts.models import AgentTurn, DiaryEntry, ToolCall
 from psychonauts.workspaces.central import base_branch, fetch_or_last, tracking
 from psychonauts.workspaces.git import git_run
 from psychonauts.workspaces.repository import branch_for, repo_local, repo_url
 from repos.context import working_on_quantum
 
-STREAM_TYPES: tuple[AgentEventType, ...] = (
-    "started", "text", "tool_call", "tool_result", "phase", "committed", "waiting"
-)  # fmt: skip
 DIFF_LIMIT = 200_000  # characters: a page, not a repository dump
 
 

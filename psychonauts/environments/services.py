@@ -66,8 +66,9 @@ from psychonauts.environments.spec import (
     spec_parse,
 )
 from psychonauts.events import environment_event
+from psychonauts.workspaces.central import base_branch, tracking
 from psychonauts.workspaces.git import git_command, git_run
-from psychonauts.workspaces.repository import file_lock, file_lock_try, repo_local
+from psychonauts.workspaces.repository import file_lock, file_lock_try, repo_local, repo_url
 from repos.context import current
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,11 @@ def _commit_of(repo: Path, rev: str) -> str:
 
 
 def _target(repo: Path) -> str:
-    return _commit_of(repo, settings.TETHER_TARGET_BRANCH or "HEAD")
+    """The head of the current repository's target branch: its own branch (as last fetched, for
+    a central repository), else the central repository's HEAD branch or the checkout's HEAD."""
+    if repo_url():
+        return _commit_of(repo, tracking(base_branch()))
+    return _commit_of(repo, current().target_branch or "HEAD")
 
 
 def _ready(build: EnvironmentBuild, spec: EnvironmentSpec) -> Environment | None:

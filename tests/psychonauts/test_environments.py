@@ -5,6 +5,7 @@ failing builds refused, with nothing half-built reused."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import shutil
@@ -30,6 +31,7 @@ from psychonauts.environments.services import (
     environment_build_queued,
     environment_ensure,
     environment_rebuild,
+    environment_resolve,
     environment_waiters_sweep,
     environments_prune,
     workspace_environment,
@@ -39,6 +41,7 @@ from psychonauts.models import ToolCall
 from psychonauts.runtime.execute import agent_run_execute
 from psychonauts.workspaces.git import git
 from psychonauts.workspaces.worktrees import workspace_ensure
+from repos.context import default_target, working_on
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing"),
@@ -114,6 +117,23 @@ def env_root(repo: Path, settings: SettingsWrapper, tmp_path: Path) -> Path:
     settings.ENV_DECLARATION = ""
     settings.ENV_BUILD_TIMEOUT_S = 300.0
     return Path(settings.ENV_ROOT)
+
+
+def test_the_declaration_in_force_is_the_repository_s_own_target_branch(
+    repo: Path, env_root: Path
+) -> None:
+    # The checkout's branch declares one setup; the branch the repository targets, another.
+    head = commit_files(repo, {DECLARATION_PATH: "setup: ['echo from-head']\n"}, "head's setup")
+    git("checkout", "-q", "-b", "release", cwd=repo)
+    commit_files(repo, {DECLARATION_PATH: "setup: ['echo from-release']\n"}, "release's setup")
+    git("checkout", "-q", "-", cwd=repo)
+    target = dataclasses.replace(default_target(), name="other", target_branch="release")
+
+    with working_on(target):
+        resolved = environment_resolve(repo, sha=head)
+
+    assert resolved is not None and resolved.spec.setup == ("echo from-release",)
+    assert environment_resolve(repo, sha=head).spec.setup == ("echo from-head",)  # type: ignore[union-attr]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -26,7 +26,7 @@ import pytest
 from bursts.models import AGENT_LIVE, AgentRun, AgentStatus, QuantumRun, WaveStatus
 from bursts.services import wave_start
 from core.models import Event
-from psychonauts.models import AgentTurn, Role, Verification
+from psychonauts.models import AgentTurn, Role, ToolCall, Verification
 from psychonauts.roles import roles_sync_defaults
 from psychonauts.routing import endpoints
 from psychonauts.routing.endpoints import endpoint_add, endpoints_state, registry_snapshot
@@ -157,6 +157,23 @@ def _assert_verified_on_its_commit(agent: AgentRun, repo: Path) -> None:
             assert sha in commits, (sha, commits)
 
 
+def _turns(agent: AgentRun) -> str:
+    """What the model did, one line per turn: its tool calls (refused ones marked) or its text's
+    first words, and why the answer stopped. Printed, not asserted: the model is not tested."""
+    lines = []
+    for turn in AgentTurn.objects.filter(agent_run=agent).order_by("index"):
+        calls = ToolCall.objects.filter(agent_run=agent, turn_index=turn.index).order_by("pk")
+        said = ", ".join(f"{c.name}{' (error)' if c.is_error else ''}" for c in calls)
+        if not said:
+            text = " ".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
+            said = repr(text.strip()[:80])
+        lines.append(
+            f"  {agent.agent_id} turn {turn.index}: {said} [{turn.stop_reason}, "
+            f"{turn.tokens_in} in / {turn.tokens_out} out]"
+        )
+    return "\n".join(lines)
+
+
 def test_one_agent_on_the_real_model(repo: Path, registry: None) -> None:
     # `repo` first: it resets the provider setting, which `registry` then sets to openai.
     quantum = quantum_create(title=TASK, body=TASK, verify_commands=VERIFY, complexity="standard")
@@ -167,6 +184,7 @@ def test_one_agent_on_the_real_model(repo: Path, registry: None) -> None:
     run.refresh_from_db()
     turns = AgentTurn.objects.filter(agent_run=run).count()
     print(f"\nreal model, one agent: {outcome.status} after {turns} turn(s): {outcome.error}")
+    print(_turns(run))
     assert run.status in (AgentStatus.DONE, AgentStatus.ERROR)
     assert run.provider == "openai" and run.model == MODEL_ALIAS
     assert turns >= 1
@@ -240,6 +258,8 @@ def test_a_small_wave_on_the_real_model(
         )
         summary = ", ".join(f"{a.agent_id}#{a.attempt} {a.status}" for a in top)
         print(f"\nreal model, wave run {run.pk}: {run.status} ({summary}) {run.error_reason}")
+        for agent in top:
+            print(_turns(agent))
         for entry in run.stages:
             if entry["status"] not in ("all_succeeded",):
                 continue
