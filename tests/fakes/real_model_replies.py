@@ -26,6 +26,24 @@ def text_tool_call() -> FakeReply:
     return FakeReply(text=TEXT_TOOL_CALL, finish="stop", tokens_in=183, tokens_out=37)
 
 
+# Asked to write calc.py whole with write_file (temperature 0.8), 2 of 14 answers wrote a fenced
+# block that is not JSON; this one holds the file's content as a Python triple-quoted string.
+# Not a call.
+TEXT_CALL_PYTHON_STRING = (
+    "```json\n{\n"
+    '    "name": "write_file",\n'
+    '    "arguments": {\n'
+    '        "path": "calc.py",\n'
+    '        "content": """\n'
+    "        def add(a, b):\n"
+    "            return a + b\n\n"
+    "        def sub(a, b):\n"
+    "            return a - b\n"
+    '        """\n'
+    "    }\n}\n```"
+)
+
+
 # The same request with max_tokens 12: the answer stopped half way through the call it was
 # writing, finish_reason "length".
 CUT_TEXT = '```json\n{\n    "name": "write_file",\n'

@@ -156,6 +156,8 @@ def test_without_the_mark_text_stays_text(repo, make_run, make_quantum):
         '```json\n{"name": "write_file", "arguments": {"path": "a"}, "why": "x"}\n```',
         # not an object of arguments
         '```json\n{"name": "write_file", "arguments": ["a"]}\n```',
+        # the real model's file content as a Python string: not JSON
+        recorded.TEXT_CALL_PYTHON_STRING,
         # one block is a call, the other is not: none is taken
         '```json\n{"name": "write_file", "arguments": {"path": "a", "content": "b"}}\n```\n'
         '```json\n{"example": true}\n```',

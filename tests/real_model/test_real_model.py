@@ -166,7 +166,7 @@ def _turns(agent: AgentRun) -> str:
         said = ", ".join(f"{c.name}{' (error)' if c.is_error else ''}" for c in calls)
         if not said:
             text = " ".join(b.get("text", "") for b in turn.assistant if b.get("type") == "text")
-            said = repr(text.strip()[:80])
+            said = repr(text.strip()[:400])
         lines.append(
             f"  {agent.agent_id} turn {turn.index}: {said} [{turn.stop_reason}, "
             f"{turn.tokens_in} in / {turn.tokens_out} out]"
