@@ -54,7 +54,7 @@ from psychonauts.containment.sandbox import (
     sandbox_uid,
     shell_argv,
 )
-from psychonauts.errors import SuspendRun
+from psychonauts.errors import RateLimitWait, SuspendRun
 from psychonauts.executors.base import CLAUDE_CODE, ExecutorError, claude_binary, cli_state_root
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.executors.mcp import (
@@ -264,9 +264,12 @@ class ClaudeCodeRunner(Runner):
                 self.flush_events()
                 return run_outcome(self.run)
             if gateway.hold:
-                # Held by a spend gate before a call: the run waits holding no worker, and its
-                # release resumes the CLI's session (the held call is made then).
+                # Held by a spend gate before a call, or by an upstream's long rate limit: the
+                # run waits holding no worker, and its release (or the wait's end) resumes the
+                # CLI's session (the held call is made then).
                 self.flush_events()
+                if gateway.hold_wait_s:
+                    raise RateLimitWait(gateway.hold, wait_s=gateway.hold_wait_s)
                 raise SuspendRun(gateway.hold)
             if gateway.refusal:
                 raise ExecutorError(f"{self.executor} stopped: {gateway.refusal}")

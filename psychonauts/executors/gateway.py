@@ -44,6 +44,7 @@ from psychonauts.routing.ratelimits import (
     endpoint_call_succeeded,
     endpoint_limit,
     endpoint_rate_limited,
+    rate_limit_suspensions,
 )
 from psychonauts.routing.semaphore import slot_held, slots_in_use
 from psychonauts.runtime.budget import (
@@ -124,8 +125,10 @@ class Gateway:
                 api_key or settings.ANTHROPIC_API_KEY or os.environ.get("ANTHROPIC_API_KEY", "")
             )
         self.metered = Metered()
-        # A spend gate's hold (SuspendRun's reason): the run waits rather than ends.
+        # A spend gate's hold (SuspendRun's reason), or a long rate limit's: the run waits
+        # rather than ends; a rate limit's for `hold_wait_s`, then it is resumed.
         self.hold = ""
+        self.hold_wait_s = 0.0
         self.on_hold: Callable[[], None] | None = None  # told of a hold (the runner stops the CLI)
         self._lock = threading.Lock()
         self.folder = Path(tempfile.mkdtemp(prefix="agw-"))  # short: a socket path < 108 bytes
@@ -241,6 +244,37 @@ class Gateway:
         with self._lock:
             self.metered.refusals.append(reason)
 
+    def wait_out(self, wait_s: float, endpoint: str) -> None:
+        """The upstream refused a call for load and asked to wait longer than a worker waits
+        (ENDPOINTS_RETRY_AFTER_MAX_S): the CLI is stopped and the run waits, holding no worker,
+        until the wait is over (RateLimitWait), as our own loop's would. A run suspended for
+        rate limits ENDPOINTS_RATE_LIMIT_TRIES times already ends instead."""
+        if rate_limit_suspensions(self.run.pk) > settings.ENDPOINTS_RATE_LIMIT_TRIES:
+            self.refuse(
+                f"endpoint {endpoint} asked to wait {wait_s:.0f}s, and the run waited out its "
+                f"rate limit {settings.ENDPOINTS_RATE_LIMIT_TRIES} times already"
+            )
+        else:
+            with self._lock:
+                self.hold = (
+                    f"rate-limited by endpoint {endpoint}: it asked to wait {wait_s:.0f}s; "
+                    "the run resumes then, holding no worker meanwhile"
+                )
+                self.hold_wait_s = wait_s
+        if self.on_hold is not None:
+            self.on_hold()
+
+
+def _retry_after_s(response: http.client.HTTPResponse) -> float:
+    """How long the upstream asked to wait before the next call (`retry-after-ms` or
+    `retry-after` in seconds; 0 when it said neither)."""
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(response.getheader(header) or "") * scale)
+        except ValueError:
+            continue
+    return 0.0
+
 
 class _Usage:
     """Tokens read from a streamed (SSE) or whole JSON answer as it passes."""
@@ -311,6 +345,7 @@ class _Usage:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.0"  # the answer ends when the connection closes: streams pass as is
+    retry_after_s = 0.0  # what the upstream's last answer asked to wait
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -389,6 +424,8 @@ class _Handler(BaseHTTPRequestHandler):
         if status in (429, 529):
             in_flight = slots_in_use(key=endpoint.slots_key) + 1
             endpoint_rate_limited(endpoint.name, endpoint.max_concurrency, in_flight=in_flight)
+            if self.retry_after_s > settings.ENDPOINTS_RETRY_AFTER_MAX_S:
+                gateway.wait_out(self.retry_after_s, endpoint.name)
         elif status < 400:
             endpoint_call_succeeded(endpoint.name, endpoint.max_concurrency)
 
@@ -420,6 +457,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError as exc:
             self._error(502, "api_error", f"the gateway could not reach the model endpoint: {exc}")
             return 502
+        self.retry_after_s = _retry_after_s(response)
         self.send_response(response.status)
         for key in ("content-type", "request-id", "retry-after"):
             value = response.getheader(key)

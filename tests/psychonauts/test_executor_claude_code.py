@@ -31,6 +31,7 @@ from psychonauts.executors.base import CLAUDE_CODE_VERSION, executor_status
 from psychonauts.executors.gateway import DUMMY_KEY, Gateway
 from psychonauts.models import AgentTurn, Role, ToolCall, Usage, Verification
 from psychonauts.roles import roles_sync_defaults
+from psychonauts.routing import ratelimits
 from psychonauts.runtime import budget
 from psychonauts.runtime.budget import CallCheck, cost_usd
 from psychonauts.runtime.execute import agent_run_execute
@@ -162,6 +163,47 @@ def test_a_spend_gate_s_hold_makes_the_cli_run_wait_and_its_release_resumes_the_
         assert len(_agent_requests(fake)) == 1
         holding.append(False)
         assert agent_resume(agent_run_id=run.pk)  # the hold's release
+        outcome = agent_run_execute(agent_run_id=run.pk)
+
+    assert outcome.status == "done", outcome.error
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
+    ]
+    assert sessions == [False, True]
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
+
+
+def test_a_long_rate_limit_makes_the_cli_run_wait_holding_no_worker_then_resume(
+    repo, make_quantum, cli_role, claude, monkeypatch, redis_client
+):
+    # The upstream refuses the run's second agent call once, asking for an hour.
+    script = claude_code_script(
+        [
+            FakeReply(tool_uses=[("Write", {"file_path": "a.txt", "content": "a\n"})]),
+            FakeReply(text="Wrote a.txt."),
+        ]
+    )
+    limited: list[bool] = []
+
+    def reply(body: dict) -> FakeReply:
+        if body.get("tools") and len(_agent_requests(fake)) == 2 and not limited:
+            limited.append(True)
+            return FakeReply(status=429, error="rate_limit_error", retry_after="3600")
+        return script(body)
+
+    run = staged_run(make_quantum(), "coder", provider="anthropic")
+    with fake_anthropic_server(reply) as fake:
+        _point(monkeypatch, fake.base_url)
+        first = agent_run_execute(agent_run_id=run.pk)
+
+        assert first.status == "waiting", first.error
+        assert "rate-limited by endpoint" in first.error and "3600s" in first.error
+        assert AgentRun.objects.get(pk=run.pk).status == "waiting"
+        due = redis_client.zscore(ratelimits.RESUME_KEY, str(run.pk))
+        assert due is not None and due > time.time() + 3500  # woken when the hour is over
+        assert agent_resume(agent_run_id=run.pk)  # what the wait's end does
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
