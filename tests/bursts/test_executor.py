@@ -14,7 +14,7 @@ import pytest
 
 from bursts.executor import EXECUTOR, Executor, Outcome, execute_agent
 from core.hooks import HookEmpty
-from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.entry import agent_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def breaks(*, agent_run_id: int) -> Outcome:
 
 
 def test_it_runs_the_executor_the_runtime_registered() -> None:
-    assert EXECUTOR.one() is agent_run_execute
+    assert EXECUTOR.one() is agent_run
 
 
 def test_it_runs_an_installed_executor_and_turns_its_exception_into_an_error(

@@ -12,7 +12,7 @@ import pytest
 from bursts.executor import EXECUTOR
 from bursts.hooks import ON_BURST_CLOSED, ON_RUNS_DRAINED
 from core.hooks import Hook, HookEmpty
-from psychonauts.runtime.execute import agent_run_execute
+from psychonauts.runtime.entry import agent_run
 from psychonauts.runtime.prompt import PROMPT_SECTIONS
 from psychonauts.runtime.tools import TOOLS
 from reflection.services.injection import playbook_section
@@ -80,7 +80,7 @@ def test_replaced_swaps_the_items_for_a_block_and_brings_them_back() -> None:
 
 
 def test_the_apps_filled_the_hooks_below_them_when_they_loaded() -> None:
-    assert EXECUTOR.one() is agent_run_execute
+    assert EXECUTOR.one() is agent_run
     assert playbook_section in PROMPT_SECTIONS
     assert [hook.__module__ for hook in ON_RUNS_DRAINED] == [
         "psychonauts.hooks",
