@@ -1,7 +1,7 @@
 """Where the tests find the real agent CLIs: the pinned versions, installed by
 `make cli-agents CLI_AGENTS_DIR=<folder>` into ANNIHILATION_CLI_AGENTS (default
-~/.cache/annihilation/cli-agents). A test that needs one and does not find it is skipped, saying
-how to install it: a normal test run downloads nothing (the two CLIs are ~800 MB)."""
+~/.cache/annihilation/cli-agents; `make test` installs them there when npm reaches the
+registry). A test that needs one and does not find it is skipped, saying how to install it."""
 
 from __future__ import annotations
 
