@@ -43,7 +43,13 @@ from core import metrics
 from core.destinations import DestinationRefused, destination_check
 from core.redaction import redact
 from core.redis import get_redis
-from psychonauts.errors import ProviderError, PsychonautError, RateLimitWait, SlotTimeout
+from psychonauts.errors import (
+    CallPastDeadline,
+    ProviderError,
+    PsychonautError,
+    RateLimitWait,
+    SlotTimeout,
+)
 from psychonauts.models import Endpoint, EndpointProvider, HealthStatus
 from psychonauts.routing.providers.base import OnText, Provider, ProviderRequest, ProviderResponse
 from psychonauts.routing.ratelimits import (
@@ -536,18 +542,26 @@ class LimitedProvider:
         holder = f"{request.run.agent_run_id}:{os.getpid()}:{threading.get_ident()}"
         attempt = 1
         while True:
+            # A slot is waited for at most ENDPOINTS_SLOT_WAIT_S, and never past the run's time.
+            wait_s = settings.ENDPOINTS_SLOT_WAIT_S
+            left = request.time_left()
+            deadline_first = left is not None and left < wait_s
             try:
                 with slot_held(
                     holder,
                     limit=endpoint_limit(conf.name, conf.max_concurrency),
-                    wait_s=settings.ENDPOINTS_SLOT_WAIT_S,
+                    wait_s=min(wait_s, left) if left is not None else wait_s,
                     key=conf.slots_key,
                 ):
                     response = self.inner.complete(request, on_text)
             except SlotTimeout:
+                if deadline_first:
+                    raise CallPastDeadline(
+                        f"the run's time ran out while it waited for a slot of endpoint {conf.name}"
+                    ) from None
                 raise EndpointBusy(
                     f"endpoint {conf.name}: all {conf.max_concurrency} slots stayed busy "
-                    f"for {settings.ENDPOINTS_SLOT_WAIT_S:g}s"
+                    f"for {wait_s:g}s"
                 ) from None
             except ProviderError as exc:
                 wait = rate_limit_wait(exc, attempt=attempt)

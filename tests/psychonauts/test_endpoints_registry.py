@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 
 from bursts.services.agent_runs import agent_run_next_attempt
 from core.models import Event
-from psychonauts.models import Endpoint, Usage
+from psychonauts.models import Endpoint, Role, Usage
 from psychonauts.routing import endpoints
 from psychonauts.routing.endpoints import (
     EndpointInvalid,
@@ -469,6 +469,21 @@ def test_a_call_that_waits_too_long_for_a_slot_fails_without_counting_a_failure(
     assert "all 1 slots stayed busy" in outcome.error
     assert a.requests == []
     assert redis_client_hget("openai|gpu-a") == "0"
+
+
+def test_a_slot_is_not_waited_for_past_the_run_s_time(repo, make_quantum, make_run, settings):
+    settings.ENDPOINTS_SLOT_WAIT_S = 600
+    Role.objects.filter(name="planner").update(timeout_s=1)
+    with fake_openai_server([FakeReply(text="never")]) as a:
+        endpoint_add(name="gpu-a", model="llama3", base_url=a.base_url, max_concurrency=1)
+        assert slot_try_acquire("someone-else", limit=1, key=endpoints.SLOTS_PREFIX + "gpu-a")
+        _, outcome = _execute(make_run, make_quantum("Add a greeting", complexity="standard"))
+
+    assert outcome.status == "error"
+    assert outcome.error.startswith("timeout: "), outcome.error
+    assert "ran out while it waited for a slot of endpoint gpu-a" in outcome.error
+    assert a.requests == []
+    assert redis_client_hget("openai|gpu-a") == "0"  # not a failure of the endpoint
 
 
 # --- adding, listing, removing ------------------------------------------------------------------

@@ -76,6 +76,10 @@ class ProviderRequest:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise CallPastDeadline(f"{self.model} was still answering when the run's time ran out")
 
+    def time_left(self) -> float | None:
+        """Seconds until the run's time runs out (0 when it has), None without a limit."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
 
 @dataclass(frozen=True)
 class ProviderResponse:
