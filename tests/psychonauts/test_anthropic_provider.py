@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import cast
 
 import httpx2
@@ -13,6 +12,7 @@ from bursts.models import AgentStatus
 from psychonauts.models import Role, ToolCall, Usage
 from psychonauts.runtime.execute import agent_run_execute
 from tests.fakes.anthropic_server import FakeReply, fake_anthropic_server
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -155,10 +155,8 @@ def test_a_model_that_keeps_answering_is_stopped_when_the_run_s_time_runs_out(
     with fake_anthropic_server([FakeReply(text="la " * 760, drip_s=0.05)]) as fake:
         fake_env(fake.base_url)
         outcome = agent_run_execute(agent_run_id=run.pk)
-        for _ in range(100):  # the server sees the closed connection at its next event
-            if fake.gave_up:
-                break
-            time.sleep(0.05)
+        # The server sees the closed connection when it sends its next event.
+        wait_for(lambda: fake.gave_up, timeout=5, what="the server to see the call given up")
 
     assert outcome.status == "error"
     assert outcome.error.startswith("timeout: "), outcome.error

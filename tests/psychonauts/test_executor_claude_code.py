@@ -82,6 +82,17 @@ def _agent_requests(fake) -> list[dict]:
     return [r for r in fake.requests if r.get("tools")]
 
 
+def _assert_session_resumed_and_a_committed(run: AgentRun, repo: Path) -> None:
+    """The CLI's session was started, then resumed once; the file it wrote is on its branch."""
+    sessions = [
+        e.payload["resume"]
+        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
+    ]
+    assert sessions == [False, True]
+    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
+    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
+
+
 def test_an_agent_fixes_a_bug_and_its_commit_is_verified(
     repo, make_quantum, cli_role, claude, monkeypatch
 ):
@@ -166,13 +177,7 @@ def test_a_spend_gate_s_hold_makes_the_cli_run_wait_and_its_release_resumes_the_
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
-    sessions = [
-        e.payload["resume"]
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
-    ]
-    assert sessions == [False, True]
-    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
-    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
+    _assert_session_resumed_and_a_committed(run, repo)
 
 
 def test_a_long_rate_limit_makes_the_cli_run_wait_holding_no_worker_then_resume(
@@ -207,13 +212,7 @@ def test_a_long_rate_limit_makes_the_cli_run_wait_holding_no_worker_then_resume(
         outcome = agent_run_execute(agent_run_id=run.pk)
 
     assert outcome.status == "done", outcome.error
-    sessions = [
-        e.payload["resume"]
-        for e in Event.objects.filter(topic=f"agent:{run.agent_id}", type="cli_session_started")
-    ]
-    assert sessions == [False, True]
-    tip = git("rev-parse", branch_for(run.quantum_id), cwd=repo).strip()
-    assert git("show", f"{tip}:a.txt", cwd=repo).strip() == "a"
+    _assert_session_resumed_and_a_committed(run, repo)
 
 
 def test_a_killed_worker_resumes_the_cli_session(

@@ -7,7 +7,6 @@ agent runs through `agent_run_execute`, the real SDK, real Postgres and Redis.""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from django.core.management import call_command
@@ -24,6 +23,7 @@ from reflection.extraction import findings
 from reflection.reflector import transcript
 from tests.fakes import real_model_replies as recorded
 from tests.fakes.openai_server import FakeReply, fake_openai_server
+from tests.polling import wait_for
 from tests.psychonauts.stages import staged_run
 
 pytestmark = pytest.mark.django_db
@@ -246,10 +246,8 @@ def test_a_model_that_keeps_answering_is_stopped_when_the_run_s_time_runs_out(
     slow = FakeReply(text="la " * 700, drip_s=0.05)
     with fake_openai_server([slow]) as server:
         run, outcome = _run(make_run, make_quantum, "coder", server)
-        for _ in range(100):  # the server sees the closed connection at its next piece
-            if server.gave_up:
-                break
-            time.sleep(0.05)
+        # The server sees the closed connection when it sends its next piece.
+        wait_for(lambda: server.gave_up, timeout=5, what="the server to see the call given up")
 
     assert outcome.status == "error"
     assert outcome.error.startswith("timeout: "), outcome.error
