@@ -9,10 +9,8 @@ import logging
 from typing import Any
 
 from bursts.executor import OutcomeDict, execute_agent
-from bursts.models import QuantumRun
 from bursts.services import SlotResult, run_step, safety_net, slot_run, wave_advance
 from core.celery import app
-from repos.context import working_on_id
 
 logger = logging.getLogger(__name__)
 
@@ -29,38 +27,28 @@ def stage_agent(
 ) -> SlotResult:
     """One agent of a stage (`bursts.canvas.StageAgentArgs`); a chain's later link receives the
     previous link's result as `prior`. The last link of a chain, or a link that broke it,
-    evaluates the stage at once; a fan-out stage is evaluated by its chord callback."""
-    with working_on_id(_repository_of(quantum_run_id)):
-        result = slot_run(
-            quantum_run_id=quantum_run_id,
-            stage_index=stage_index,
-            position=position,
-            prior=prior,
-            agent_run_id=agent_run_id,
-        )
-        broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
-            "error",
-            "cancelled",
-        )
-        if final or broke_here:
-            run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
-        return result
-
-
-def _repository_of(quantum_run_id: int) -> int | None:
-    """The repository a run's git, worktree and checks are in (its quantum's)."""
-    return (
-        QuantumRun.objects.filter(pk=quantum_run_id)
-        .values_list("quantum__repository_id", flat=True)
-        .first()
+    evaluates the stage at once; a fan-out stage is evaluated by its chord callback. The
+    executor enters the quantum's repository itself; evaluating a stage needs none."""
+    result = slot_run(
+        quantum_run_id=quantum_run_id,
+        stage_index=stage_index,
+        position=position,
+        prior=prior,
+        agent_run_id=agent_run_id,
     )
+    broke_here = (prior is None or prior["status"] == "done") and result["status"] in (
+        "error",
+        "cancelled",
+    )
+    if final or broke_here:
+        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+    return result
 
 
 @app.task(name="bursts.stage_done", acks_late=True, ignore_result=True)
 def stage_done(*, quantum_run_id: int, stage_index: int) -> None:
     """A fan-out stage's chord callback: evaluates the stage (and sends the next one)."""
-    with working_on_id(_repository_of(quantum_run_id)):
-        run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
+    run_step(quantum_run_id=quantum_run_id, stage_index=stage_index)
 
 
 @app.task(
