@@ -2,7 +2,7 @@
 
 Git, worktrees, the merge queue and verification ask `current()` for the repository's location,
 clone, target branch and verify commands. An entry point that works for one repository (an agent
-run, a stage, a review, the merge queue, a scan) enters `working_on(...)` for it; code outside
+run, a review, the merge queue, a scan) enters `working_on(...)` for it; code outside
 any such block works on the default repository, whose fields follow the settings
 (ANNIHILATION_REPO, ANNIHILATION_CLONE, ANNIHILATION_TETHER_TARGET_BRANCH,
 ANNIHILATION_TETHER_VERIFY_COMMANDS) without a database query.
