@@ -95,6 +95,29 @@ def wait_running_on(cluster: Cluster, host: str, quantum_ids: list[int]) -> list
     raise AssertionError(f"no agent ran on {host}:\n{cluster.logs_tail()}")
 
 
+def wait_fenced_on(
+    cluster: Cluster, host: str, quantum_ids: list[int]
+) -> tuple[list[AgentRow], dict[str, tuple[str, str, int]]]:
+    """Until agents run on `host` and one of them holds its fence in the central repository
+    (taken as its workspace is prepared, just after it starts running). Returns them and what
+    the host saw of each: {agent: (its branch's tip, its fence, its quantum)}."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        victims = wait_running_on(cluster, host, quantum_ids)
+        seen = {
+            v.agent_id: (
+                cluster.tip(f"refs/heads/annihilation/q-{v.quantum_id}"),
+                cluster.tip(f"refs/annihilation/fence/{v.agent_id}"),
+                v.quantum_id,
+            )
+            for v in victims
+        }
+        if any(fence for _, fence, _ in seen.values()):
+            return victims, seen
+        time.sleep(0.05)
+    raise AssertionError(f"no agent on {host} took its fence:\n{cluster.logs_tail()}")
+
+
 def reruns_after(
     cluster: Cluster, victims: list[AgentRow], quantum_ids: list[int], since: datetime
 ) -> list[float]:
@@ -144,16 +167,7 @@ def test_a_wave_of_30_quanta_completes_across_three_hosts(cluster: Cluster) -> N
 def test_a_host_killed_mid_wave_loses_nothing(cluster: Cluster) -> None:
     ids = cluster.quanta_add("kill", FAULT_WAVE)
     wave_id = cluster.wave_start("kill")
-    victims = wait_running_on(cluster, "h2", ids)
-    # What the killed host last saw: the branch tip and its agents' fences.
-    seen = {
-        v.agent_id: (
-            cluster.tip(f"refs/heads/annihilation/q-{v.quantum_id}"),
-            cluster.tip(f"refs/annihilation/fence/{v.agent_id}"),
-            v.quantum_id,
-        )
-        for v in victims
-    }
+    victims, seen = wait_fenced_on(cluster, "h2", ids)
     killed_at = datetime.now(UTC)
     cluster.sh("kill", "h2")
 
