@@ -45,6 +45,7 @@ from psychonauts.routing.ratelimits import (
     endpoint_limit,
     endpoint_rate_limited,
     rate_limit_suspensions,
+    retry_after_s,
 )
 from psychonauts.routing.semaphore import slot_held, slots_in_use
 from psychonauts.runtime.budget import (
@@ -265,17 +266,6 @@ class Gateway:
             self.on_hold()
 
 
-def _retry_after_s(response: http.client.HTTPResponse) -> float:
-    """How long the upstream asked to wait before the next call (`retry-after-ms` or
-    `retry-after` in seconds; 0 when it said neither)."""
-    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        try:
-            return max(0.0, float(response.getheader(header) or "") * scale)
-        except ValueError:
-            continue
-    return 0.0
-
-
 class _Usage:
     """Tokens read from a streamed (SSE) or whole JSON answer as it passes."""
 
@@ -457,7 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError as exc:
             self._error(502, "api_error", f"the gateway could not reach the model endpoint: {exc}")
             return 502
-        self.retry_after_s = _retry_after_s(response)
+        self.retry_after_s = retry_after_s(response.headers) or 0.0
         self.send_response(response.status)
         for key in ("content-type", "request-id", "retry-after"):
             value = response.getheader(key)

@@ -543,14 +543,15 @@ class LimitedProvider:
         attempt = 1
         while True:
             # A slot is waited for at most ENDPOINTS_SLOT_WAIT_S, and never past the run's time.
-            wait_s = settings.ENDPOINTS_SLOT_WAIT_S
+            wait_s, deadline_first = settings.ENDPOINTS_SLOT_WAIT_S, False
             left = request.time_left()
-            deadline_first = left is not None and left < wait_s
+            if left is not None and left < wait_s:
+                wait_s, deadline_first = left, True
             try:
                 with slot_held(
                     holder,
                     limit=endpoint_limit(conf.name, conf.max_concurrency),
-                    wait_s=min(wait_s, left) if left is not None else wait_s,
+                    wait_s=wait_s,
                     key=conf.slots_key,
                 ):
                     response = self.inner.complete(request, on_text)

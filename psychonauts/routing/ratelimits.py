@@ -107,6 +107,17 @@ def endpoint_call_succeeded(name: str, maximum: int) -> None:
     get_redis().eval(_INCREASE, 1, LIMIT_PREFIX + name, maximum, _memory_ms())
 
 
+def retry_after_s(headers: Any) -> float | None:
+    """The wait a refusal's headers ask for (any mapping with `get`: httpx's, http.client's):
+    `retry-after-ms`, else `retry-after` in seconds; None when they give neither as a number."""
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers.get(header) or "") * scale
+        except ValueError:
+            continue
+    return None
+
+
 def rate_limit_wait(exc: ProviderError, *, attempt: int) -> float | None:
     """How long to wait before asking again when `exc` is the endpoint refusing for load (HTTP
     429 or 529, or an overloaded error in the stream): its `retry-after` when it gives one, else
@@ -122,16 +133,8 @@ def rate_limit_wait(exc: ProviderError, *, attempt: int) -> float | None:
         kind = str(error.get("type", "")) if isinstance(error, dict) else ""
     if status not in _RATE_LIMITED_STATUS and kind not in _RATE_LIMITED_TYPES:
         return None
-    wait = None
-    response = getattr(cause, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is not None:
-        for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-            try:
-                wait = float(headers.get(header, "")) * scale
-                break
-            except ValueError:
-                continue
+    headers = getattr(getattr(cause, "response", None), "headers", None)
+    wait = retry_after_s(headers) if headers is not None else None
     if wait is None or wait < 0:
         wait = settings.PSYCHONAUTS_RETRY_BASE_S * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
         return float(min(wait, settings.ENDPOINTS_RETRY_AFTER_MAX_S))
